@@ -1,0 +1,45 @@
+// The only place that writes NATS subject strings. Every subject hangs off a configurable root
+// (default `rl`) so tests and deployments can share one server without colliding. Each token is
+// validated: an id with `.`, `*`, `>` or whitespace would silently address other subjects.
+
+const BAD_TOKEN = /[.*>\s]/;
+
+export function validateToken(kind: string, token: string): string {
+  if (token.length === 0 || BAD_TOKEN.test(token)) {
+    throw new Error(`invalid ${kind} for a NATS subject token: ${JSON.stringify(token)}`);
+  }
+  return token;
+}
+
+export const DEFAULT_ROOT = 'rl';
+
+export interface Subjects {
+  readonly root: string;
+  /** Single-engine command, request/reply with a deadline; answered by the owning replica. */
+  engineCmd(workerId: string): string;
+  /** Every transition of one engine actor (JSON EngineStateEvent). */
+  engineState(workerId: string): string;
+  /** Wildcard over every engine's state subject (operators, web page, other replicas). */
+  allEngineStates(): string;
+  /** One fan-out command naming the targets a replica owns; answered per leg, then a sentinel. */
+  replicaCmd(replicaId: string): string;
+  /** Refit requests from trainers (request/reply; the reply is the refit report). */
+  refitRequest(): string;
+  /** Lifecycle of one refit: phase changes and the final report. */
+  refitEvents(refitId: string): string;
+  allRefitEvents(): string;
+}
+
+export function subjects(root: string = DEFAULT_ROOT): Subjects {
+  for (const part of root.split('.')) validateToken('subject root', part);
+  return {
+    root,
+    engineCmd: (id) => `${root}.engine.${validateToken('worker id', id)}.cmd`,
+    engineState: (id) => `${root}.engine.${validateToken('worker id', id)}.state`,
+    allEngineStates: () => `${root}.engine.*.state`,
+    replicaCmd: (replica) => `${root}.replica.${validateToken('replica id', replica)}.cmd`,
+    refitRequest: () => `${root}.refit.request`,
+    refitEvents: (id) => `${root}.refit.${validateToken('refit id', id)}.events`,
+    allRefitEvents: () => `${root}.refit.*.events`,
+  };
+}

@@ -1,0 +1,65 @@
+// The registry's unit: one registered engine endpoint (one DP rank of an engine when DP-aware).
+// Owns the Worker type and the pure facts derived from its URL; never does I/O.
+
+export type ConnectionMode = 'http' | 'grpc' | 'zmq';
+
+/** What a caller may send to `POST /workers`. */
+export interface WorkerRegistration {
+  url: string;
+  api_key?: string;
+  runtime_type?: string;
+  worker_type?: string;
+  labels?: Record<string, string>;
+  bootstrap_port?: number;
+}
+
+export type WorkerHealth = 'pending' | 'ready' | 'not_ready';
+
+export interface Worker {
+  /** Registry id: a UUID string (>= 32 chars). */
+  id: string;
+  /** Registry URL, with `@<rank>` for DP-aware workers. */
+  url: string;
+  /** `url` without a purely numeric `@<rank>` suffix. */
+  baseUrl: string;
+  /** True when `url` carries a numeric `@<rank>` suffix. */
+  dpAware: boolean;
+  dpRank: number | null;
+  connectionMode: ConnectionMode;
+  /** Runtime wire string: sglang, vllm, tokenspeed, ... or `unknown`. */
+  engine: string;
+  workerType: string;
+  modelId: string;
+  /** Never serialised into any response, log line or event. */
+  apiKey: string | null;
+  /** Caller labels as given at registration (they win over discovered ones). */
+  callerLabels: Record<string, string>;
+  /** Labels discovered from the engine (server info, model info). */
+  discoveredLabels: Record<string, string>;
+  /** Id of the gateway replica whose actor owns this worker. */
+  owner: string;
+  registeredAt: number;
+}
+
+/** Merged label view: discovered metadata overridden by caller labels (spec §6.4). */
+export function mergedLabels(w: Pick<Worker, 'discoveredLabels' | 'callerLabels'>): Record<string, string> {
+  return { ...w.discoveredLabels, ...w.callerLabels };
+}
+
+const DP_SUFFIX = /@(\d+)$/;
+
+/** `http://a:1@3` → `http://a:1`; `http://u:p@h:1` and `http://a:1@` stay as they are. */
+export function baseUrlOf(url: string): { baseUrl: string; dpRank: number | null } {
+  const m = DP_SUFFIX.exec(url);
+  if (!m) return { baseUrl: url, dpRank: null };
+  return { baseUrl: url.slice(0, m.index), dpRank: Number(m[1]) };
+}
+
+/** Connection mode from the URL scheme; null for a scheme the gateway cannot reach. */
+export function connectionModeOf(url: string): ConnectionMode | null {
+  const scheme = url.slice(0, Math.max(0, url.indexOf('://'))).toLowerCase();
+  if (scheme === 'http' || scheme === 'https') return 'http';
+  if (scheme === 'grpc' || scheme === 'grpcs') return 'grpc';
+  if (scheme === 'ipc' || scheme === 'tcp' || scheme === 'zmq') return 'zmq';
+  return null;
+}
