@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Makes sure what `npm test`, `npm run demo` and `npm run bench` need is present: node_modules
+# matching package-lock.json, and the nats-server binary (Debian package `nats-server`).
+# Quiet when everything is there; installs only what is missing; never edits package files.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# npm writes node_modules/.package-lock.json on every install: older than the lockfile means stale.
+if [[ ! -d node_modules || ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
+  echo "ensure-deps: node_modules missing or older than package-lock.json; running npm ci" >&2
+  npm ci --no-audit --no-fund >&2
+fi
+
+# Same search as src/bus/server.ts findNatsServer(): RLGATE_NATS_SERVER is authoritative when set.
+find_nats_server() {
+  if [[ -n "${RLGATE_NATS_SERVER:-}" ]]; then
+    [[ -x "$RLGATE_NATS_SERVER" ]] && echo "$RLGATE_NATS_SERVER"
+    return 0
+  fi
+  local found
+  found="$(command -v nats-server 2>/dev/null || true)"
+  if [[ -n "$found" ]]; then echo "$found"; return 0; fi
+  local dir
+  for dir in /usr/sbin /usr/local/sbin /usr/local/bin; do
+    if [[ -x "$dir/nats-server" ]]; then echo "$dir/nats-server"; return 0; fi
+  done
+}
+
+if [[ -z "$(find_nats_server)" ]]; then
+  if [[ -n "${RLGATE_NATS_SERVER:-}" ]]; then
+    echo "ensure-deps: RLGATE_NATS_SERVER=$RLGATE_NATS_SERVER is not an executable nats-server." >&2
+    echo "ensure-deps: unset it, or install the Debian package: apt-get install nats-server" >&2
+    exit 1
+  fi
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: nats-server not found; installing the Debian package nats-server" >&2
+    apt-get update >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y nats-server >&2
+  fi
+  if [[ -z "$(find_nats_server)" ]]; then
+    echo "ensure-deps: nats-server not found (searched PATH, /usr/sbin, /usr/local/sbin, /usr/local/bin)." >&2
+    echo "ensure-deps: install the Debian package as root: apt-get install nats-server" >&2
+    echo "ensure-deps: (or set RLGATE_NATS_SERVER to the path of a nats-server binary)" >&2
+    exit 1
+  fi
+fi

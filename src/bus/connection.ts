@@ -1,0 +1,301 @@
+// One NATS connection and the four ways rlgate uses it: publish/subscribe, request/reply with a
+// deadline, a request answered by a stream of replies ended by a sentinel, and close. Payloads are
+// JSON (codec.ts); subject strings come from subjects.ts and are never built here.
+// Request failures become BusNoResponders ("nobody hosts this subject") or BusTimeout ("it stalled").
+
+import {
+  connect,
+  headers as natsHeaders,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  NoRespondersError,
+  RequestError,
+  TimeoutError,
+} from '@nats-io/transport-node';
+import { decode, encode, SENTINEL } from './codec.ts';
+
+/** No subscriber on the subject: the thing addressed is hosted nowhere. */
+export class BusNoResponders extends Error {
+  override readonly name = 'BusNoResponders';
+  readonly code = 'bus_no_responders';
+  constructor(
+    readonly subject: string,
+    options?: ErrorOptions,
+  ) {
+    super(`no responders on ${subject}`, options);
+  }
+}
+
+/** Someone is subscribed but did not answer (or did not finish a stream) before the deadline. */
+export class BusTimeout extends Error {
+  override readonly name = 'BusTimeout';
+  readonly code = 'bus_timeout';
+  constructor(
+    readonly subject: string,
+    readonly timeoutMs: number | undefined,
+    /** For requestStream: how many replies arrived before the deadline. */
+    readonly received = 0,
+    options?: ErrorOptions,
+  ) {
+    super(`no complete reply on ${subject} within ${timeoutMs ?? '?'} ms`, options);
+  }
+}
+
+/** The responder's handler threw; `code` is the thrown error's `code` (or `internal_error`). */
+export class BusRemoteError extends Error {
+  override readonly name = 'BusRemoteError';
+  constructor(
+    readonly subject: string,
+    readonly code: string,
+    message: string,
+    /** The whole error body `{error, message, ...context}` as the responder sent it. */
+    readonly body: Record<string, unknown>,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * nats.js v3 failures → ours. `request()` rejects with a bare TimeoutError, or a RequestError whose
+ * cause is NoRespondersError; `requestMany` iterators throw a bare NoRespondersError. Names are
+ * checked too, in case a second copy of nats-core makes `instanceof` miss. Other errors pass through.
+ */
+export function mapRequestError(err: unknown, subject = '?', timeoutMs?: number): Error {
+  if (err instanceof BusNoResponders || err instanceof BusTimeout) return err;
+  const name = (e: unknown) => (e instanceof Error ? e.name : '');
+  const noResponders = (e: unknown) => e instanceof NoRespondersError || name(e) === 'NoResponders';
+  const timeout = (e: unknown) => e instanceof TimeoutError || name(e) === 'TimeoutError';
+  if (noResponders(err)) return new BusNoResponders(subject, { cause: err });
+  if (timeout(err)) return new BusTimeout(subject, timeoutMs, 0, { cause: err });
+  if (err instanceof RequestError || name(err) === 'RequestError') {
+    const cause = (err as Error).cause;
+    if ((err instanceof RequestError && err.isNoResponders()) || noResponders(cause)) {
+      return new BusNoResponders(subject, { cause: err });
+    }
+    if (timeout(cause)) return new BusTimeout(subject, timeoutMs, 0, { cause: err });
+  }
+  return err instanceof Error ? err : new Error(String(err));
+}
+
+// Error replies keep the success payload untouched: a header marks them, the body is the envelope.
+const ERROR_HEADER = 'Rlgate-Error';
+
+function errorReply(err: unknown): { data: Uint8Array; headers: MsgHdrs } {
+  const e = err as { code?: unknown; message?: unknown; toJSON?: () => unknown } | null;
+  const code = typeof e?.code === 'string' ? e.code : 'internal_error';
+  const message = typeof e?.message === 'string' ? e.message : String(err);
+  const json = typeof e?.toJSON === 'function' ? e.toJSON() : undefined;
+  const body = { ...(json && typeof json === 'object' ? json : {}), error: code, message };
+  const h = natsHeaders();
+  h.set(ERROR_HEADER, code);
+  return { data: encode(body), headers: h };
+}
+
+function remoteError(subject: string, msg: Msg): BusRemoteError | undefined {
+  const code = msg.headers?.get(ERROR_HEADER);
+  if (!code) return undefined;
+  const body = decode(msg.data) as Record<string, unknown>;
+  return new BusRemoteError(subject, code, String(body?.message ?? code), body ?? {});
+}
+
+export interface BusSubscription {
+  unsubscribe(): void;
+}
+
+export interface RequestStreamOptions {
+  /** Deadline for the whole stream, sentinel included. */
+  timeoutMs: number;
+  /** Called once per reply, in arrival order, awaited before the next one. */
+  onMessage(data: unknown): void | Promise<void>;
+}
+
+export interface Bus {
+  readonly nc: NatsConnection;
+  /** One request, one JSON reply. Throws BusNoResponders, BusTimeout or BusRemoteError. */
+  request<T>(subject: string, payload: unknown, timeoutMs: number): Promise<T>;
+  publish(subject: string, payload: unknown): void;
+  /** Messages are handled one at a time, in order (state events must not overtake each other). */
+  subscribe(
+    subject: string,
+    handler: (data: unknown, msg: Msg) => void | Promise<void>,
+    opts?: { queue?: string },
+  ): BusSubscription;
+  /** A request/reply service. Requests are handled concurrently; a throw becomes an error reply. */
+  respond(
+    subject: string,
+    handler: (data: unknown) => Promise<unknown>,
+    opts?: { queue?: string },
+  ): BusSubscription;
+  /** The answering side of requestStream: `send` one reply per item, then a sentinel is sent. */
+  respondStream(
+    subject: string,
+    handler: (data: unknown, send: (reply: unknown) => void) => Promise<void>,
+    opts?: { queue?: string },
+  ): BusSubscription;
+  /**
+   * One request, many replies, ended by an empty-payload sentinel. Resolves at the sentinel.
+   * Rejects with BusTimeout (with `received`) if the deadline comes first — the replies that did
+   * arrive were already given to onMessage — and with BusNoResponders or BusRemoteError.
+   */
+  requestStream(subject: string, payload: unknown, opts: RequestStreamOptions): Promise<void>;
+  /** Drains: pending handlers' replies and buffered publishes go out, then the socket closes. */
+  close(): Promise<void>;
+}
+
+export interface ConnectBusOptions {
+  url: string;
+  /** Connection name shown by the server's /connz (e.g. `rlgate-gateway-<replica>`). */
+  name: string;
+  /** Deadline for the first connection (default 5 s). */
+  timeoutMs?: number;
+  /** Where handler failures that have no one to answer go (default: process.emitWarning). */
+  onHandlerError?: (err: unknown, subject: string) => void;
+}
+
+export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
+  let nc: NatsConnection;
+  try {
+    nc = await connect({
+      servers: opts.url,
+      name: opts.name,
+      timeout: opts.timeoutMs ?? 5_000,
+      reconnect: true,
+      maxReconnectAttempts: -1,
+      waitOnFirstConnect: false,
+    });
+  } catch (err) {
+    throw new Error(`cannot connect to NATS at ${opts.url}: ${(err as Error).message}`, { cause: err });
+  }
+  const report =
+    opts.onHandlerError ??
+    ((err: unknown, subject: string) =>
+      process.emitWarning(`bus handler on ${subject} failed: ${(err as Error)?.stack ?? err}`));
+  const safeRespond = (msg: Msg, data: Uint8Array, headers?: MsgHdrs) => {
+    try {
+      msg.respond(data, headers ? { headers } : undefined);
+    } catch (err) {
+      report(err, msg.subject); // e.g. reply over max_payload, or connection closed
+    }
+  };
+
+  const bus: Bus = {
+    nc,
+
+    async request<T>(subject: string, payload: unknown, timeoutMs: number): Promise<T> {
+      let msg: Msg;
+      try {
+        msg = await nc.request(subject, encode(payload), { timeout: timeoutMs });
+      } catch (err) {
+        throw mapRequestError(err, subject, timeoutMs);
+      }
+      const remote = remoteError(subject, msg);
+      if (remote) throw remote;
+      return decode(msg.data) as T;
+    },
+
+    publish(subject, payload) {
+      nc.publish(subject, encode(payload));
+    },
+
+    subscribe(subject, handler, subOpts = {}) {
+      const sub = nc.subscribe(subject, { queue: subOpts.queue });
+      void (async () => {
+        for await (const msg of sub) {
+          try {
+            await handler(decode(msg.data), msg);
+          } catch (err) {
+            report(err, msg.subject);
+          }
+        }
+      })().catch((err) => report(err, subject));
+      return { unsubscribe: () => sub.unsubscribe() };
+    },
+
+    respond(subject, handler, subOpts = {}) {
+      const sub = nc.subscribe(subject, {
+        queue: subOpts.queue,
+        callback: (err, msg) => {
+          if (err) {
+            report(err, subject);
+            return;
+          }
+          void (async () => {
+            try {
+              const value = await handler(decode(msg.data));
+              if (msg.reply) safeRespond(msg, encode(value));
+            } catch (e) {
+              if (!msg.reply) return report(e, msg.subject);
+              const r = errorReply(e);
+              safeRespond(msg, r.data, r.headers);
+            }
+          })();
+        },
+      });
+      return { unsubscribe: () => sub.unsubscribe() };
+    },
+
+    respondStream(subject, handler, subOpts = {}) {
+      const sub = nc.subscribe(subject, {
+        queue: subOpts.queue,
+        callback: (err, msg) => {
+          if (err) {
+            report(err, subject);
+            return;
+          }
+          void (async () => {
+            let open = true; // replies sent after the sentinel would reach nobody
+            const send = (reply: unknown) => {
+              if (open) safeRespond(msg, encode(reply));
+            };
+            try {
+              await handler(decode(msg.data), send);
+            } catch (e) {
+              const r = errorReply(e);
+              safeRespond(msg, r.data, r.headers);
+            } finally {
+              open = false;
+              safeRespond(msg, SENTINEL);
+            }
+          })();
+        },
+      });
+      return { unsubscribe: () => sub.unsubscribe() };
+    },
+
+    async requestStream(subject, payload, streamOpts) {
+      const { timeoutMs, onMessage } = streamOpts;
+      let received = 0;
+      let ended = false;
+      try {
+        const replies = await nc.requestMany(subject, encode(payload), {
+          strategy: 'sentinel',
+          maxWait: timeoutMs,
+        });
+        for await (const msg of replies) {
+          // The sentinel itself is also yielded by the iterator before it stops.
+          if (msg.data.length === 0) {
+            ended = true;
+            break;
+          }
+          const remote = remoteError(subject, msg);
+          if (remote) throw remote;
+          received++;
+          await onMessage(decode(msg.data));
+        }
+      } catch (err) {
+        if (err instanceof BusRemoteError) throw err;
+        const mapped = mapRequestError(err, subject, timeoutMs);
+        throw mapped instanceof BusTimeout ? new BusTimeout(subject, timeoutMs, received, { cause: err }) : mapped;
+      }
+      // The iterator also stops silently when maxWait expires: that is a stall, not an answer.
+      if (!ended) throw new BusTimeout(subject, timeoutMs, received);
+    },
+
+    async close() {
+      if (nc.isClosed() || nc.isDraining()) return nc.closed().then(() => undefined);
+      await nc.drain();
+    },
+  };
+  return bus;
+}
