@@ -1,0 +1,264 @@
+// The coordinator actor: one refit, as a transaction over many engines.
+// pausing → refitting (one or more steps) → verifying → resuming → done, with a deadline per
+// phase that names the engines that stalled, a quorum gate after the pause, and a guaranteed
+// resume: every path out of every phase goes through `resuming`. Pure: legs run in the injected
+// `runPhase` actor; this machine only decides who takes part in what and records outcomes.
+
+import { assign, fromCallback, setup, type ActorRefFrom, type SnapshotFrom } from 'xstate';
+
+export type Phase = 'pause' | 'refit' | 'verify' | 'resume';
+
+export interface LegResult {
+  ok: boolean;
+  /** rlgate/SMG error code when !ok: upstream_error, upstream_timeout, upstream_unreachable, ... */
+  error?: string;
+  status?: number;
+  message?: string;
+  latencyMs: number;
+}
+
+export interface RefitStepPlan {
+  /** Label for reports (`update_weights_from_disk`, `chunk 2/3`, ...). */
+  name: string;
+  /**
+   * `remaining`: only engines that have not failed yet take part (the normal case).
+   * `joined`: every engine that passed the pause, failed or not (cleanup such as destroying a
+   * weight-update group must reach engines whose transfer failed).
+   */
+  runOn: 'remaining' | 'joined';
+}
+
+export interface CoordinatorInput {
+  refitId: string;
+  targets: string[];
+  steps: RefitStepPlan[];
+  verify: boolean;
+  /** Engines that must pass the pause for the refit to go ahead (1..targets.length). */
+  quorum: number;
+  deadlines: { pauseMs: number; refitMs: number; verifyMs: number; resumeMs: number };
+}
+
+export interface EngineRecord {
+  /** Phase where the engine failed, if it did. */
+  failedIn?: Phase;
+  step?: string;
+  error?: string;
+  status?: number;
+  message?: string;
+  /** Milliseconds spent per phase (refit sums its steps). */
+  phases: Partial<Record<Phase, number>>;
+}
+
+export interface CoordinatorContext extends CoordinatorInput {
+  engines: Record<string, EngineRecord>;
+  /** Engines that passed the pause. */
+  paused: string[];
+  stepIndex: number;
+  /** The running phase, and its legs (or its step's) that have not answered yet. */
+  phase: Phase;
+  pending: string[];
+  /** Why the refit stopped short of its refit phase, if it did. */
+  abortReason?: 'quorum_not_met' | 'no_target_paused';
+}
+
+export type CoordinatorEvent =
+  | { type: 'leg.done'; phase: Phase; workerId: string; result: LegResult }
+  | { type: 'phase.done' };
+
+export interface PhaseInput {
+  refitId: string;
+  phase: Phase;
+  stepIndex: number;
+  targets: string[];
+}
+
+export const coordinatorMachine = setup({
+  types: {
+    context: {} as CoordinatorContext,
+    events: {} as CoordinatorEvent,
+    input: {} as CoordinatorInput,
+    output: {} as CoordinatorContext,
+  },
+  actors: {
+    runPhase: fromCallback<CoordinatorEvent, PhaseInput>(() => {
+      throw new Error("coordinator: implementation 'runPhase' was not provided");
+    }),
+  },
+  guards: {
+    quorumMet: ({ context }) => context.paused.length >= context.quorum && context.paused.length > 0,
+    moreSteps: ({ context }) => context.stepIndex + 1 < context.steps.length,
+    verifyWanted: ({ context }) => context.verify && survivors(context).length > 0,
+  },
+  delays: {
+    pauseDeadline: ({ context }) => context.deadlines.pauseMs,
+    refitDeadline: ({ context }) => context.deadlines.refitMs,
+    verifyDeadline: ({ context }) => context.deadlines.verifyMs,
+    resumeDeadline: ({ context }) => context.deadlines.resumeMs,
+  },
+  actions: {
+    startPhase: assign((_, p: { phase: Phase; targets: string[] }) => ({ phase: p.phase, pending: p.targets })),
+    recordLeg: assign(({ context, event }) => {
+      // Late answers from a phase already left (its runner was stopped) are ignored.
+      if (event.type !== 'leg.done' || event.phase !== context.phase || !context.pending.includes(event.workerId)) return {};
+      const prev = context.engines[event.workerId] ?? { phases: {} };
+      const step = event.phase === 'refit' ? context.steps[context.stepIndex]?.name : undefined;
+      const rec: EngineRecord = {
+        ...prev,
+        phases: { ...prev.phases, [event.phase]: (prev.phases[event.phase] ?? 0) + event.result.latencyMs },
+      };
+      if (!event.result.ok && rec.failedIn === undefined) {
+        Object.assign(rec, { failedIn: event.phase, step, error: event.result.error, status: event.result.status, message: event.result.message });
+      }
+      return {
+        engines: { ...context.engines, [event.workerId]: rec },
+        pending: context.pending.filter((id) => id !== event.workerId),
+        paused: event.phase === 'pause' && event.result.ok ? [...context.paused, event.workerId] : context.paused,
+      };
+    }),
+    // A deadline names every engine that had not answered: it stalled in this phase.
+    markStalled: assign(({ context }, params: { phase: Phase; deadlineMs: number }) => {
+      const engines = { ...context.engines };
+      const step = params.phase === 'refit' ? context.steps[context.stepIndex]?.name : undefined;
+      for (const id of context.pending) {
+        const prev = engines[id] ?? { phases: {} };
+        engines[id] = {
+          ...prev,
+          phases: { ...prev.phases, [params.phase]: (prev.phases[params.phase] ?? 0) + params.deadlineMs },
+          ...(prev.failedIn === undefined
+            ? {
+                failedIn: params.phase,
+                step,
+                error: 'phase_deadline_exceeded',
+                message: `engine did not finish the ${params.phase} phase${step ? ` (${step})` : ''} within ${params.deadlineMs} ms`,
+              }
+            : {}),
+        };
+      }
+      return { engines, pending: [] };
+    }),
+  },
+}).createMachine({
+  id: 'coordinator',
+  initial: 'pausing',
+  context: ({ input }) => ({
+    ...input,
+    engines: Object.fromEntries(input.targets.map((id) => [id, { phases: {} }])),
+    paused: [],
+    stepIndex: 0,
+    phase: 'pause',
+    pending: [],
+  }),
+  states: {
+    pausing: {
+      entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'pause' as const, targets: context.targets }) },
+      invoke: {
+        src: 'runPhase',
+        input: ({ context }) => ({ refitId: context.refitId, phase: 'pause' as const, stepIndex: 0, targets: context.targets }),
+      },
+      on: {
+        'leg.done': { actions: 'recordLeg' },
+        'phase.done': 'gate',
+      },
+      after: {
+        pauseDeadline: {
+          target: 'gate',
+          actions: { type: 'markStalled', params: ({ context }) => ({ phase: 'pause' as const, deadlineMs: context.deadlines.pauseMs }) },
+        },
+      },
+    },
+    gate: {
+      always: [
+        { guard: 'quorumMet', target: 'refitting' },
+        {
+          target: 'resuming',
+          actions: assign(({ context }) => ({
+            abortReason: context.paused.length === 0 ? ('no_target_paused' as const) : ('quorum_not_met' as const),
+          })),
+        },
+      ],
+    },
+    refitting: {
+      initial: 'step',
+      after: {
+        refitDeadline: {
+          target: 'resuming',
+          actions: { type: 'markStalled', params: ({ context }) => ({ phase: 'refit' as const, deadlineMs: context.deadlines.refitMs }) },
+        },
+      },
+      states: {
+        step: {
+          entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'refit' as const, targets: stepTargets(context) }) },
+          invoke: {
+            src: 'runPhase',
+            input: ({ context }) => ({
+              refitId: context.refitId,
+              phase: 'refit' as const,
+              stepIndex: context.stepIndex,
+              targets: stepTargets(context),
+            }),
+          },
+          on: {
+            'leg.done': { actions: 'recordLeg' },
+            'phase.done': [
+              { guard: 'moreSteps', target: 'step', reenter: true, actions: assign({ stepIndex: ({ context }) => context.stepIndex + 1 }) },
+              { target: '#coordinator.afterRefit' },
+            ],
+          },
+        },
+      },
+    },
+    afterRefit: {
+      always: [{ guard: 'verifyWanted', target: 'verifying' }, { target: 'resuming' }],
+    },
+    verifying: {
+      entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'verify' as const, targets: survivors(context) }) },
+      invoke: {
+        src: 'runPhase',
+        input: ({ context }) => ({ refitId: context.refitId, phase: 'verify' as const, stepIndex: 0, targets: survivors(context) }),
+      },
+      on: {
+        'leg.done': { actions: 'recordLeg' },
+        'phase.done': 'resuming',
+      },
+      after: {
+        verifyDeadline: {
+          target: 'resuming',
+          actions: { type: 'markStalled', params: ({ context }) => ({ phase: 'verify' as const, deadlineMs: context.deadlines.verifyMs }) },
+        },
+      },
+    },
+    // Every target is resumed, paused or not: a pause that timed out may still have landed.
+    resuming: {
+      entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'resume' as const, targets: context.targets }) },
+      invoke: {
+        src: 'runPhase',
+        input: ({ context }) => ({ refitId: context.refitId, phase: 'resume' as const, stepIndex: 0, targets: context.targets }),
+      },
+      on: {
+        'leg.done': { actions: 'recordLeg' },
+        'phase.done': 'done',
+      },
+      after: {
+        resumeDeadline: {
+          target: 'done',
+          actions: { type: 'markStalled', params: ({ context }) => ({ phase: 'resume' as const, deadlineMs: context.deadlines.resumeMs }) },
+        },
+      },
+    },
+    done: { type: 'final' },
+  },
+  output: ({ context }) => context,
+});
+
+/** Engines that passed the pause and have not failed since. */
+export function survivors(context: CoordinatorContext): string[] {
+  return context.paused.filter((id) => context.engines[id]?.failedIn === undefined);
+}
+
+function stepTargets(context: CoordinatorContext): string[] {
+  const step = context.steps[context.stepIndex];
+  return step?.runOn === 'joined' ? context.paused : survivors(context);
+}
+
+export type CoordinatorActor = ActorRefFrom<typeof coordinatorMachine>;
+export type CoordinatorSnapshot = SnapshotFrom<typeof coordinatorMachine>;

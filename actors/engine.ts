@@ -1,0 +1,302 @@
+// The engine actor: the single writer of one engine's state, and the one place its commands are
+// serialised (no pause/update reordering). Three parallel regions: lifecycle (registering →
+// online{serving|paused|asleep|refitting} ⇄ unreachable), commands (one at a time, FIFO) and the
+// data-plane breaker (closed/open/halfOpen). Pure: every side effect is injected through setup.
+
+import { assign, emit, enqueueActions, fromCallback, fromPromise, raise, setup, type ActorRefFrom, type SnapshotFrom } from 'xstate';
+
+export type ControlState = 'active' | 'paused' | 'asleep';
+export type VersionSource = 'registration' | 'passthrough' | 'api';
+/** What a command does to the lifecycle while it runs; `refit` makes the engine `refitting`. */
+export type CommandOp = 'refit' | 'other';
+
+export interface EngineCommand {
+  /** Correlates the emitted `command.done` with whoever queued the command. */
+  token: string;
+  op: CommandOp;
+  /** Opaque to the machine: the injected `runCommand` knows what it is. */
+  payload: unknown;
+}
+
+/** What running a command taught us about the engine (computed by the injected runner). */
+export interface CommandResult {
+  outcome: unknown;
+  /** The engine could not be reached at all (connect/send/read failure). */
+  transportFailed: boolean;
+  /** The engine answered (any status): proof of life for an unreachable engine. */
+  answered: boolean;
+  control?: ControlState;
+  version?: string;
+}
+
+export interface EngineInput {
+  workerId: string;
+  url: string;
+  /** Version seeded from the registration label; undefined = unversioned. */
+  seedVersion?: string;
+  probeIntervalMs: number;
+  probeFailureThreshold: number;
+  retryIntervalMs: number;
+  breakerThreshold: number;
+  breakerCooldownMs: number;
+}
+
+export interface EngineContext extends EngineInput {
+  control: ControlState;
+  version: string | undefined;
+  versionSource: VersionSource | undefined;
+  queue: EngineCommand[];
+  current: EngineCommand | undefined;
+  breakerFailures: number;
+  probeFailures: number;
+  lastError: string | undefined;
+}
+
+export type EngineEvent =
+  | { type: 'cmd.enqueue'; command: EngineCommand }
+  | { type: 'version.set'; version: string | undefined; source: VersionSource }
+  | { type: 'control.set'; control: ControlState }
+  | { type: 'registration.changed'; seedVersion?: string; versionChanged: boolean }
+  | { type: 'probe.ok' }
+  | { type: 'probe.failed'; error: string }
+  | { type: 'dp.success' }
+  | { type: 'dp.failure' }
+  // raised internally, between regions
+  | { type: 'cmd.started'; op: CommandOp }
+  | { type: 'cmd.finished' }
+  | { type: 'transport.failed'; error: string }
+  | { type: 'cmd.answered' };
+
+export type EngineEmitted = { type: 'command.done'; token: string; result: CommandResult | { error: string } };
+
+export const engineMachine = setup({
+  types: {
+    context: {} as EngineContext,
+    events: {} as EngineEvent,
+    input: {} as EngineInput,
+    emitted: {} as EngineEmitted,
+  },
+  actors: {
+    // Defaults throw: the wiring in src/fleet/ must provide real implementations.
+    discover: fromMissing<{ workerId: string }, void>('discover'),
+    runCommand: fromMissing<EngineCommand, CommandResult>('runCommand'),
+    probeTicker: fromMissingCallback('probeTicker'),
+  },
+  guards: {
+    isPaused: ({ context }) => context.control === 'paused',
+    isAsleep: ({ context }) => context.control === 'asleep',
+    hasQueued: ({ context }) => context.queue.length > 0,
+    isRefitOp: ({ event }) => event.type === 'cmd.started' && event.op === 'refit',
+    probeThresholdReached: ({ context }) => context.probeFailures + 1 >= context.probeFailureThreshold,
+    probingEnabled: ({ context }) => context.probeIntervalMs > 0,
+    // A planned pause or refit suspends the breaker: failures then say nothing about health.
+    unplanned: ({ context }) => context.control === 'active' && context.current?.op !== 'refit',
+    breakerTrips: ({ context }) =>
+      context.control === 'active' && context.current?.op !== 'refit' && context.breakerFailures + 1 >= context.breakerThreshold,
+  },
+  delays: {
+    retryInterval: ({ context }) => context.retryIntervalMs,
+    breakerCooldown: ({ context }) => context.breakerCooldownMs,
+  },
+  actions: {
+    // What a command taught us travels as the same events an API write would send, so the
+    // lifecycle region re-resolves its resting state exactly as it does for those.
+    applyResult: enqueueActions(({ enqueue }, result: CommandResult) => {
+      if (result.version !== undefined) enqueue.raise({ type: 'version.set', version: result.version, source: 'passthrough' });
+      if (result.control !== undefined) enqueue.raise({ type: 'control.set', control: result.control });
+      enqueue.raise(
+        result.transportFailed
+          ? { type: 'transport.failed', error: describeOutcome(result.outcome) }
+          : { type: 'cmd.answered' },
+      );
+      enqueue.raise({ type: 'cmd.finished' });
+    }),
+  },
+}).createMachine({
+  id: 'engine',
+  type: 'parallel',
+  context: ({ input }) => ({
+    ...input,
+    control: 'active',
+    version: input.seedVersion,
+    versionSource: input.seedVersion !== undefined ? 'registration' : undefined,
+    queue: [],
+    current: undefined,
+    breakerFailures: 0,
+    probeFailures: 0,
+    lastError: undefined,
+  }),
+  on: {
+    'version.set': {
+      actions: assign(({ event }) => ({ version: event.version, versionSource: event.version === undefined ? undefined : event.source })),
+    },
+  },
+  states: {
+    lifecycle: {
+      initial: 'registering',
+      on: {
+        'registration.changed': {
+          target: '.registering',
+          actions: assign(({ context, event }) =>
+            event.versionChanged
+              ? { version: event.seedVersion, versionSource: event.seedVersion === undefined ? undefined : ('registration' as const) }
+              : { version: context.version, versionSource: context.versionSource },
+          ),
+        },
+      },
+      states: {
+        registering: {
+          invoke: {
+            src: 'discover',
+            input: ({ context }) => ({ workerId: context.workerId }),
+            onDone: { target: 'online', actions: assign({ lastError: undefined, probeFailures: 0 }) },
+            onError: { target: 'unreachable', actions: assign({ lastError: ({ event }) => String(event.error) }) },
+          },
+          on: { 'control.set': { actions: assign({ control: ({ event }) => event.control }) } },
+        },
+        online: {
+          initial: 'resolving',
+          invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs }) },
+          on: {
+            // Every resting state reacts alike: a refit command makes the engine `refitting`,
+            // a control write re-resolves the resting state (refitting overrides it below).
+            'cmd.started': { guard: 'isRefitOp', target: '.refitting' },
+            'control.set': { target: '.resolving', actions: assign({ control: ({ event }) => event.control }) },
+            'transport.failed': { target: 'unreachable', actions: assign({ lastError: ({ event }) => event.error }) },
+            'probe.ok': { actions: assign({ probeFailures: 0 }) },
+            'probe.failed': [
+              {
+                guard: 'probeThresholdReached',
+                target: 'unreachable',
+                actions: assign({ lastError: ({ event }) => event.error, probeFailures: 0 }),
+              },
+              { actions: assign({ probeFailures: ({ context }) => context.probeFailures + 1 }) },
+            ],
+          },
+          states: {
+            // Transient: picks the resting state that matches the control state.
+            resolving: {
+              always: [
+                { guard: 'isPaused', target: 'paused' },
+                { guard: 'isAsleep', target: 'asleep' },
+                { target: 'serving' },
+              ],
+            },
+            serving: {},
+            paused: {},
+            asleep: {},
+            refitting: {
+              on: {
+                'cmd.finished': 'resolving',
+                'control.set': { actions: assign({ control: ({ event }) => event.control }) },
+              },
+            },
+          },
+        },
+        unreachable: {
+          after: { retryInterval: 'registering' },
+          on: {
+            'cmd.answered': 'registering',
+            'control.set': { actions: assign({ control: ({ event }) => event.control }) },
+          },
+        },
+      },
+    },
+
+    commands: {
+      initial: 'idle',
+      on: {
+        'cmd.enqueue': { actions: assign({ queue: ({ context, event }) => [...context.queue, event.command] }) },
+      },
+      states: {
+        idle: {
+          always: { guard: 'hasQueued', target: 'busy' },
+        },
+        busy: {
+          entry: [
+            assign(({ context }) => ({ current: context.queue[0], queue: context.queue.slice(1) })),
+            raise(({ context }) => ({ type: 'cmd.started' as const, op: context.current!.op })),
+          ],
+          invoke: {
+            src: 'runCommand',
+            input: ({ context }) => context.current!,
+            onDone: {
+              target: 'idle',
+              actions: [
+                emit(({ context, event }) => ({ type: 'command.done' as const, token: context.current!.token, result: event.output })),
+                assign({ current: undefined }),
+                { type: 'applyResult', params: ({ event }) => event.output },
+              ],
+            },
+            onError: {
+              target: 'idle',
+              actions: [
+                emit(({ context, event }) => ({ type: 'command.done' as const, token: context.current!.token, result: { error: String(event.error) } })),
+                raise({ type: 'cmd.finished' }),
+                assign({ current: undefined }),
+              ],
+            },
+          },
+        },
+      },
+    },
+
+    breaker: {
+      initial: 'closed',
+      states: {
+        closed: {
+          on: {
+            'dp.success': { actions: assign({ breakerFailures: 0 }) },
+            'dp.failure': [
+              { guard: 'breakerTrips', target: 'open', actions: assign({ breakerFailures: 0 }) },
+              { guard: 'unplanned', actions: assign({ breakerFailures: ({ context }) => context.breakerFailures + 1 }) },
+            ],
+          },
+        },
+        open: {
+          after: { breakerCooldown: 'halfOpen' },
+        },
+        halfOpen: {
+          on: {
+            'dp.success': 'closed',
+            'dp.failure': { guard: 'unplanned', target: 'open' },
+          },
+        },
+      },
+    },
+  },
+});
+
+export type EngineActor = ActorRefFrom<typeof engineMachine>;
+export type EngineSnapshot = SnapshotFrom<typeof engineMachine>;
+
+/** Flat lifecycle name for events and rows: registering, serving, paused, asleep, refitting, unreachable. */
+export function lifecycleOf(snapshot: EngineSnapshot): string {
+  const value = snapshot.value as { lifecycle: string | { online: string } };
+  const lc = value.lifecycle;
+  return typeof lc === 'string' ? lc : lc.online;
+}
+
+export function breakerOf(snapshot: EngineSnapshot): 'closed' | 'open' | 'half_open' {
+  const b = (snapshot.value as { breaker: string }).breaker;
+  return b === 'halfOpen' ? 'half_open' : (b as 'closed' | 'open');
+}
+
+function describeOutcome(outcome: unknown): string {
+  const o = outcome as { message?: unknown };
+  return typeof o?.message === 'string' ? o.message : 'transport failure';
+}
+
+// --- default implementations that fail loudly when the wiring forgot to provide one ---
+
+function fromMissing<I, O>(name: string) {
+  return fromPromise<O, I>(async () => {
+    throw new Error(`engine actor: implementation '${name}' was not provided`);
+  });
+}
+
+function fromMissingCallback(name: string) {
+  return fromCallback<EngineEvent, { intervalMs: number }>(() => {
+    throw new Error(`engine actor: implementation '${name}' was not provided`);
+  });
+}

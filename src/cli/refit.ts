@@ -1,0 +1,48 @@
+// `rlgate refit`: a trainer's refit over NATS — one request on `rl.refit.request`, answered by
+// whichever gateway replica takes it, with the per-engine report. Exit 0 on 200, 3 on 207.
+
+import { connectBus } from '../bus/connection.ts';
+import { subjects } from '../bus/subjects.ts';
+
+const HELP = `usage: rlgate refit --version V (--model-path P | --request FILE) [--selector S] [--nats-url U]
+                     [--subject-root R] [--timeout-secs N]
+  Sends {"weight_version", "selector", "source": {"kind": "disk", "model_path"}} (or the JSON
+  request in FILE) on <root>.refit.request and prints the report.`;
+
+export async function refitCommand(argv: string[]): Promise<number> {
+  if (argv.includes('--help')) {
+    process.stdout.write(`${HELP}\n`);
+    return 0;
+  }
+  const get = (name: string) => {
+    const i = argv.indexOf(name);
+    return i >= 0 ? argv[i + 1] : undefined;
+  };
+  let request: Record<string, unknown>;
+  const file = get('--request');
+  if (file) {
+    const { readFile } = await import('node:fs/promises');
+    request = JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>;
+  } else {
+    const version = get('--version');
+    const modelPath = get('--model-path');
+    if (!version || !modelPath) {
+      process.stderr.write(`${HELP}\n`);
+      return 2;
+    }
+    request = { weight_version: version, source: { kind: 'disk', model_path: modelPath } };
+    const selector = get('--selector');
+    if (selector) request.selector = selector;
+  }
+  const url = get('--nats-url') ?? process.env.RLGATE_NATS_URL ?? 'nats://127.0.0.1:4222';
+  const subj = subjects(get('--subject-root') ?? process.env.RLGATE_SUBJECT_ROOT ?? 'rl');
+  const timeoutMs = Number(get('--timeout-secs') ?? 900) * 1000;
+  const bus = await connectBus({ url, name: 'rlgate-refit' });
+  try {
+    const answer = await bus.request<{ status: number; report: unknown }>(subj.refitRequest(), request, timeoutMs);
+    process.stdout.write(`${JSON.stringify(answer.report, null, 2)}\n`);
+    return answer.status === 200 ? 0 : 3;
+  } finally {
+    await bus.close();
+  }
+}

@@ -1,0 +1,43 @@
+// `rlgate watch`: the operator's view of the fleet — every engine actor transition as it is
+// published on `rl.engine.*.state`, one line each (`--json` for raw events).
+
+import { connectBus } from '../bus/connection.ts';
+import { subjects } from '../bus/subjects.ts';
+import type { EngineStateEvent } from '../fleet/engine-host.ts';
+
+export async function watchCommand(argv: string[]): Promise<number> {
+  if (argv.includes('--help')) {
+    process.stdout.write('usage: rlgate watch [--nats-url U] [--subject-root R] [--json]\n  env: RLGATE_NATS_URL, RLGATE_SUBJECT_ROOT\n');
+    return 0;
+  }
+  const url = flag(argv, '--nats-url') ?? process.env.RLGATE_NATS_URL ?? 'nats://127.0.0.1:4222';
+  const root = flag(argv, '--subject-root') ?? process.env.RLGATE_SUBJECT_ROOT ?? 'rl';
+  const json = argv.includes('--json');
+  const bus = await connectBus({ url, name: 'rlgate-watch' });
+  const subj = subjects(root);
+  process.stderr.write(`watching ${subj.allEngineStates()} on ${url} (Ctrl-C to stop)\n`);
+  bus.subscribe(subj.allEngineStates(), (data) => {
+    const e = data as EngineStateEvent;
+    process.stdout.write(json ? `${JSON.stringify(e)}\n` : `${formatEvent(e)}\n`);
+  });
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  await bus.close();
+  return 0;
+}
+
+export function formatEvent(e: EngineStateEvent): string {
+  const time = e.time.slice(11, 23);
+  const version = e.weight_version ?? '-';
+  const extra = e.error ? `  (${e.error})` : '';
+  return `${time}  ${e.url.padEnd(28)} ${e.state.padEnd(12)} control=${e.control.padEnd(6)} version=${version.padEnd(10)} breaker=${e.breaker} in_flight=${e.in_flight}${extra}`;
+}
+
+function flag(argv: string[], name: string): string | undefined {
+  const i = argv.findIndex((a) => a === name || a.startsWith(`${name}=`));
+  if (i < 0) return undefined;
+  const a = argv[i]!;
+  return a.includes('=') ? a.slice(a.indexOf('=') + 1) : argv[i + 1];
+}

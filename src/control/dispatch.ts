@@ -1,0 +1,122 @@
+// Sends control calls to the replicas that own the engines: one NATS request per single-engine
+// call (`rl.engine.<id>.cmd`), and ONE request per owning replica for a fan-out
+// (`rl.replica.<id>.cmd`), whose replies stream back one per leg. Bus failures become per-leg
+// outcomes, so a dead replica reads like a dead engine to the caller, never like a 500.
+
+import { randomUUID } from 'node:crypto';
+import { BusNoResponders, BusTimeout, type Bus } from '../bus/connection.ts';
+import type { Subjects } from '../bus/subjects.ts';
+import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
+import type { Registry } from '../fleet/registry.ts';
+
+export interface Leg {
+  workerId: string;
+  call: ControlCall;
+}
+
+/** What a replica receives: its share of a fan-out. */
+export interface ReplicaCommand {
+  requestId: string;
+  legs: Leg[];
+  concurrency: number;
+}
+
+export interface LegReply {
+  workerId: string;
+  outcome: ControlOutcome;
+}
+
+/** Slack for the bus hop on top of the engine call's own deadline. */
+const BUS_MARGIN_MS = 2_000;
+
+export class Dispatcher {
+  constructor(private readonly deps: { bus: Bus; subjects: Subjects; registry: Registry }) {}
+
+  async one(workerId: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
+    const worker = this.deps.registry.get(workerId);
+    const url = worker?.url ?? workerId;
+    const timeoutMs = Math.max(1, call.deadline - Date.now()) + BUS_MARGIN_MS;
+    try {
+      const pending = this.deps.bus.request<ControlOutcome>(this.deps.subjects.engineCmd(workerId), { call }, timeoutMs);
+      return signal ? await abortable(pending, signal) : await pending;
+    } catch (err) {
+      return busFailure(err, url, call);
+    }
+  }
+
+  /**
+   * Runs every leg on its owner replica, at most `concurrency` at a time per replica, and calls
+   * `onLeg` as each answers. Resolves when every leg has an outcome (bus failures included).
+   */
+  async many(legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }): Promise<void> {
+    const byOwner = new Map<string, Leg[]>();
+    for (const leg of legs) {
+      const owner = this.deps.registry.get(leg.workerId)?.owner;
+      if (!owner) {
+        opts.onLeg({ workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${leg.workerId}\` was removed` } });
+        continue;
+      }
+      byOwner.set(owner, [...(byOwner.get(owner) ?? []), leg]);
+    }
+    await Promise.all([...byOwner].map(([owner, share]) => this.toReplica(owner, share, opts)));
+  }
+
+  private async toReplica(owner: string, legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }) {
+    const answered = new Set<string>();
+    const latest = Math.max(...legs.map((l) => l.call.deadline));
+    // Legs queue behind each other at the replica, so the stream may run as long as its slowest
+    // batch; each leg still carries (and enforces) its own deadline.
+    const rounds = Math.ceil(legs.length / Math.max(1, opts.concurrency));
+    const timeoutMs = Math.max(1, latest - Date.now()) * Math.max(1, rounds) + BUS_MARGIN_MS;
+    const command: ReplicaCommand = { requestId: randomUUID(), legs, concurrency: opts.concurrency };
+    try {
+      const stream = this.deps.bus.requestStream(this.deps.subjects.replicaCmd(owner), command, {
+        timeoutMs,
+        onMessage: (data) => {
+          const reply = data as LegReply;
+          if (answered.has(reply.workerId)) return;
+          answered.add(reply.workerId);
+          opts.onLeg(reply);
+        },
+      });
+      await (opts.signal ? abortable(stream, opts.signal) : stream);
+    } catch (err) {
+      for (const leg of legs) {
+        if (answered.has(leg.workerId)) continue;
+        const url = this.deps.registry.get(leg.workerId)?.url ?? leg.workerId;
+        opts.onLeg({ workerId: leg.workerId, outcome: busFailure(err, url, leg.call) });
+      }
+    }
+  }
+}
+
+function busFailure(err: unknown, url: string, call: ControlCall): ControlOutcome {
+  if (err instanceof BusTimeout) {
+    return { kind: 'timeout', latencyMs: 0, message: `upstream \`${url}\` timed out after ${call.timeoutSecs}s` };
+  }
+  if (err instanceof BusNoResponders) {
+    return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${url}\` unreachable: no gateway replica hosts this engine` };
+  }
+  if (err instanceof DOMException && err.name === 'AbortError') {
+    return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${url}\` call cancelled: the client went away` };
+  }
+  return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${url}\` unreachable: ${(err as Error)?.message ?? String(err)}` };
+}
+
+function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(new DOMException('aborted', 'AbortError'));
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new DOMException('aborted', 'AbortError'));
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}

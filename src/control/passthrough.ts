@@ -1,0 +1,156 @@
+// The pass-through control plane of spec §9–10: one engine-native route to one worker, or the
+// same call fanned out to every worker a selector matches. Checks run in SMG's order; legs go
+// through the Dispatcher (NATS, owning replica, engine actor); nothing here retries.
+
+import type { ControlCall, ControlMethod, ControlOutcome } from '../engines/control-call.ts';
+import { encodeBody } from '../engines/control-call.ts';
+import { GatewayError } from '../http/errors.ts';
+import type { FleetView } from '../fleet/fleet-view.ts';
+import type { Registry } from '../fleet/registry.ts';
+import { selectorFromQuery } from '../fleet/selector.ts';
+import { controlUrlFor } from '../fleet/control-url.ts';
+import { mergedLabels, type Worker } from '../fleet/worker.ts';
+import type { Logger } from '../obs/logger.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import type { Dispatcher, Leg } from './dispatch.ts';
+import { validateEnginePath, queryWithoutSelector } from './engine-path.ts';
+import { callOutcome, failedCall, isSuccess, proxyAnswer, type RlCallOutcome, type RlFailedCall } from './outcome.ts';
+
+export interface IncomingControl {
+  method: ControlMethod;
+  /** The catch-all path, percent-decoded. */
+  path: string;
+  /** Raw query string, without `?`. */
+  rawQuery: string;
+  body: Buffer | null;
+  contentType: string | undefined;
+  trace: Record<string, string>;
+  signal?: AbortSignal;
+}
+
+export interface RlFanoutResponse {
+  results: Record<string, RlCallOutcome>;
+  failed: RlFailedCall[];
+  total: number;
+  succeeded: number;
+}
+
+export const TRACE_HEADERS = ['x-request-id', 'traceparent', 'tracestate'] as const;
+
+export class Passthrough {
+  constructor(
+    private readonly deps: {
+      registry: Registry;
+      view: FleetView;
+      dispatcher: Dispatcher;
+      metrics: Metrics;
+      log: Logger;
+      timeoutSecs: number;
+      concurrency: number;
+    },
+  ) {}
+
+  async proxy(workerId: string, req: IncomingControl): Promise<{ status: number; body: RlCallOutcome }> {
+    const path = validateEnginePath(req.path);
+    const worker = this.deps.registry.require(workerId);
+    const controlUrl = this.controlUrlOrThrow(worker);
+    const call = this.callFor(path, req);
+    const outcome = await this.deps.dispatcher.one(worker.id, call, req.signal);
+    this.deps.log.info(
+      { worker_id: worker.id, url: worker.url, control_url: controlUrl, method: req.method, path, status: outcome.kind === 'answer' ? outcome.status : null, latency_ms: outcome.latencyMs },
+      'rl.proxy',
+    );
+    return proxyAnswer(worker, outcome);
+  }
+
+  async fanout(req: IncomingControl & { selector: string | undefined }): Promise<{ status: number; body: RlFanoutResponse }> {
+    const started = performance.now();
+    const selector = selectorFromQuery(req.selector);
+    const path = validateEnginePath(req.path);
+    const targets = this.deps.view.targets(selector);
+    if (targets.length === 0) {
+      this.deps.metrics.fanout('no_match');
+      throw new GatewayError('no_workers_match', `no workers match selector \`${selector.text}\``, { selector: selector.text });
+    }
+    const call = this.callFor(path, req);
+    const outcomes = await this.runLegs(targets.map((w) => ({ worker: w, call })), req.signal);
+    const body = fanoutResponse(targets, outcomes);
+    const seconds = (performance.now() - started) / 1000;
+    this.deps.metrics.fanout(body.failed.length === 0 ? 'ok' : 'partial', seconds);
+    this.deps.log.info(
+      { path, selector: selector.text, total: body.total, succeeded: body.succeeded, failed: body.failed.length, latency_ms: Math.round(seconds * 1000) },
+      'rl.fanout',
+    );
+    return { status: body.failed.length === 0 ? 200 : 207, body };
+  }
+
+  /**
+   * Runs one call per worker (each may differ, e.g. its own rank_offset) and returns every
+   * outcome by worker id. Workers without a control endpoint fail at once and are not called.
+   */
+  async runLegs(
+    legs: Array<{ worker: Worker; call: ControlCall }>,
+    signal?: AbortSignal,
+    onLeg?: (workerId: string, outcome: ControlOutcome) => void,
+  ): Promise<Map<string, ControlOutcome>> {
+    const outcomes = new Map<string, ControlOutcome>();
+    const record = (id: string, o: ControlOutcome) => {
+      outcomes.set(id, o);
+      onLeg?.(id, o);
+    };
+    const callable: Leg[] = [];
+    for (const { worker, call } of legs) {
+      if (controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker)) === null) {
+        record(worker.id, { kind: 'no_control_endpoint', latencyMs: 0, message: noEndpoint(worker), connectionMode: worker.connectionMode });
+      } else {
+        callable.push({ workerId: worker.id, call });
+      }
+    }
+    if (callable.length > 0) {
+      await this.deps.dispatcher.many(callable, { concurrency: this.deps.concurrency, signal, onLeg: (r) => record(r.workerId, r.outcome) });
+    }
+    return outcomes;
+  }
+
+  callFor(path: string, req: Pick<IncomingControl, 'method' | 'rawQuery' | 'body' | 'contentType' | 'trace'>): ControlCall {
+    const call: ControlCall = {
+      method: req.method,
+      path,
+      query: queryWithoutSelector(req.rawQuery),
+      deadline: Date.now() + this.deps.timeoutSecs * 1000,
+      timeoutSecs: this.deps.timeoutSecs,
+    };
+    const body = encodeBody(req.body);
+    if (body) call.body = body;
+    if (req.contentType) call.contentType = req.contentType;
+    if (Object.keys(req.trace).length > 0) call.trace = req.trace;
+    return call;
+  }
+
+  private controlUrlOrThrow(w: Worker): string {
+    const url = controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w));
+    if (url === null) throw new GatewayError('no_control_endpoint', noEndpoint(w), { worker_id: w.id, url: w.url, connection_mode: w.connectionMode });
+    return url;
+  }
+}
+
+export function fanoutResponse(targets: Worker[], outcomes: Map<string, ControlOutcome>): RlFanoutResponse {
+  const results: Record<string, RlCallOutcome> = {};
+  const failed: RlFailedCall[] = [];
+  let succeeded = 0;
+  for (const w of [...targets].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
+    const o = outcomes.get(w.id) ?? { kind: 'unreachable' as const, latencyMs: 0, message: `upstream \`${w.url}\` unreachable: no outcome` };
+    if (o.kind === 'answer') results[w.id] = callOutcome(w, o);
+    if (isSuccess(o)) succeeded++;
+    const f = failedCall(w, o);
+    if (f) failed.push(f);
+  }
+  return { results, failed, total: targets.length, succeeded };
+}
+
+function noEndpoint(w: Worker): string {
+  return (
+    `worker \`${w.id}\` uses connection mode \`${w.connectionMode}\` and advertises no \`rl.control_url\`: ` +
+    'launch the engine with a routable --rl-control-host (a wildcard bind is not advertised) or set the `rl.control_url` label at registration'
+  );
+}

@@ -1,0 +1,110 @@
+// Executes one control call against an engine's HTTP control endpoint (the SGLang server itself,
+// or a TokenSpeed control app): one deadline per call, no retries, body read up to BODY_CAP.
+// Knows nothing of routes, NATS or breakers: control calls never touch data-plane state.
+
+import { Agent, errors as undiciErrors } from 'undici';
+import { BODY_CAP, decodeBody, type ControlCall, type ControlOutcome } from './control-call.ts';
+
+export interface ControlTarget {
+  /** Registry URL: the one named in every message (spec §5 notes). */
+  workerUrl: string;
+  /** Where the call goes: base_url for HTTP workers, the resolved rl.control_url otherwise. */
+  controlUrl: string;
+  /** The worker's own api key, sent as its bearer; never the caller's credentials. */
+  apiKey: string | null;
+}
+
+export class ControlClient {
+  // Timeouts are ours (one deadline per call); undici's own header/body timeouts (300 s by
+  // default) would cut a legitimate 600 s disk refit short.
+  private readonly agent = new Agent({ headersTimeout: 0, bodyTimeout: 0, connections: 64, keepAliveTimeout: 30_000 });
+
+  async call(target: ControlTarget, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
+    const started = performance.now();
+    const remaining = call.deadline - Date.now();
+    const url = `${target.controlUrl.replace(/\/+$/, '')}/${call.path}${call.query ? `?${call.query}` : ''}`;
+    if (remaining <= 0) return this.timedOut(target, call, started);
+
+    const deadline = AbortSignal.timeout(remaining);
+    const combined = signal ? AbortSignal.any([deadline, signal]) : deadline;
+    const body = decodeBody(call.body);
+    const headers: Record<string, string> = {};
+    if (call.contentType) headers['content-type'] = call.contentType;
+    else if (body) headers['content-type'] = 'application/json';
+    for (const [k, v] of Object.entries(call.trace ?? {})) headers[k] = v;
+    if (target.apiKey) headers.authorization = `Bearer ${target.apiKey}`;
+
+    try {
+      const res = await this.agent.request({
+        origin: new URL(url).origin,
+        path: url.slice(new URL(url).origin.length) || '/',
+        method: call.method,
+        headers,
+        body: body ?? undefined,
+        signal: combined,
+      });
+      const { bytes, truncated } = await readCapped(res.body);
+      const latencyMs = Math.max(0, Math.round(performance.now() - started));
+      const contentType = String(res.headers['content-type'] ?? '');
+      return { kind: 'answer', status: res.statusCode, latencyMs, body: decodeAnswer(bytes, truncated, contentType), truncated };
+    } catch (err) {
+      if (deadline.aborted) return this.timedOut(target, call, started);
+      const latencyMs = Math.max(0, Math.round(performance.now() - started));
+      return {
+        kind: 'unreachable',
+        latencyMs,
+        message: `upstream \`${target.workerUrl}\` unreachable: error sending request for url (${url}): ${describe(err)}`,
+      };
+    }
+  }
+
+  private timedOut(target: ControlTarget, call: ControlCall, started: number): ControlOutcome {
+    return {
+      kind: 'timeout',
+      latencyMs: Math.max(0, Math.round(performance.now() - started)),
+      message: `upstream \`${target.workerUrl}\` timed out after ${call.timeoutSecs}s`,
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.agent.close();
+  }
+}
+
+async function readCapped(stream: AsyncIterable<Uint8Array> & { destroy(): void }): Promise<{ bytes: Buffer; truncated: boolean }> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of stream) {
+    const buf = Buffer.from(chunk);
+    if (size + buf.length > BODY_CAP) {
+      chunks.push(buf.subarray(0, BODY_CAP - size));
+      stream.destroy();
+      return { bytes: Buffer.concat(chunks, BODY_CAP), truncated: true };
+    }
+    chunks.push(buf);
+    size += buf.length;
+  }
+  return { bytes: Buffer.concat(chunks, size), truncated: false };
+}
+
+/** Spec §9.5: truncated → string; json content-type that parses → value; else lossy text. */
+function decodeAnswer(bytes: Buffer, truncated: boolean, contentType: string): unknown {
+  const text = bytes.toString('utf8');
+  if (truncated) return text;
+  if (contentType.includes('json') && bytes.length > 0) {
+    try {
+      return JSON.parse(text);
+    } catch {
+      return text;
+    }
+  }
+  return text;
+}
+
+function describe(err: unknown): string {
+  if (err instanceof undiciErrors.UndiciError) return `${err.code}: ${err.message}`;
+  const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } };
+  const code = e.code ?? e.cause?.code;
+  const message = e.cause?.message ?? e.message ?? String(err);
+  return code ? `${code}: ${message}` : message;
+}

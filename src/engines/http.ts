@@ -1,0 +1,64 @@
+// SGLang-shaped HTTP engines: discovery (server info, model info, with the deprecated aliases
+// as fallbacks), liveness, and the connection pool the data plane relays through. Never parses
+// routes of our own API and never touches NATS.
+
+import { Pool } from 'undici';
+import type { EngineClient, EngineFacts } from './engine-client.ts';
+
+export class HttpEngineClient implements EngineClient {
+  readonly mode = 'http' as const;
+  /** Data-plane pool. Timeouts are the relay's business (long rollouts), not undici's. */
+  readonly pool: Pool;
+  private readonly authHeader: Record<string, string>;
+
+  constructor(
+    readonly url: string,
+    apiKey: string | null,
+    opts: { connections?: number } = {},
+  ) {
+    this.pool = new Pool(new URL(url).origin, {
+      connections: opts.connections ?? 256,
+      headersTimeout: 0,
+      bodyTimeout: 0,
+      keepAliveTimeout: 60_000,
+      pipelining: 1,
+    });
+    this.authHeader = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
+  }
+
+  async discover(signal: AbortSignal): Promise<EngineFacts> {
+    const serverInfo = await this.getJsonWithFallback(['/server_info', '/get_server_info'], signal);
+    if (!serverInfo) throw new Error(`${this.url} answered neither /server_info nor /get_server_info`);
+    const modelInfo = await this.getJsonWithFallback(['/model_info', '/get_model_info'], signal);
+    return { serverInfo, modelInfo };
+  }
+
+  async probe(signal: AbortSignal): Promise<void> {
+    const res = await this.pool.request({ path: '/health', method: 'GET', headers: this.authHeader, signal });
+    await res.body.dump();
+    if (res.statusCode >= 500) throw new Error(`/health answered ${res.statusCode}`);
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+  }
+
+  /** New path first, deprecated alias second (spec/engines.md §1.1). 404/405 means "try next". */
+  private async getJsonWithFallback(paths: string[], signal: AbortSignal): Promise<Record<string, unknown> | null> {
+    for (const path of paths) {
+      const res = await this.pool.request({ path, method: 'GET', headers: this.authHeader, signal });
+      if (res.statusCode === 404 || res.statusCode === 405) {
+        await res.body.dump();
+        continue;
+      }
+      if (res.statusCode >= 300) {
+        await res.body.dump();
+        throw new Error(`${path} answered ${res.statusCode}`);
+      }
+      const value = (await res.body.json()) as unknown;
+      if (value && typeof value === 'object' && !Array.isArray(value)) return value as Record<string, unknown>;
+      throw new Error(`${path} did not answer a JSON object`);
+    }
+    return null;
+  }
+}

@@ -1,0 +1,355 @@
+// Hosts the engine actors this gateway replica owns: creates one per registry worker, provides
+// the machine's side effects (discovery, probes, control calls), answers the engine's command
+// subject on NATS, and publishes every transition on `rl.engine.<id>.state`. The machine itself
+// never learns about NATS or HTTP.
+
+import { randomUUID } from 'node:crypto';
+import { createActor, fromCallback, fromPromise } from 'xstate';
+import {
+  breakerOf,
+  engineMachine,
+  lifecycleOf,
+  type CommandResult,
+  type EngineActor,
+  type EngineCommand,
+  type EngineEmitted,
+  type EngineSnapshot,
+} from '../../actors/engine.ts';
+import type { Bus, BusSubscription } from '../bus/connection.ts';
+import type { Subjects } from '../bus/subjects.ts';
+import { decodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
+import type { ControlClient } from '../engines/control-client.ts';
+import type { EngineClient } from '../engines/engine-client.ts';
+import { HttpEngineClient } from '../engines/http.ts';
+import { controlOp } from '../control/engine-path.ts';
+import type { Logger } from '../obs/logger.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import { controlUrlFor } from './control-url.ts';
+import { labelsFromServerInfo } from './labels.ts';
+import { observeControlCall } from './observe.ts';
+import type { Registry } from './registry.ts';
+import { checkVersion } from './versions.ts';
+import { mergedLabels, type Worker } from './worker.ts';
+
+export interface EngineTimings {
+  probeIntervalMs: number;
+  probeFailureThreshold: number;
+  retryIntervalMs: number;
+  breakerThreshold: number;
+  breakerCooldownMs: number;
+}
+
+/** What `rl.engine.<id>.state` carries. Never a secret: no api key, no control-app key. */
+export interface EngineStateEvent {
+  id: string;
+  url: string;
+  state: string;
+  control: string;
+  weight_version: string | null;
+  version_source: string | null;
+  breaker: string;
+  in_flight: number;
+  queued: number;
+  error: string | null;
+  time: string;
+}
+
+const REFIT_PATHS = new Set([
+  'update_weights_from_disk',
+  'update_weights_from_tensor',
+  'update_weights_from_distributed',
+  'update_weights_from_ipc',
+  'init_weights_update_group',
+  'destroy_weights_update_group',
+]);
+
+interface Hosted {
+  actor: EngineActor;
+  client: EngineClient;
+  /** Data-plane requests in flight; a plain counter, never an actor event (hot path). */
+  load: number;
+  cmdSub: BusSubscription;
+  lastPublished: string;
+  /** The weight_version label last seen, to re-seed only when it changes (spec §12.3). */
+  seededLabel: string | undefined;
+}
+
+export class EngineHost {
+  private readonly hosted = new Map<string, Hosted>();
+  private readonly waiters = new Map<string, (r: CommandResult | { error: string }) => void>();
+
+  constructor(
+    private readonly deps: {
+      replicaId: string;
+      registry: Registry;
+      bus: Bus;
+      subjects: Subjects;
+      control: ControlClient;
+      timings: EngineTimings;
+      metrics: Metrics;
+      log: Logger;
+    },
+  ) {
+    const { registry } = deps;
+    registry.on('added', (w) => this.host(w));
+    registry.on('replaced', (prev, next) => this.replaced(prev, next));
+    registry.on('removed', (w) => void this.unhost(w.id));
+  }
+
+  has(id: string): boolean {
+    return this.hosted.has(id);
+  }
+
+  snapshot(id: string): EngineSnapshot | undefined {
+    return this.hosted.get(id)?.actor.getSnapshot();
+  }
+
+  client(id: string): EngineClient | undefined {
+    return this.hosted.get(id)?.client;
+  }
+
+  load(id: string): number {
+    return this.hosted.get(id)?.load ?? 0;
+  }
+
+  /** Data-plane accounting: the relay brackets every routed request with these. */
+  acquire(id: string): void {
+    const h = this.hosted.get(id);
+    if (h) h.load++;
+  }
+
+  release(id: string, outcome: 'success' | 'failure' | 'neutral'): void {
+    const h = this.hosted.get(id);
+    if (!h) return;
+    h.load = Math.max(0, h.load - 1);
+    if (outcome === 'success') h.actor.send({ type: 'dp.success' });
+    else if (outcome === 'failure') h.actor.send({ type: 'dp.failure' });
+  }
+
+  /** Runs one control call through the engine's actor, in its order, and returns the outcome. */
+  run(id: string, call: ControlCall): Promise<ControlOutcome> {
+    const h = this.hosted.get(id);
+    if (!h) return Promise.reject(new Error(`engine ${id} is not hosted by this replica`));
+    const token = randomUUID();
+    const command: EngineCommand = { token, op: REFIT_PATHS.has(call.path) ? 'refit' : 'other', payload: call };
+    return new Promise((resolve, reject) => {
+      this.waiters.set(token, (r) => {
+        if ('error' in r) reject(new Error(r.error));
+        else resolve(r.outcome as ControlOutcome);
+      });
+      h.actor.send({ type: 'cmd.enqueue', command });
+    });
+  }
+
+  /** Gateway-local writes (spec §11): applied to every DP rank of the engine. */
+  setVersion(baseUrl: string, version: string, source: 'api' | 'passthrough' | 'registration'): void {
+    for (const w of this.deps.registry.siblings(baseUrl)) {
+      this.hosted.get(w.id)?.actor.send({ type: 'version.set', version, source });
+    }
+  }
+
+  setControl(baseUrl: string, control: 'active' | 'paused' | 'asleep'): void {
+    for (const w of this.deps.registry.siblings(baseUrl)) {
+      this.hosted.get(w.id)?.actor.send({ type: 'control.set', control });
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.hosted.keys()].map((id) => this.unhost(id)));
+  }
+
+  private host(worker: Worker): void {
+    if (worker.owner !== this.deps.replicaId || this.hosted.has(worker.id)) return;
+    const client = this.makeClient(worker);
+    const seededLabel = mergedLabels(worker).weight_version;
+    const machine = engineMachine.provide({
+      actors: {
+        discover: fromPromise(async ({ signal }) => this.discover(worker.id, signal)),
+        runCommand: fromPromise(async ({ input, signal }) => this.execute(worker.id, input.payload as ControlCall, signal)),
+        probeTicker: fromCallback(({ sendBack, input }) => probeLoop(client, input.intervalMs, sendBack)),
+      },
+    });
+    const actor = createActor(machine, {
+      systemId: `engine:${worker.id}`,
+      input: { workerId: worker.id, url: worker.url, seedVersion: seedFrom(seededLabel), ...this.deps.timings },
+    });
+    const cmdSub = this.deps.bus.respond(this.deps.subjects.engineCmd(worker.id), async (data) => {
+      const { call } = data as { call: ControlCall };
+      return this.run(worker.id, call);
+    });
+    const hosted: Hosted = { actor, client, load: 0, cmdSub, lastPublished: '', seededLabel };
+    this.hosted.set(worker.id, hosted);
+    actor.on('command.done', (e: EngineEmitted) => {
+      const waiter = this.waiters.get(e.token);
+      this.waiters.delete(e.token);
+      waiter?.(e.result);
+    });
+    actor.subscribe({
+      next: (snap) => this.publish(worker.id, hosted, snap),
+      error: (err) => this.deps.log.error({ err, worker_id: worker.id }, 'engine actor failed'),
+    });
+    actor.start();
+  }
+
+  private replaced(prev: Worker, next: Worker): void {
+    const h = this.hosted.get(next.id);
+    if (!h) return this.host(next);
+    if (prev.apiKey !== next.apiKey || prev.url !== next.url) {
+      void h.client.close();
+      h.client = this.makeClient(next);
+    }
+    const label = mergedLabels(next).weight_version;
+    const versionChanged = label !== h.seededLabel;
+    h.seededLabel = label;
+    h.actor.send({ type: 'registration.changed', seedVersion: seedFrom(label), versionChanged });
+  }
+
+  private async unhost(id: string): Promise<void> {
+    const h = this.hosted.get(id);
+    if (!h) return;
+    this.hosted.delete(id);
+    h.cmdSub.unsubscribe();
+    h.actor.stop();
+    await h.client.close();
+  }
+
+  private makeClient(worker: Worker): EngineClient {
+    switch (worker.connectionMode) {
+      case 'http':
+        return new HttpEngineClient(worker.url.replace(/@\d+$/, ''), worker.apiKey);
+      default:
+        return new UnsupportedWireClient(worker);
+    }
+  }
+
+  private async discover(id: string, signal: AbortSignal): Promise<void> {
+    const h = this.hosted.get(id);
+    if (!h) throw new Error('engine no longer hosted');
+    const facts = await h.client.discover(signal);
+    const labels = labelsFromServerInfo(facts.serverInfo, facts.modelInfo);
+    const worker = this.deps.registry.setDiscovered(id, labels);
+    if (!worker) return;
+    // A changed version label (first discovery, or an engine that restarted) re-seeds the version.
+    const label = mergedLabels(worker).weight_version;
+    if (label !== h.seededLabel) {
+      h.seededLabel = label;
+      h.actor.send({ type: 'version.set', version: seedFrom(label), source: 'registration' });
+    }
+  }
+
+  private async execute(id: string, call: ControlCall, signal: AbortSignal): Promise<CommandResult> {
+    const worker = this.deps.registry.get(id);
+    if (!worker) return { outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${id}\` was removed` }, transportFailed: false, answered: false };
+    const controlUrl = controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker));
+    if (!controlUrl) {
+      const outcome: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpointMessage(worker), connectionMode: worker.connectionMode };
+      return { outcome, transportFailed: false, answered: false };
+    }
+    const outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey }, call, signal);
+    this.deps.metrics.controlCall(controlOp(call.path), outcome);
+    if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) {
+      return { outcome, transportFailed: outcome.kind === 'unreachable', answered: outcome.kind === 'answer' };
+    }
+    const seen = observeControlCall(call.path, decodeBody(call.body));
+    if (seen.rejected) this.deps.log.info({ worker_id: id, path: call.path, reason: seen.rejected }, 'rl.observe rejected');
+    // DP ranks share one engine: their actors learn the same facts.
+    for (const sib of this.deps.registry.siblings(worker.baseUrl)) {
+      if (sib.id === id) continue;
+      if (seen.version !== undefined) this.setVersionOne(sib.id, seen.version);
+      if (seen.control !== undefined) this.hosted.get(sib.id)?.actor.send({ type: 'control.set', control: seen.control });
+    }
+    return { outcome, transportFailed: false, answered: true, control: seen.control, version: seen.version };
+  }
+
+  private setVersionOne(id: string, version: string): void {
+    this.hosted.get(id)?.actor.send({ type: 'version.set', version, source: 'passthrough' });
+  }
+
+  private publish(id: string, h: Hosted, snap: EngineSnapshot): void {
+    const c = snap.context;
+    const state = lifecycleOf(snap);
+    const breaker = breakerOf(snap);
+    const key = `${state}|${breaker}|${c.control}|${c.version}|${c.versionSource}`;
+    if (key === h.lastPublished) return;
+    const prevState = h.lastPublished.split('|')[0];
+    h.lastPublished = key;
+    const event: EngineStateEvent = {
+      id,
+      url: c.url,
+      state,
+      control: c.control,
+      weight_version: c.version ?? null,
+      version_source: c.versionSource ?? null,
+      breaker,
+      in_flight: h.load,
+      queued: c.queue.length,
+      error: state === 'unreachable' ? (c.lastError ?? null) : null,
+      time: new Date().toISOString(),
+    };
+    this.deps.metrics.engineState(c.url, event);
+    if (prevState !== state) this.deps.log.info({ worker_id: id, url: c.url, from: prevState || null, to: state }, 'engine transition');
+    try {
+      this.deps.bus.publish(this.deps.subjects.engineState(id), event);
+    } catch (err) {
+      this.deps.log.warn({ err, worker_id: id }, 'could not publish engine state');
+    }
+  }
+}
+
+/** Registration labels seed a version unless absent, empty or the `default` placeholder. */
+function seedFrom(label: string | undefined): string | undefined {
+  if (label === undefined || label.trim() === '' || label.trim() === 'default') return undefined;
+  const checked = checkVersion(label);
+  return checked.ok ? checked.value : undefined;
+}
+
+function noControlEndpointMessage(w: Worker): string {
+  return (
+    `worker \`${w.id}\` (${w.connectionMode}) has no control endpoint: it advertises no \`rl.control_url\`. ` +
+    'Launch the engine with a routable --rl-control-host (a wildcard bind is not advertised), ' +
+    'or set the `rl.control_url` label when registering it'
+  );
+}
+
+function probeLoop(client: EngineClient, intervalMs: number, sendBack: (e: { type: 'probe.ok' } | { type: 'probe.failed'; error: string }) => void) {
+  if (intervalMs <= 0) return () => {};
+  let stopped = false;
+  let ctrl: AbortController | undefined;
+  const tick = async () => {
+    if (stopped) return;
+    ctrl = new AbortController();
+    const timer = setTimeout(() => ctrl?.abort(), Math.max(1000, intervalMs));
+    try {
+      await client.probe(ctrl.signal);
+      if (!stopped) sendBack({ type: 'probe.ok' });
+    } catch (err) {
+      if (!stopped) sendBack({ type: 'probe.failed', error: String((err as Error)?.message ?? err) });
+    } finally {
+      clearTimeout(timer);
+    }
+    if (!stopped) handle = setTimeout(tick, intervalMs);
+  };
+  let handle: NodeJS.Timeout | undefined = setTimeout(tick, intervalMs);
+  return () => {
+    stopped = true;
+    clearTimeout(handle);
+    ctrl?.abort();
+  };
+}
+
+/** Placeholder until the gRPC and ZMQ clients land: discovery fails with a clear reason. */
+class UnsupportedWireClient implements EngineClient {
+  readonly mode;
+  readonly url;
+  constructor(w: Worker) {
+    this.mode = w.connectionMode;
+    this.url = w.url;
+  }
+  async discover(): Promise<never> {
+    throw new Error(`${this.mode} engines are not supported by this build yet`);
+  }
+  async probe(): Promise<never> {
+    throw new Error(`${this.mode} engines are not supported by this build yet`);
+  }
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,182 @@
+// The read side of the fleet: registry facts joined with each engine actor's state, shaped as
+// the `/v1/rl` rows (spec §6), the merged label view selectors match against (§14.3), and the
+// DP-collapsed target set of a fan-out. Reads only; every write goes to an actor or the registry.
+
+import { breakerOf, lifecycleOf } from '../../actors/engine.ts';
+import { capabilitiesFor, type RlCapabilities } from './capabilities.ts';
+import { controlUrlFor } from './control-url.ts';
+import type { EngineHost } from './engine-host.ts';
+import { sizeLabel } from './labels.ts';
+import type { Registry } from './registry.ts';
+import { matchesSelector, type Selector } from './selector.ts';
+import { fleetMaximum } from './versions.ts';
+import { mergedLabels, type Worker } from './worker.ts';
+
+export const RL_PROTOCOL_VERSION = 1;
+
+export interface RlWorkerEntry {
+  id: string;
+  url: string;
+  base_url: string;
+  engine: string;
+  engine_version: string | null;
+  model_id: string;
+  worker_type: string;
+  connection_mode: string;
+  control_url: string | null;
+  tp_size: number | null;
+  dp_size: number | null;
+  pp_size: number | null;
+  dp_ranks: number;
+  role: string | null;
+  health: string;
+  weight_version: string | null;
+  version_source: string | null;
+  control: string;
+  labels: Record<string, string>;
+  capabilities: RlCapabilities;
+  /** rlgate additions (clients ignore unknown fields): the actor's lifecycle and breaker. */
+  state: string;
+  breaker: string;
+  load: number;
+}
+
+/** Runtime facts of one engine, from its actor (or defaults while it is not hosted here). */
+export interface EngineView {
+  state: string;
+  control: 'active' | 'paused' | 'asleep';
+  version: string | undefined;
+  versionSource: string | undefined;
+  breaker: 'closed' | 'open' | 'half_open';
+  load: number;
+  hosted: boolean;
+}
+
+const ONLINE = new Set(['serving', 'paused', 'asleep', 'refitting']);
+
+export class FleetView {
+  constructor(private readonly deps: { registry: Registry; host: EngineHost }) {}
+
+  engine(w: Worker): EngineView {
+    const snap = this.deps.host.snapshot(w.id);
+    if (!snap) {
+      const label = mergedLabels(w).weight_version;
+      return { state: 'registering', control: 'active', version: label, versionSource: undefined, breaker: 'closed', load: 0, hosted: false };
+    }
+    const c = snap.context;
+    return {
+      state: lifecycleOf(snap),
+      control: c.control,
+      version: c.version,
+      versionSource: c.versionSource,
+      breaker: breakerOf(snap),
+      load: this.deps.host.load(w.id),
+      hosted: true,
+    };
+  }
+
+  /** One row per engine (DP ranks collapsed onto the lowest rank), sorted by base_url then url. */
+  rows(): RlWorkerEntry[] {
+    return this.representatives().map(([w, ranks]) => this.row(w, ranks));
+  }
+
+  /** The row of exactly this registry entry; dp_ranks counts the DP ranks of its engine. */
+  rowOf(id: string): RlWorkerEntry {
+    const w = this.deps.registry.require(id);
+    const ranks = w.dpAware ? this.deps.registry.siblings(w.baseUrl).filter((s) => s.dpAware).length : 1;
+    return this.row(w, Math.max(1, ranks));
+  }
+
+  /** DP-collapsed workers whose merged label view matches (spec §10.1 step 3); all without one. */
+  targets(selector?: Selector): Worker[] {
+    const reps = this.representatives().map(([w]) => w);
+    return selector ? reps.filter((w) => matchesSelector(selector, this.selectorView(w))) : reps;
+  }
+
+  /** Labels plus synthetic keys that shadow labels of the same name (spec §14.3). */
+  selectorView(w: Worker): Record<string, string | undefined> {
+    const labels = mergedLabels(w);
+    const e = this.engine(w);
+    return {
+      ...labels,
+      id: w.id,
+      url: w.url,
+      base_url: w.baseUrl,
+      engine: w.engine,
+      model: w.modelId,
+      worker_type: w.workerType,
+      connection_mode: w.connectionMode,
+      health: healthOf(e),
+      weight_version: e.version,
+      control: e.control,
+      role: labels.role,
+    };
+  }
+
+  /** Per-model maximum version among versioned engines (spec §12.3). */
+  fleetMax(modelId: string): string | undefined {
+    const versions: string[] = [];
+    for (const [w] of this.representatives()) {
+      if (w.modelId !== modelId) continue;
+      const v = this.engine(w).version;
+      if (v !== undefined) versions.push(v);
+    }
+    return fleetMaximum(versions);
+  }
+
+  private row(w: Worker, dpRanks: number): RlWorkerEntry {
+    const labels = mergedLabels(w);
+    const e = this.engine(w);
+    return {
+      id: w.id,
+      url: w.url,
+      base_url: w.baseUrl,
+      engine: w.engine,
+      engine_version: labels.version ?? null,
+      model_id: w.modelId,
+      worker_type: w.workerType,
+      connection_mode: w.connectionMode,
+      control_url: controlUrlFor(w.connectionMode, w.baseUrl, labels),
+      tp_size: sizeLabel(labels.tp_size),
+      dp_size: sizeLabel(labels.dp_size),
+      pp_size: sizeLabel(labels.pp_size),
+      dp_ranks: dpRanks,
+      role: labels.role ?? null,
+      health: healthOf(e),
+      weight_version: e.version ?? null,
+      version_source: e.versionSource ?? null,
+      control: e.control,
+      labels,
+      capabilities: capabilitiesFor(w.engine, labels),
+      state: e.state,
+      breaker: e.breaker,
+      load: e.load,
+    };
+  }
+
+  /** [representative, number of DP ranks] per engine, sorted (spec §6.1). */
+  private representatives(): Array<[Worker, number]> {
+    const groups = new Map<string, Worker[]>();
+    for (const w of this.deps.registry.all()) {
+      const key = w.dpAware ? `dp|${w.baseUrl}` : `url|${w.url}`;
+      const g = groups.get(key);
+      if (g) g.push(w);
+      else groups.set(key, [w]);
+    }
+    const reps: Array<[Worker, number]> = [];
+    for (const g of groups.values()) {
+      g.sort((a, b) => (a.dpRank ?? 0) - (b.dpRank ?? 0));
+      reps.push([g[0]!, g.length]);
+    }
+    reps.sort(([a], [b]) => cmp(a.baseUrl, b.baseUrl) || cmp(a.url, b.url));
+    return reps;
+  }
+}
+
+export function healthOf(e: EngineView): string {
+  return ONLINE.has(e.state) ? 'ready' : 'not_ready';
+}
+
+function cmp(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}

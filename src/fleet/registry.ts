@@ -1,0 +1,137 @@
+// The registry: which engine endpoints exist, their labels and their owner replica. It holds
+// facts about workers, never their runtime state (that belongs to each engine's actor).
+// In-process for now; its event stream is what a KV-backed registry will replay for replicas.
+
+import { EventEmitter } from 'node:events';
+import { randomUUID } from 'node:crypto';
+import { GatewayError } from '../http/errors.ts';
+import { baseUrlOf, connectionModeOf, mergedLabels, type Worker, type WorkerRegistration } from './worker.ts';
+
+export interface RegistryEvents {
+  added: [Worker];
+  /** Re-registration of a known URL: labels, key or type may have changed. */
+  replaced: [Worker, Worker];
+  /** Discovery results landed. */
+  discovered: [Worker];
+  removed: [Worker];
+}
+
+export class Registry extends EventEmitter<RegistryEvents> {
+  private readonly byId = new Map<string, Worker>();
+  private readonly byUrl = new Map<string, string>();
+
+  constructor(private readonly replicaId: string) {
+    super();
+  }
+
+  get(id: string): Worker | undefined {
+    return this.byId.get(id);
+  }
+
+  require(id: string): Worker {
+    const w = this.byId.get(id);
+    if (!w) throw new GatewayError('worker_not_found', `worker \`${id}\` not found`, { id });
+    return w;
+  }
+
+  findByUrl(url: string): Worker | undefined {
+    const id = this.byUrl.get(normaliseUrl(url));
+    return id ? this.byId.get(id) : undefined;
+  }
+
+  all(): Worker[] {
+    return [...this.byId.values()];
+  }
+
+  /**
+   * Registers a worker, or re-registers a known URL (idempotent: same id, discovery runs again).
+   * Throws GatewayError('invalid_request') for a URL the gateway cannot reach.
+   */
+  register(reg: WorkerRegistration): { worker: Worker; created: boolean } {
+    const url = normaliseUrl(reg.url);
+    const mode = connectionModeOf(url);
+    if (!mode) {
+      throw new GatewayError('invalid_request', `url \`${reg.url}\` must start with http://, https://, grpc://, grpcs:// or ipc://`, { field: 'url' });
+    }
+    try {
+      if (mode !== 'zmq') new URL(url.replace(/^grpcs?:/, 'http:').replace(/@\d+$/, ''));
+    } catch {
+      throw new GatewayError('invalid_request', `url \`${reg.url}\` is not a valid URL`, { field: 'url' });
+    }
+    const { baseUrl, dpRank } = baseUrlOf(url);
+    const existing = this.findByUrl(url);
+    const worker: Worker = {
+      id: existing?.id ?? randomUUID(),
+      url,
+      baseUrl,
+      dpAware: dpRank !== null,
+      dpRank,
+      connectionMode: mode,
+      engine: reg.runtime_type?.trim() || defaultEngine(mode),
+      workerType: reg.worker_type?.trim() || 'regular',
+      modelId: existing?.modelId ?? 'unknown',
+      apiKey: reg.api_key ?? null,
+      callerLabels: { ...(reg.labels ?? {}) },
+      discoveredLabels: existing?.discoveredLabels ?? {},
+      owner: existing?.owner ?? this.replicaId,
+      registeredAt: existing?.registeredAt ?? Date.now(),
+    };
+    worker.modelId = modelIdOf(worker);
+    this.byId.set(worker.id, worker);
+    this.byUrl.set(url, worker.id);
+    if (existing) this.emit('replaced', existing, worker);
+    else this.emit('added', worker);
+    return { worker, created: !existing };
+  }
+
+  /** Discovery results: labels from the engine; caller labels still win in the merged view. */
+  setDiscovered(id: string, labels: Record<string, string>): Worker | undefined {
+    const w = this.byId.get(id);
+    if (!w) return undefined;
+    const next: Worker = { ...w, discoveredLabels: labels };
+    next.modelId = modelIdOf(next);
+    this.byId.set(id, next);
+    this.emit('discovered', next);
+    return next;
+  }
+
+  remove(id: string): Worker {
+    const w = this.require(id);
+    this.byId.delete(id);
+    this.byUrl.delete(w.url);
+    this.emit('removed', w);
+    return w;
+  }
+
+  /** Every registry worker of one engine (all DP ranks sharing a base_url). */
+  siblings(baseUrl: string): Worker[] {
+    return this.all().filter((w) => w.baseUrl === baseUrl);
+  }
+}
+
+function normaliseUrl(url: string): string {
+  return url.trim().replace(/\/+$/, '');
+}
+
+/** slime registers bare SGLang URLs without a runtime: HTTP defaults to sglang. */
+function defaultEngine(mode: string): string {
+  if (mode === 'http') return 'sglang';
+  if (mode === 'grpc' || mode === 'zmq') return 'tokenspeed';
+  return 'unknown';
+}
+
+function modelIdOf(w: Worker): string {
+  const labels = mergedLabels(w);
+  return (
+    nonEmpty(labels.model_id) ??
+    nonEmpty(labels.served_model_name) ??
+    nonEmpty(labels.model) ??
+    nonEmpty(labels.model_path) ??
+    'unknown'
+  );
+}
+
+function nonEmpty(v: string | undefined): string | undefined {
+  const t = v?.trim();
+  return t ? t : undefined;
+}

@@ -1,0 +1,29 @@
+// The replica's answering side of a fan-out: takes its share of legs from
+// `rl.replica.<id>.cmd`, runs them through the owning engine actors at most `concurrency` at a
+// time, and streams back one reply per leg as each finishes, then the sentinel.
+
+import type { Bus, BusSubscription } from '../bus/connection.ts';
+import type { Subjects } from '../bus/subjects.ts';
+import type { LegReply, ReplicaCommand } from '../control/dispatch.ts';
+import type { EngineHost } from './engine-host.ts';
+
+export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; replicaId: string; host: EngineHost }): BusSubscription {
+  return deps.bus.respondStream(deps.subjects.replicaCmd(deps.replicaId), async (data, send) => {
+    const cmd = data as ReplicaCommand;
+    let next = 0;
+    const worker = async () => {
+      while (next < cmd.legs.length) {
+        const leg = cmd.legs[next++]!;
+        let reply: LegReply;
+        try {
+          reply = { workerId: leg.workerId, outcome: await deps.host.run(leg.workerId, leg.call) };
+        } catch (err) {
+          reply = { workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message } };
+        }
+        send(reply);
+      }
+    };
+    const lanes = Math.max(1, Math.min(cmd.concurrency, cmd.legs.length));
+    await Promise.all(Array.from({ length: lanes }, worker));
+  });
+}

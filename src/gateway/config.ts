@@ -1,0 +1,234 @@
+// Gateway settings: one table drives the flags, the environment variables, the config file keys,
+// `--help` and validation, so the four can never drift. Precedence: defaults < config file
+// < environment < flags. SMG's flag names are kept so launch scripts port unchanged (spec §1).
+
+import { readFileSync } from 'node:fs';
+import { parseVersionPolicy } from '../fleet/version-policy.ts';
+
+export interface GatewayConfig {
+  host: string;
+  port: number;
+  natsUrl: string | undefined;
+  adminKey: string | undefined;
+  workerUrls: string[];
+  rl: {
+    enabled: boolean;
+    controlTimeoutSecs: number;
+    fanoutConcurrency: number;
+    versionPolicy: string;
+  };
+  maxBodyBytes: number;
+  probeIntervalSecs: number;
+  probeFailureThreshold: number;
+  retryIntervalSecs: number;
+  breakerThreshold: number;
+  breakerCooldownSecs: number;
+  replicaId: string | undefined;
+  subjectRoot: string;
+  logLevel: string;
+}
+
+type Kind = 'string' | 'int' | 'bool' | 'list';
+
+interface Setting {
+  flag: string;
+  /** Dotted path in GatewayConfig and in the config file. */
+  key: string;
+  kind: Kind;
+  help: string;
+  aliases?: string[];
+}
+
+export const SETTINGS: Setting[] = [
+  { flag: 'host', key: 'host', kind: 'string', help: 'address to listen on (default 127.0.0.1)' },
+  { flag: 'port', key: 'port', kind: 'int', help: 'port to listen on (default 30000; 0 picks a free one)' },
+  { flag: 'nats-url', key: 'natsUrl', kind: 'string', help: 'join this NATS server or cluster; absent: start an embedded nats-server' },
+  { flag: 'enable-rl', key: 'rl.enabled', kind: 'bool', help: 'serve the /v1/rl control plane (default off)' },
+  { flag: 'admin-key', key: 'adminKey', kind: 'string', help: 'bearer token required on /v1/rl (default: no check)' },
+  { flag: 'worker-urls', key: 'workerUrls', kind: 'list', help: 'engine URLs to register at start (space- or comma-separated)' },
+  { flag: 'rl-control-timeout-secs', key: 'rl.controlTimeoutSecs', kind: 'int', help: 'deadline of one engine control call (default 600)' },
+  { flag: 'rl-fanout-concurrency', key: 'rl.fanoutConcurrency', kind: 'int', help: 'engine calls in flight per fan-out (default 32)' },
+  { flag: 'rl-version-policy', key: 'rl.versionPolicy', kind: 'string', help: 'any | latest-only | min-version:<v> | max-staleness:<k> (default any)' },
+  { flag: 'max-body-bytes', key: 'maxBodyBytes', kind: 'int', help: 'largest request body accepted (default 67108864)' },
+  { flag: 'health-check-interval-secs', key: 'probeIntervalSecs', kind: 'int', help: 'engine liveness probe period; 0 turns probes off (default 5)' },
+  { flag: 'health-failure-threshold', key: 'probeFailureThreshold', kind: 'int', help: 'failed probes in a row before an engine is unreachable (default 3)' },
+  { flag: 'retry-interval-secs', key: 'retryIntervalSecs', kind: 'int', help: 'how often an unreachable engine is rediscovered (default 2)' },
+  { flag: 'cb-failure-threshold', key: 'breakerThreshold', kind: 'int', help: 'consecutive data-plane failures that open a breaker (default 5)' },
+  { flag: 'cb-timeout-duration-secs', key: 'breakerCooldownSecs', kind: 'int', help: 'open breaker cool-down before half-open (default 30)' },
+  { flag: 'replica-id', key: 'replicaId', kind: 'string', help: 'this gateway replica\'s id on the bus (default: random)' },
+  { flag: 'subject-root', key: 'subjectRoot', kind: 'string', help: 'root token of every NATS subject (default rl)' },
+  { flag: 'log-level', key: 'logLevel', kind: 'string', help: 'pino level: trace|debug|info|warn|error|silent (default info)' },
+];
+
+export function defaultConfig(): GatewayConfig {
+  return {
+    host: '127.0.0.1',
+    port: 30000,
+    natsUrl: undefined,
+    adminKey: undefined,
+    workerUrls: [],
+    rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: 32, versionPolicy: 'any' },
+    maxBodyBytes: 64 * 1024 * 1024,
+    probeIntervalSecs: 5,
+    probeFailureThreshold: 3,
+    retryIntervalSecs: 2,
+    breakerThreshold: 5,
+    breakerCooldownSecs: 30,
+    replicaId: undefined,
+    subjectRoot: 'rl',
+    logLevel: 'info',
+  };
+}
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+/** Builds the config from argv (flags after the command), env and an optional `--config FILE`. */
+export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  const cfg = defaultConfig();
+  const flags = parseFlags(argv);
+  const file = (flags.get('config') as string | undefined) ?? env.RLGATE_CONFIG;
+  if (file) applyObject(cfg, readConfigFile(file));
+  for (const s of SETTINGS) {
+    const raw = env[envName(s.flag)];
+    if (raw !== undefined && raw !== '') setPath(cfg, s.key, coerce(s, raw, `environment variable ${envName(s.flag)}`));
+  }
+  for (const s of SETTINGS) {
+    if (flags.has(s.flag)) setPath(cfg, s.key, coerce(s, flags.get(s.flag)!, `--${s.flag}`));
+  }
+  return validateConfig(cfg);
+}
+
+/** The startup errors of spec §1, with SMG's exact messages. */
+export function validateConfig(cfg: GatewayConfig): GatewayConfig {
+  const policy = cfg.rl.versionPolicy.trim();
+  if (!cfg.rl.enabled) {
+    if (policy !== 'any') throw new ConfigError('rl.version_policy requires rl.enabled');
+    return cfg;
+  }
+  if (!(cfg.rl.controlTimeoutSecs >= 1)) throw new ConfigError('rl.control_timeout_secs must be >= 1');
+  if (!(cfg.rl.fanoutConcurrency >= 1)) throw new ConfigError('rl.fanout_concurrency must be >= 1');
+  try {
+    parseVersionPolicy(policy);
+  } catch (err) {
+    throw new ConfigError(`rl.version_policy: ${(err as Error).message}`);
+  }
+  if (cfg.port < 0 || cfg.port > 65535) throw new ConfigError('port must be 0..65535');
+  return cfg;
+}
+
+export function helpText(command = 'rlgate gateway'): string {
+  const lines = [`usage: ${command} [flags]`, '', 'Every flag can also be set as RLGATE_<FLAG> in the environment or in a JSON --config file.', ''];
+  lines.push(`  --config FILE${' '.repeat(24)}JSON config file (keys as in docs/operations.md)`);
+  for (const s of SETTINGS) {
+    const left = `  --${s.flag}${s.kind === 'bool' ? '' : s.kind === 'list' ? ' U ...' : ' V'}`;
+    lines.push(`${left.padEnd(39)}${s.help}  [${envName(s.flag)}]`);
+  }
+  return lines.join('\n');
+}
+
+export function envName(flag: string): string {
+  return `RLGATE_${flag.toUpperCase().replace(/-/g, '_')}`;
+}
+
+function parseFlags(argv: string[]): Map<string, string> {
+  const known = new Map<string, Setting>(SETTINGS.map((s) => [s.flag, s]));
+  const out = new Map<string, string>();
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (!arg.startsWith('--')) throw new ConfigError(`unexpected argument \`${arg}\`; see --help`);
+    const [name, inline] = splitFlag(arg.slice(2));
+    if (name === 'config') {
+      const v = inline ?? argv[++i];
+      if (v === undefined) throw new ConfigError('--config needs a file');
+      out.set('config', v);
+      continue;
+    }
+    const s = known.get(name);
+    if (!s) throw new ConfigError(`unknown flag --${name}; see --help`);
+    if (s.kind === 'bool') {
+      out.set(name, inline ?? 'true');
+    } else if (s.kind === 'list') {
+      const values: string[] = inline !== undefined ? [inline] : [];
+      while (i + 1 < argv.length && !argv[i + 1]!.startsWith('--')) values.push(argv[++i]!);
+      out.set(name, [out.get(name), ...values].filter(Boolean).join(','));
+    } else {
+      const v = inline ?? argv[++i];
+      if (v === undefined) throw new ConfigError(`--${name} needs a value`);
+      out.set(name, v);
+    }
+  }
+  return out;
+}
+
+function splitFlag(s: string): [string, string | undefined] {
+  const eq = s.indexOf('=');
+  return eq < 0 ? [s, undefined] : [s.slice(0, eq), s.slice(eq + 1)];
+}
+
+function coerce(s: Setting, raw: string, where: string): unknown {
+  switch (s.kind) {
+    case 'string':
+      return raw;
+    case 'int': {
+      if (!/^-?\d+$/.test(raw.trim())) throw new ConfigError(`${where} must be an integer, got \`${raw}\``);
+      return Number(raw.trim());
+    }
+    case 'bool': {
+      const v = raw.trim().toLowerCase();
+      if (['true', '1', 'yes', 'on'].includes(v)) return true;
+      if (['false', '0', 'no', 'off'].includes(v)) return false;
+      throw new ConfigError(`${where} must be true or false, got \`${raw}\``);
+    }
+    case 'list':
+      return raw.split(/[\s,]+/).filter(Boolean);
+  }
+}
+
+function readConfigFile(path: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`);
+  }
+  try {
+    const v = JSON.parse(text) as unknown;
+    if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error('expected a JSON object');
+    return v as Record<string, unknown>;
+  } catch (err) {
+    throw new ConfigError(`config file ${path}: ${(err as Error).message}`);
+  }
+}
+
+/** Config-file keys: our camelCase paths, or SMG's snake_case (`rl.control_timeout_secs`). */
+const FILE_ALIASES: Record<string, string> = {
+  'rl.control_timeout_secs': 'rl.controlTimeoutSecs',
+  'rl.fanout_concurrency': 'rl.fanoutConcurrency',
+  'rl.version_policy': 'rl.versionPolicy',
+  nats_url: 'natsUrl',
+  admin_key: 'adminKey',
+  worker_urls: 'workerUrls',
+};
+
+function applyObject(cfg: GatewayConfig, obj: Record<string, unknown>, prefix = ''): void {
+  const byKey = new Map(SETTINGS.map((s) => [s.key, s]));
+  for (const [k, v] of Object.entries(obj)) {
+    const path = FILE_ALIASES[prefix + k] ?? prefix + k;
+    if (v && typeof v === 'object' && !Array.isArray(v)) {
+      applyObject(cfg, v as Record<string, unknown>, `${path}.`);
+      continue;
+    }
+    const s = byKey.get(path);
+    if (!s) throw new ConfigError(`config file: unknown key \`${prefix + k}\``);
+    setPath(cfg, path, Array.isArray(v) ? v.map(String) : typeof v === 'string' ? coerce(s, v, `config key ${path}`) : v);
+  }
+}
+
+function setPath(cfg: GatewayConfig, path: string, value: unknown): void {
+  const parts = path.split('.');
+  let obj = cfg as unknown as Record<string, unknown>;
+  for (const p of parts.slice(0, -1)) obj = obj[p] as Record<string, unknown>;
+  obj[parts.at(-1)!] = value;
+}

@@ -1,0 +1,157 @@
+// The composition root of one gateway replica: joins (or embeds) NATS, builds the registry,
+// engine host, control plane, refit service and HTTP app, and listens. `close()` takes it all
+// down in reverse order; nothing is left running. The CLI, the demo and the tests all start
+// gateways through here.
+
+import { randomBytes } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { connectBus, type Bus, type BusSubscription } from '../bus/connection.ts';
+import { startEmbeddedNats, type EmbeddedNats } from '../bus/server.ts';
+import { subjects } from '../bus/subjects.ts';
+import { Dispatcher } from '../control/dispatch.ts';
+import { Passthrough } from '../control/passthrough.ts';
+import { ControlClient } from '../engines/control-client.ts';
+import { EngineHost } from '../fleet/engine-host.ts';
+import { FleetView } from '../fleet/fleet-view.ts';
+import { Registry } from '../fleet/registry.ts';
+import { serveReplicaCommands } from '../fleet/replica.ts';
+import { Router } from '../fleet/router.ts';
+import { buildApp } from '../http/app.ts';
+import { GatewayError } from '../http/errors.ts';
+import type { Services } from '../http/services.ts';
+import { createLogger, type Logger } from '../obs/logger.ts';
+import { Metrics } from '../obs/metrics.ts';
+import { RefitService } from '../refit/service.ts';
+import { reportStatus } from '../refit/report.ts';
+import type { GatewayConfig } from './config.ts';
+
+export interface Gateway {
+  /** http://host:port the gateway listens on. */
+  url: string;
+  port: number;
+  natsUrl: string;
+  replicaId: string;
+  services: Services;
+  app: FastifyInstance;
+  close(): Promise<void>;
+}
+
+export async function startGateway(config: GatewayConfig, opts: { log?: Logger } = {}): Promise<Gateway> {
+  const log = opts.log ?? createLogger({ level: config.logLevel });
+  const replicaId = config.replicaId ?? randomBytes(4).toString('hex');
+  const cleanups: Array<() => Promise<void> | void> = [];
+  const close = async () => {
+    for (const c of cleanups.reverse()) {
+      try {
+        await c();
+      } catch (err) {
+        log.warn({ err }, 'error during shutdown');
+      }
+    }
+    cleanups.length = 0;
+  };
+
+  try {
+    let embedded: EmbeddedNats | undefined;
+    let natsUrl = config.natsUrl;
+    if (!natsUrl) {
+      embedded = await startEmbeddedNats({ log: (line) => log.debug({ component: 'nats-server' }, line) });
+      cleanups.push(() => embedded!.stop());
+      natsUrl = embedded.url;
+      log.info({ nats_url: natsUrl, pid: embedded.pid }, 'embedded nats-server started');
+    }
+    const bus: Bus = await connectBus({
+      url: natsUrl,
+      name: `rlgate-gateway-${replicaId}`,
+      onHandlerError: (err, subject) => log.warn({ err, subject }, 'bus handler failed'),
+    });
+    cleanups.push(() => bus.close());
+
+    const subj = subjects(config.subjectRoot);
+    const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true });
+    const registry = new Registry(replicaId);
+    const control = new ControlClient();
+    cleanups.push(() => control.close());
+    const host = new EngineHost({
+      replicaId,
+      registry,
+      bus,
+      subjects: subj,
+      control,
+      metrics,
+      log: log.child({ component: 'engines' }),
+      timings: {
+        probeIntervalMs: config.probeIntervalSecs * 1000,
+        probeFailureThreshold: Math.max(1, config.probeFailureThreshold),
+        retryIntervalMs: Math.max(100, config.retryIntervalSecs * 1000),
+        breakerThreshold: Math.max(1, config.breakerThreshold),
+        breakerCooldownMs: Math.max(100, config.breakerCooldownSecs * 1000),
+      },
+    });
+    cleanups.push(() => host.close());
+    const subs: BusSubscription[] = [serveReplicaCommands({ bus, subjects: subj, replicaId, host })];
+    const view = new FleetView({ registry, host });
+    const dispatcher = new Dispatcher({ bus, subjects: subj, registry });
+    const passthrough = new Passthrough({
+      registry,
+      view,
+      dispatcher,
+      metrics,
+      log: log.child({ component: 'rl' }),
+      timeoutSecs: config.rl.controlTimeoutSecs,
+      concurrency: config.rl.fanoutConcurrency,
+    });
+    const refits = new RefitService({
+      view,
+      passthrough,
+      bus,
+      subjects: subj,
+      metrics,
+      log: log.child({ component: 'refit' }),
+      deadlines: {
+        pauseMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
+        refitMs: config.rl.controlTimeoutSecs * 1000,
+        verifyMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
+        resumeMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
+      },
+    });
+    const router = new Router({ registry, view, host });
+    const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, router };
+
+    if (config.rl.enabled) {
+      // Trainers on the bus: one replica answers each refit request (queue group).
+      subs.push(
+        bus.respond(
+          subj.refitRequest(),
+          async (data) => {
+            const report = await refits.run(data, 'nats');
+            return { status: reportStatus(report), report };
+          },
+          { queue: 'rlgate-refits' },
+        ),
+      );
+    }
+    cleanups.push(() => subs.forEach((s) => s.unsubscribe()));
+
+    const app = await buildApp(services);
+    cleanups.push(() => app.close());
+    await app.listen({ host: config.host, port: config.port });
+    const port = (app.server.address() as AddressInfo).port;
+    const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+
+    for (const workerUrl of config.workerUrls) {
+      try {
+        registry.register({ url: workerUrl });
+      } catch (err) {
+        if (err instanceof GatewayError) throw new Error(`--worker-urls: ${err.message}`);
+        throw err;
+      }
+    }
+    log.info({ url, nats_url: natsUrl, replica_id: replicaId, rl: config.rl.enabled }, 'gateway listening');
+    return { url, port, natsUrl, replicaId, services, app, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}

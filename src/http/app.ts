@@ -1,0 +1,82 @@
+// Builds the gateway's fastify app (it never listens: cli/gateway does). Route groups are
+// plugins registered from one explicit list; errors go through one handler that answers
+// `{error, message, ...context}`; with RL off every `/v1/rl` path is an empty 404.
+
+import { timingSafeEqual } from 'node:crypto';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError } from 'fastify';
+import { GatewayError } from './errors.ts';
+import type { Services } from './services.ts';
+import { workerRoutes } from './workers.ts';
+import { rlWorkerRoutes } from './rl-workers.ts';
+import { rlEngineRoutes } from './rl-engine.ts';
+import { refitRoutes } from './refits.ts';
+import { generateRoutes } from './generate.ts';
+import { metricsRoutes } from './metrics.ts';
+
+const RL_PREFIX = '/v1/rl';
+
+export async function buildApp(services: Services): Promise<FastifyInstance> {
+  const { config } = services;
+  const app = Fastify({
+    // Per-request access lines are left out (warn level): the data plane is the hot path and
+    // control calls log their own structured `rl.proxy` / `rl.fanout` lines.
+    loggerInstance: services.log.child({ component: 'http' }, { level: 'warn' }) as FastifyBaseLogger,
+    bodyLimit: config.maxBodyBytes,
+    // Control calls may legitimately run for the whole control timeout (600 s by default).
+    requestTimeout: 0,
+    return503OnClosing: true,
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
+  });
+
+  app.addHook('onRequest', async (req, reply) => {
+    if (!req.url.startsWith(RL_PREFIX) || (req.url.length > RL_PREFIX.length && !'/?'.includes(req.url[RL_PREFIX.length]!))) return;
+    // Spec §2: with RL off, every /v1/rl path, any method, is a 404 with zero bytes — before auth.
+    if (!config.rl.enabled) return reply.code(404).header('content-length', '0').send();
+    if (config.adminKey && !bearerMatches(req.headers.authorization, config.adminKey)) {
+      throw new GatewayError('unauthorized', 'missing or wrong admin bearer token');
+    }
+  });
+
+  app.setErrorHandler((err: FastifyError | GatewayError, req, reply) => {
+    if (err instanceof GatewayError) return reply.code(err.status).send(err.toJSON());
+    if ((err as FastifyError).validation) {
+      return reply.code(400).send({ error: 'invalid_request', message: err.message });
+    }
+    const code = (err as FastifyError).code;
+    if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      return reply.code(413).send({ error: 'payload_too_large', message: `request body exceeds ${config.maxBodyBytes} bytes`, limit: config.maxBodyBytes });
+    }
+    if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+      return reply.code(415).send({ error: 'unsupported_media_type', message: err.message });
+    }
+    const status = (err as FastifyError).statusCode;
+    if (status !== undefined && status >= 400 && status < 500) {
+      return reply.code(status).send({ error: 'invalid_request', message: err.message });
+    }
+    req.log.error({ err, method: req.method, url: req.url }, 'unhandled error');
+    return reply.code(500).send({ error: 'internal_error', message: 'internal error' });
+  });
+
+  app.setNotFoundHandler((req, reply) => {
+    reply.code(404).send({ error: 'not_found', message: `no route for ${req.method} ${req.url.split('?')[0]}` });
+  });
+
+  app.get('/health', async () => ({ status: 'ok' }));
+  await app.register(workerRoutes, { services });
+  await app.register(generateRoutes, { services });
+  await app.register(metricsRoutes, { services });
+  if (config.rl.enabled) {
+    await app.register(rlWorkerRoutes, { services, prefix: RL_PREFIX });
+    await app.register(rlEngineRoutes, { services, prefix: RL_PREFIX });
+    await app.register(refitRoutes, { services, prefix: RL_PREFIX });
+  }
+  return app;
+}
+
+function bearerMatches(header: string | undefined, key: string): boolean {
+  const m = /^Bearer\s+(.+)$/i.exec(header ?? '');
+  if (!m) return false;
+  const given = Buffer.from(m[1]!.trim());
+  const want = Buffer.from(key);
+  return given.length === want.length && timingSafeEqual(given, want);
+}

@@ -1,0 +1,77 @@
+// The minimal data plane: SGLang-native /generate and OpenAI-shaped /v1/chat/completions and
+// /v1/completions, routed among eligible HTTP engines and relayed as the engine answers
+// (streamed bytes are piped, never re-parsed). The caller's bytes go upstream untouched.
+
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { HttpEngineClient } from '../engines/http.ts';
+import { GatewayError } from './errors.ts';
+import { acceptRawBodies, rawBody } from './raw-body.ts';
+import type { RouteOptions, Services } from './services.ts';
+
+const HTTP_ONLY = new Set(['http']);
+const ROUTED_HEADER = 'x-smg-routed-worker-id';
+const HOP_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade', ROUTED_HEADER]);
+
+export const generateRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
+  acceptRawBodies(app);
+  for (const path of ['/generate', '/v1/chat/completions', '/v1/completions']) {
+    app.post(path, (req, reply) => relay(services, path, req, reply));
+  }
+  app.put('/generate', (req, reply) => relay(services, '/generate', req, reply));
+};
+
+async function relay(services: Services, path: string, req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const body = rawBody(req.body);
+  if (!body) throw new GatewayError('invalid_request', 'request body is missing: expected a JSON object');
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw new GatewayError('invalid_request', `request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new GatewayError('invalid_request', 'request body must be a JSON object');
+  }
+
+  const worker = services.router.pick({ modes: HTTP_ONLY });
+  if (!worker) {
+    services.metrics.request(path, 503);
+    throw new GatewayError('no_available_workers', 'no available workers: every engine is paused, refitting, unreachable or breaker-open; retry', { retryable: true });
+  }
+  const client = services.host.client(worker.id);
+  if (!(client instanceof HttpEngineClient)) throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
+
+  const abort = new AbortController();
+  reply.raw.on('close', () => {
+    if (!reply.raw.writableFinished) abort.abort();
+  });
+  services.host.acquire(worker.id);
+  let released = false;
+  const release = (outcome: 'success' | 'failure' | 'neutral') => {
+    if (released) return;
+    released = true;
+    services.host.release(worker.id, outcome);
+  };
+
+  try {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (worker.apiKey) headers.authorization = `Bearer ${worker.apiKey}`;
+    const upstream = await client.pool.request({ path, method: 'POST', headers, body, signal: abort.signal });
+    const outcome = upstream.statusCode >= 500 ? 'failure' : 'success';
+    upstream.body.on('end', () => release(outcome));
+    upstream.body.on('close', () => release(outcome));
+    upstream.body.on('error', () => release('failure'));
+    reply.code(upstream.statusCode);
+    for (const [k, v] of Object.entries(upstream.headers)) {
+      if (v !== undefined && !HOP_HEADERS.has(k.toLowerCase())) reply.header(k, v);
+    }
+    reply.header(ROUTED_HEADER, worker.url);
+    services.metrics.request(path, upstream.statusCode);
+    return reply.send(upstream.body);
+  } catch (err) {
+    release(abort.signal.aborted ? 'neutral' : 'failure');
+    services.metrics.request(path, 502);
+    if (abort.signal.aborted) throw new GatewayError('invalid_request', 'client went away');
+    throw new GatewayError('upstream_unreachable', `upstream \`${worker.url}\` unreachable: ${(err as Error).message}`, { worker_id: worker.id, url: worker.url });
+  }
+}

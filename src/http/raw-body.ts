@@ -1,0 +1,30 @@
+// Route groups that must see the caller's bytes untouched (control pass-through, RL writes)
+// install this parser in their own scope: every content type, or none, arrives as a Buffer.
+
+import type { FastifyInstance } from 'fastify';
+import { GatewayError } from './errors.ts';
+
+export function acceptRawBodies(app: FastifyInstance): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+}
+
+export function rawBody(body: unknown): Buffer | null {
+  return Buffer.isBuffer(body) && body.length > 0 ? body : null;
+}
+
+/** Parses a JSON object body for the RL write routes; every failure is `invalid_body` (400). */
+export function jsonObjectBody(body: unknown): Record<string, unknown> {
+  const raw = rawBody(body);
+  if (!raw) throw new GatewayError('invalid_body', 'request body is missing: expected a JSON object');
+  let value: unknown;
+  try {
+    value = JSON.parse(raw.toString('utf8'));
+  } catch (err) {
+    throw new GatewayError('invalid_body', `request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new GatewayError('invalid_body', 'request body must be a JSON object');
+  }
+  return value as Record<string, unknown>;
+}

@@ -1,0 +1,30 @@
+// The server-side refit transaction over HTTP: POST /v1/rl/refits runs pause → refit → verify →
+// resume across the selected engines and answers the report (200 all succeeded, 207 otherwise);
+// GET /v1/rl/refits/:id returns a kept report; GET /v1/rl/refits lists the recent ones.
+
+import type { FastifyPluginAsync } from 'fastify';
+import type { RouteOptions } from './services.ts';
+import { acceptRawBodies, jsonObjectBody } from './raw-body.ts';
+import { GatewayError } from './errors.ts';
+import { reportStatus } from '../refit/report.ts';
+
+export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
+  const { refits } = services;
+  acceptRawBodies(app);
+
+  app.post('/refits', async (req, reply) => {
+    let body: Record<string, unknown>;
+    try {
+      body = jsonObjectBody(req.body);
+    } catch (err) {
+      // The refit route speaks the generic request-error code; invalid_body belongs to §11 writes.
+      throw new GatewayError('invalid_request', (err as Error).message);
+    }
+    const report = await refits.run(body, 'http');
+    return reply.code(reportStatus(report)).send(report);
+  });
+
+  app.get('/refits', async () => ({ refits: refits.list() }));
+
+  app.get<{ Params: { id: string } }>('/refits/:id', async (req) => refits.get(req.params.id));
+};

@@ -1,0 +1,99 @@
+// `/v1/rl` discovery and the gateway-local writes (spec §6, §11): worker listing and rows,
+// version and control-state writes for one worker or a selector. Writes go to the engines'
+// actors (their single writer); no engine is called.
+
+import type { FastifyPluginAsync } from 'fastify';
+import type { RouteOptions } from './services.ts';
+import { GatewayError } from './errors.ts';
+import { acceptRawBodies, jsonObjectBody } from './raw-body.ts';
+import { RL_PROTOCOL_VERSION } from '../fleet/fleet-view.ts';
+import { selectorFromQuery } from '../fleet/selector.ts';
+import { validateVersion } from '../fleet/versions.ts';
+import type { ControlState } from '../fleet/observe.ts';
+
+const CONTROL_STATES = new Set<ControlState>(['active', 'paused', 'asleep']);
+const OTHER_METHODS = ['DELETE', 'PUT', 'PATCH'] as const;
+
+export const rlWorkerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
+  const { view, registry, host } = services;
+  acceptRawBodies(app);
+
+  app.get('/workers', async () => {
+    const workers = view.rows();
+    return { protocol_version: RL_PROTOCOL_VERSION, workers, total: workers.length };
+  });
+
+  app.get<{ Params: { id: string } }>('/workers/:id', async (req) => view.rowOf(req.params.id));
+
+  app.post<{ Params: { id: string } }>('/workers/:id/version', async (req) => {
+    const version = versionFromBody(req.body);
+    const w = registry.require(req.params.id);
+    host.setVersion(w.baseUrl, version, 'api');
+    return view.rowOf(w.id);
+  });
+
+  app.post<{ Params: { id: string } }>('/workers/:id/state', async (req) => {
+    const control = controlFromBody(req.body);
+    const w = registry.require(req.params.id);
+    host.setControl(w.baseUrl, control);
+    return view.rowOf(w.id);
+  });
+
+  app.post<{ Querystring: { selector?: string } }>('/version', async (req) => {
+    const version = versionFromBody(req.body);
+    const targets = view.targets(selectorOrThrow(req.query.selector, view));
+    for (const w of targets) host.setVersion(w.baseUrl, version, 'api');
+    return listing(targets.map((w) => w.id));
+  });
+
+  app.post<{ Querystring: { selector?: string } }>('/state', async (req) => {
+    const control = controlFromBody(req.body);
+    const targets = view.targets(selectorOrThrow(req.query.selector, view));
+    for (const w of targets) host.setControl(w.baseUrl, control);
+    return listing(targets.map((w) => w.id));
+  });
+
+  for (const path of ['/workers/:id/version', '/workers/:id/state', '/version', '/state']) {
+    app.route({ method: ['GET', ...OTHER_METHODS], url: path, handler: methodNotAllowed('POST') });
+  }
+  for (const path of ['/workers', '/workers/:id']) {
+    app.route({ method: ['POST', ...OTHER_METHODS], url: path, handler: methodNotAllowed('GET') });
+  }
+
+  function listing(ids: string[]) {
+    const workers = ids.map((id) => view.rowOf(id));
+    return { protocol_version: RL_PROTOCOL_VERSION, workers, total: workers.length };
+  }
+};
+
+function versionFromBody(body: unknown): string {
+  const obj = jsonObjectBody(body);
+  if (!('weight_version' in obj)) throw new GatewayError('invalid_body', 'missing field `weight_version`');
+  if (typeof obj.weight_version !== 'string') throw new GatewayError('invalid_body', 'field `weight_version` must be a string');
+  return validateVersion(obj.weight_version);
+}
+
+function controlFromBody(body: unknown): ControlState {
+  const obj = jsonObjectBody(body);
+  if (!('control' in obj)) throw new GatewayError('invalid_body', 'missing field `control`');
+  const c = obj.control;
+  if (typeof c !== 'string' || !CONTROL_STATES.has(c as ControlState)) {
+    throw new GatewayError('invalid_body', `unknown variant \`${String(c)}\`, expected one of \`active\`, \`paused\`, \`asleep\``);
+  }
+  return c as ControlState;
+}
+
+function selectorOrThrow(raw: string | undefined, view: { targets(s: ReturnType<typeof selectorFromQuery>): unknown[] }) {
+  const sel = selectorFromQuery(raw);
+  if (view.targets(sel).length === 0) {
+    throw new GatewayError('no_workers_match', `no workers match selector \`${sel.text}\``, { selector: sel.text });
+  }
+  return sel;
+}
+
+export function methodNotAllowed(allowed: string) {
+  return async (_req: unknown, reply: { header(k: string, v: string): unknown }) => {
+    reply.header('allow', allowed);
+    throw new GatewayError('method_not_allowed', `method not allowed; use ${allowed}`);
+  };
+}

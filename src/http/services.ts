@@ -1,0 +1,28 @@
+// What route plugins are handed: the gateway's services, built once by gateway/gateway.ts.
+// Route files take what they need from here and never construct services themselves.
+
+import type { GatewayConfig } from '../gateway/config.ts';
+import type { Logger } from '../obs/logger.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import type { Registry } from '../fleet/registry.ts';
+import type { FleetView } from '../fleet/fleet-view.ts';
+import type { EngineHost } from '../fleet/engine-host.ts';
+import type { Passthrough } from '../control/passthrough.ts';
+import type { RefitService } from '../refit/service.ts';
+import type { Router } from '../fleet/router.ts';
+
+export interface Services {
+  config: GatewayConfig;
+  log: Logger;
+  metrics: Metrics;
+  registry: Registry;
+  view: FleetView;
+  host: EngineHost;
+  passthrough: Passthrough;
+  refits: RefitService;
+  router: Router;
+}
+
+export interface RouteOptions {
+  services: Services;
+}

@@ -1,0 +1,78 @@
+// The data-plane worker registry API that slime and SMG clients call: POST /workers (202,
+// discovery in the background; re-registering a URL is idempotent), GET /workers,
+// GET /workers/:id, DELETE /workers/:id. Secrets never appear in an answer.
+
+import type { FastifyPluginAsync } from 'fastify';
+import { Type, type Static } from '@sinclair/typebox';
+import type { RouteOptions } from './services.ts';
+import { mergedLabels, type Worker } from '../fleet/worker.ts';
+import type { FleetView } from '../fleet/fleet-view.ts';
+import { healthOf } from '../fleet/fleet-view.ts';
+
+const Registration = Type.Object(
+  {
+    url: Type.String({ minLength: 1, maxLength: 2048 }),
+    api_key: Type.Optional(Type.String({ maxLength: 4096 })),
+    runtime_type: Type.Optional(Type.String({ maxLength: 64 })),
+    worker_type: Type.Optional(Type.String({ maxLength: 64 })),
+    labels: Type.Optional(Type.Record(Type.String({ maxLength: 256 }), Type.String({ maxLength: 4096 }))),
+    bootstrap_port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
+    http_pool: Type.Optional(Type.Unknown()),
+  },
+  { additionalProperties: true },
+);
+type Registration = Static<typeof Registration>;
+
+const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 256 }) });
+type IdParams = Static<typeof IdParams>;
+
+export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
+  const { registry, view } = services;
+
+  app.post<{ Body: Registration }>('/workers', { schema: { body: Registration } }, async (req, reply) => {
+    const { worker, created } = registry.register(req.body);
+    reply.code(202);
+    return {
+      id: worker.id,
+      url: worker.url,
+      status: 'accepted',
+      message: created ? 'worker registration accepted; discovery runs in the background' : 'worker already registered; discovery runs again',
+    };
+  });
+
+  app.get('/workers', {}, async () => {
+    const workers = registry
+      .all()
+      .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
+      .map((w) => workerJson(w, view));
+    return { workers, total: workers.length };
+  });
+
+  app.get<{ Params: IdParams }>('/workers/:id', { schema: { params: IdParams } }, async (req) => {
+    return workerJson(registry.require(req.params.id), view);
+  });
+
+  app.delete<{ Params: IdParams }>('/workers/:id', { schema: { params: IdParams } }, async (req) => {
+    const w = registry.remove(req.params.id);
+    return { id: w.id, url: w.url, status: 'removed' };
+  });
+};
+
+/** The SMG-shaped data-plane row; slime reads `id` and `url`. */
+function workerJson(w: Worker, view: FleetView) {
+  const e = view.engine(w);
+  const health = healthOf(e);
+  return {
+    id: w.id,
+    url: w.url,
+    model_id: w.modelId,
+    worker_type: w.workerType,
+    connection_mode: w.connectionMode,
+    runtime_type: w.engine,
+    status: health,
+    is_healthy: health === 'ready',
+    state: e.state,
+    load: e.load,
+    labels: mergedLabels(w),
+  };
+}

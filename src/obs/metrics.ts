@@ -1,0 +1,91 @@
+// Prometheus series (prom-client), one registry per gateway. RL series use SMG's names with our
+// prefix (`rlgate_rl_…`, spec §15): they exist only when RL is on and appear when first recorded.
+// Label values stay bounded: `op` is mapped by control/engine-path.ts, workers are base URLs.
+
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ControlOutcome } from '../engines/control-call.ts';
+
+const PREFIX = 'rlgate_';
+const RL = `${PREFIX}rl_`;
+const CONTROL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+
+type Lazy<T> = () => T;
+function lazy<T>(make: () => T): Lazy<T> {
+  let v: T | undefined;
+  return () => (v ??= make());
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+  private readonly rl: boolean;
+
+  private readonly controlCalls: Lazy<Counter<'op' | 'result'>>;
+  private readonly controlDuration: Lazy<Histogram<'op'>>;
+  private readonly fanouts: Lazy<Counter<'result'>>;
+  private readonly fanoutDuration: Lazy<Histogram>;
+  private readonly weightVersion: Lazy<Gauge<'worker'>>;
+  private readonly controlState: Lazy<Gauge<'worker'>>;
+  private readonly refits: Lazy<Counter<'result'>>;
+  private readonly refitPhase: Lazy<Histogram<'phase'>>;
+  private readonly requests: Counter<'route' | 'status_class'>;
+  private readonly engineStates: Gauge<'worker' | 'state'>;
+
+  constructor(opts: { rlEnabled: boolean; processMetrics?: boolean }) {
+    this.rl = opts.rlEnabled;
+    const registers = [this.registry];
+    if (opts.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: PREFIX });
+    this.controlCalls = lazy(() => new Counter({ name: `${RL}control_calls_total`, help: 'Proxied engine control calls by op and result', labelNames: ['op', 'result'] as const, registers }));
+    this.controlDuration = lazy(() => new Histogram({ name: `${RL}control_call_duration_seconds`, help: 'Latency of one proxied control call', labelNames: ['op'] as const, buckets: CONTROL_BUCKETS, registers }));
+    this.fanouts = lazy(() => new Counter({ name: `${RL}fanout_total`, help: 'Fan-out requests by result', labelNames: ['result'] as const, registers }));
+    this.fanoutDuration = lazy(() => new Histogram({ name: `${RL}fanout_duration_seconds`, help: 'Wall time of one fan-out', buckets: CONTROL_BUCKETS, registers }));
+    this.weightVersion = lazy(() => new Gauge({ name: `${RL}worker_weight_version`, help: 'Numeric weight version the gateway believes each engine holds', labelNames: ['worker'] as const, registers }));
+    this.controlState = lazy(() => new Gauge({ name: `${RL}worker_control_state`, help: 'Engine control state: 0 active, 1 paused, 2 asleep', labelNames: ['worker'] as const, registers }));
+    this.refits = lazy(() => new Counter({ name: `${RL}refits_total`, help: 'Refit transactions by result', labelNames: ['result'] as const, registers }));
+    this.refitPhase = lazy(() => new Histogram({ name: `${RL}refit_phase_duration_seconds`, help: 'Wall time of each refit phase', labelNames: ['phase'] as const, buckets: CONTROL_BUCKETS, registers }));
+    this.requests = new Counter({ name: `${PREFIX}requests_total`, help: 'Data-plane requests by route and status class', labelNames: ['route', 'status_class'] as const, registers });
+    this.engineStates = new Gauge({ name: `${PREFIX}engine_state`, help: '1 for the lifecycle state each engine actor is in', labelNames: ['worker', 'state'] as const, registers });
+  }
+
+  controlCall(op: string, outcome: ControlOutcome): void {
+    if (!this.rl || outcome.kind === 'no_control_endpoint') return;
+    const result =
+      outcome.kind === 'answer' ? (outcome.status >= 200 && outcome.status < 300 ? 'ok' : 'upstream_error') : outcome.kind === 'timeout' ? 'timeout' : 'unreachable';
+    this.controlCalls().inc({ op, result });
+    this.controlDuration().observe({ op }, outcome.latencyMs / 1000);
+  }
+
+  fanout(result: 'ok' | 'partial' | 'no_match', seconds?: number): void {
+    if (!this.rl) return;
+    this.fanouts().inc({ result });
+    if (seconds !== undefined) this.fanoutDuration().observe(seconds);
+  }
+
+  refit(result: string, phases: Record<string, number>): void {
+    if (!this.rl) return;
+    this.refits().inc({ result });
+    for (const [phase, ms] of Object.entries(phases)) this.refitPhase().observe({ phase }, ms / 1000);
+  }
+
+  private readonly lastState = new Map<string, string>();
+
+  engineState(url: string, e: { state: string; control: string; weight_version: string | null }): void {
+    const worker = url.replace(/@\d+$/, '');
+    const prev = this.lastState.get(url);
+    if (prev !== undefined && prev !== e.state) this.engineStates.remove({ worker: url, state: prev });
+    this.engineStates.set({ worker: url, state: e.state }, 1);
+    this.lastState.set(url, e.state);
+    if (!this.rl) return;
+    this.controlState().set({ worker }, e.control === 'paused' ? 1 : e.control === 'asleep' ? 2 : 0);
+    if (e.weight_version !== null && /^\d+$/.test(e.weight_version)) this.weightVersion().set({ worker }, Number(e.weight_version));
+  }
+
+  request(route: string, status: number): void {
+    this.requests.inc({ route, status_class: `${Math.floor(status / 100)}xx` });
+  }
+
+  forget(url: string): void {
+    const prev = this.lastState.get(url);
+    if (prev !== undefined) this.engineStates.remove({ worker: url, state: prev });
+    this.lastState.delete(url);
+  }
+}

@@ -1,0 +1,124 @@
+// Turns a refit request into the engine calls of each phase: the pause, the refit steps (one
+// disk load, or the NCCL choreography of spec/engines.md §6: init per engine with its own
+// rank_offset, one update per chunk with the version on the last chunk only, destroy), the
+// version check and the resume. Pure: no I/O, no clocks.
+
+import type { RefitStepPlan } from '../../actors/coordinator.ts';
+import { GatewayError } from '../http/errors.ts';
+import { sizeLabel } from '../fleet/labels.ts';
+import { mergedLabels, type Worker } from '../fleet/worker.ts';
+import type { RefitRequest } from './request.ts';
+
+export interface CallSpec {
+  method: 'GET' | 'POST';
+  path: string;
+  body?: Record<string, unknown>;
+}
+
+export interface RefitPlan {
+  steps: RefitStepPlan[];
+  pause: CallSpec;
+  resume: CallSpec;
+  verify: CallSpec | null;
+  /** The call of refit step `index` for one engine (bodies may differ per engine). */
+  step(index: number, worker: Worker): CallSpec;
+  /** NCCL group layout, for distributed refits. */
+  group?: { worldSize: number; rankOffsets: Record<string, number> };
+}
+
+export const DEFAULT_GROUP = 'weight_update_group';
+
+export function planRefit(req: RefitRequest, targets: Worker[]): RefitPlan {
+  const pause: CallSpec = { method: 'POST', path: 'pause_generation', body: req.pause_mode ? { mode: req.pause_mode } : {} };
+  const resume: CallSpec = { method: 'POST', path: 'continue_generation', body: {} };
+  const verify: CallSpec | null = req.verify === false ? null : { method: 'GET', path: 'model_info' };
+  const source = req.source;
+
+  if (source.kind === 'disk') {
+    const body: Record<string, unknown> = {
+      model_path: source.model_path,
+      weight_version: req.weight_version,
+      flush_cache: source.flush_cache ?? true,
+    };
+    if (source.load_format) body.load_format = source.load_format;
+    return {
+      steps: [{ name: 'update_weights_from_disk', runOn: 'remaining' }],
+      pause,
+      resume,
+      verify,
+      step: () => ({ method: 'POST', path: 'update_weights_from_disk', body }),
+    };
+  }
+
+  // Engines are taken in one fixed order (the rows' order); engine i gets
+  // rank_offset = 1 + Σ gpus of the engines before it; rank 0 is the trainer.
+  const rankOffsets: Record<string, number> = {};
+  let next = 1;
+  for (const w of targets) {
+    rankOffsets[w.id] = next;
+    next += gpusOf(w);
+  }
+  const worldSize = next;
+  if (source.world_size !== undefined && source.world_size !== worldSize) {
+    throw new GatewayError(
+      'invalid_request',
+      `source.world_size is ${source.world_size}, but the selected engines need ${worldSize} (1 trainer rank + their GPUs)`,
+      { field: '/source/world_size', expected: worldSize },
+    );
+  }
+  const groupName = source.group_name ?? DEFAULT_GROUP;
+  const flush = source.flush_cache ?? false;
+  const chunks = source.chunks;
+  const steps: RefitStepPlan[] = [
+    { name: 'init_weights_update_group', runOn: 'remaining' },
+    ...chunks.map((_, i) => ({ name: `update_weights_from_distributed ${i + 1}/${chunks.length}`, runOn: 'remaining' as const })),
+  ];
+  if (!source.keep_group) steps.push({ name: 'destroy_weights_update_group', runOn: 'joined' });
+
+  return {
+    steps,
+    pause,
+    resume,
+    verify,
+    group: { worldSize, rankOffsets },
+    step(index, worker) {
+      if (index === 0) {
+        return {
+          method: 'POST',
+          path: 'init_weights_update_group',
+          body: {
+            master_address: source.master_address,
+            master_port: source.master_port,
+            rank_offset: rankOffsets[worker.id],
+            world_size: worldSize,
+            group_name: groupName,
+            backend: source.backend ?? 'nccl',
+          },
+        };
+      }
+      const c = index - 1;
+      if (c < chunks.length) {
+        const chunk = chunks[c]!;
+        const body: Record<string, unknown> = {
+          names: chunk.names,
+          dtypes: chunk.dtypes,
+          shapes: chunk.shapes,
+          group_name: groupName,
+          flush_cache: c === chunks.length - 1 ? flush : false,
+          abort_all_requests: false,
+        };
+        // Only the last chunk carries the version, so a partial refit never advertises it.
+        if (c === chunks.length - 1) body.weight_version = req.weight_version;
+        if (chunk.load_format !== undefined) body.load_format = chunk.load_format;
+        return { method: 'POST', path: 'update_weights_from_distributed', body };
+      }
+      return { method: 'POST', path: 'destroy_weights_update_group', body: { group_name: groupName } };
+    },
+  };
+}
+
+/** GPUs one engine spans: tp_size × pp_size from its labels (absent → 1). */
+export function gpusOf(w: Worker): number {
+  const labels = mergedLabels(w);
+  return Math.max(1, sizeLabel(labels.tp_size) ?? 1) * Math.max(1, sizeLabel(labels.pp_size) ?? 1);
+}

@@ -1,0 +1,114 @@
+// The audit record of one refit: who took part, what happened to each engine in each phase,
+// how long each phase took, and each engine's breaker and version afterwards. HTTP answers
+// it with 200 when every engine succeeded and 207 otherwise.
+
+import type { CoordinatorContext, Phase } from '../../actors/coordinator.ts';
+import type { FleetView } from '../fleet/fleet-view.ts';
+import type { Worker } from '../fleet/worker.ts';
+import type { RefitRequest } from './request.ts';
+
+export interface EngineReport {
+  worker_id: string;
+  url: string;
+  outcome: 'ok' | 'failed';
+  /** Phase (and refit step) where the engine failed. */
+  failed_phase?: Phase;
+  failed_step?: string;
+  error?: string;
+  status?: number;
+  message?: string;
+  phases: { pause: number | null; refit: number | null; verify: number | null; resume: number | null };
+  rank_offset?: number;
+  breaker: string;
+  state: string;
+  weight_version: string | null;
+}
+
+export interface RefitReport {
+  id: string;
+  status: 'succeeded' | 'partial' | 'failed';
+  weight_version: string;
+  source: 'disk' | 'distributed';
+  selector: string | null;
+  started_at: string;
+  finished_at: string;
+  duration_ms: number;
+  phases: Partial<Record<Phase, number>>;
+  total: number;
+  succeeded: number;
+  quorum: number;
+  aborted?: string;
+  world_size?: number;
+  engines: EngineReport[];
+  failed: EngineReport[];
+}
+
+export function buildReport(args: {
+  id: string;
+  request: RefitRequest;
+  selector: string | null;
+  targets: Worker[];
+  result: CoordinatorContext;
+  phaseMs: Partial<Record<Phase, number>>;
+  startedAt: Date;
+  finishedAt: Date;
+  view: FleetView;
+  group?: { worldSize: number; rankOffsets: Record<string, number> };
+}): RefitReport {
+  const { result, view } = args;
+  const engines: EngineReport[] = args.targets.map((w) => {
+    const rec = result.engines[w.id] ?? { phases: {} };
+    const e = view.engine(w);
+    const r: EngineReport = {
+      worker_id: w.id,
+      url: w.url,
+      outcome: rec.failedIn === undefined && result.paused.includes(w.id) ? 'ok' : 'failed',
+      phases: {
+        pause: rec.phases.pause ?? null,
+        refit: rec.phases.refit ?? null,
+        verify: rec.phases.verify ?? null,
+        resume: rec.phases.resume ?? null,
+      },
+      breaker: e.breaker,
+      state: e.state,
+      weight_version: e.version ?? null,
+    };
+    if (rec.failedIn !== undefined) {
+      r.failed_phase = rec.failedIn;
+      if (rec.step) r.failed_step = rec.step;
+      if (rec.error) r.error = rec.error;
+      if (rec.status !== undefined) r.status = rec.status;
+      if (rec.message) r.message = rec.message;
+    } else if (r.outcome === 'failed') {
+      r.error = result.abortReason ?? 'not_refitted';
+      r.message = result.abortReason === 'quorum_not_met' ? `fewer than ${result.quorum} engines could be paused; the refit was not attempted` : 'engine was not refitted';
+    }
+    if (args.group) r.rank_offset = args.group.rankOffsets[w.id];
+    return r;
+  });
+  const succeeded = engines.filter((e) => e.outcome === 'ok').length;
+  const report: RefitReport = {
+    id: args.id,
+    status: succeeded === engines.length ? 'succeeded' : succeeded === 0 || result.abortReason ? 'failed' : 'partial',
+    weight_version: args.request.weight_version,
+    source: args.request.source.kind,
+    selector: args.selector,
+    started_at: args.startedAt.toISOString(),
+    finished_at: args.finishedAt.toISOString(),
+    duration_ms: args.finishedAt.getTime() - args.startedAt.getTime(),
+    phases: args.phaseMs,
+    total: engines.length,
+    succeeded,
+    quorum: result.quorum,
+    engines,
+    failed: engines.filter((e) => e.outcome === 'failed'),
+  };
+  if (result.abortReason) report.aborted = result.abortReason;
+  if (args.group) report.world_size = args.group.worldSize;
+  return report;
+}
+
+/** 200 only when every engine succeeded (spec: partial success is never 200). */
+export function reportStatus(r: RefitReport): 200 | 207 {
+  return r.failed.length === 0 ? 200 : 207;
+}

@@ -1,0 +1,226 @@
+// Runs refits: resolves the targets, plans the calls, starts one coordinator actor per refit with
+// its `runPhase` side effect wired to the control plane (legs through NATS to the engines'
+// actors), keeps the reports, and publishes the refit's lifecycle on `rl.refit.<id>.events`.
+
+import { randomUUID } from 'node:crypto';
+import { createActor, fromCallback, toPromise } from 'xstate';
+import { coordinatorMachine, type CoordinatorEvent, type LegResult, type Phase, type PhaseInput } from '../../actors/coordinator.ts';
+import type { Bus } from '../bus/connection.ts';
+import type { Subjects } from '../bus/subjects.ts';
+import type { ControlOutcome } from '../engines/control-call.ts';
+import type { Passthrough } from '../control/passthrough.ts';
+import type { FleetView } from '../fleet/fleet-view.ts';
+import { selectorFromQuery } from '../fleet/selector.ts';
+import { compareVersions } from '../fleet/versions.ts';
+import type { Worker } from '../fleet/worker.ts';
+import { GatewayError } from '../http/errors.ts';
+import type { Logger } from '../obs/logger.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
+import { buildReport, type RefitReport } from './report.ts';
+import { parseRefitRequest, type RefitRequest } from './request.ts';
+
+const KEEP_REPORTS = 256;
+
+export interface RefitDefaults {
+  pauseMs: number;
+  refitMs: number;
+  verifyMs: number;
+  resumeMs: number;
+}
+
+export class RefitService {
+  private readonly reports = new Map<string, RefitReport>();
+  private readonly busy = new Set<string>();
+
+  constructor(
+    private readonly deps: {
+      view: FleetView;
+      passthrough: Passthrough;
+      bus: Bus;
+      subjects: Subjects;
+      metrics: Metrics;
+      log: Logger;
+      deadlines: RefitDefaults;
+    },
+  ) {}
+
+  get(id: string): RefitReport {
+    const r = this.reports.get(id);
+    if (!r) throw new GatewayError('refit_not_found', `refit \`${id}\` not found`, { id });
+    return r;
+  }
+
+  list(): RefitReport[] {
+    return [...this.reports.values()].reverse();
+  }
+
+  /** Validates, runs the whole transaction, and resolves with its report (never rejects on engine failures). */
+  async run(body: unknown, origin: 'http' | 'nats'): Promise<RefitReport> {
+    const req = parseRefitRequest(body);
+    const selectorText = req.selector?.trim() ? req.selector : undefined;
+    // Unlike a raw fan-out, a refit without a selector means the whole fleet.
+    const selector = selectorText !== undefined ? selectorFromQuery(selectorText) : undefined;
+    const targets = this.deps.view.targets(selector);
+    if (targets.length === 0) {
+      const text = selector?.text ?? '';
+      throw new GatewayError('no_workers_match', selector ? `no workers match selector \`${text}\`` : 'no workers are registered', { selector: text });
+    }
+    const clash = targets.find((w) => this.busy.has(w.id));
+    if (clash) throw new GatewayError('refit_in_progress', `worker \`${clash.id}\` is already part of a running refit`, { worker_id: clash.id });
+    const plan = planRefit(req, targets);
+
+    const id = randomUUID();
+    for (const w of targets) this.busy.add(w.id);
+    try {
+      return await this.execute(id, req, selectorText ?? null, targets, plan, origin);
+    } finally {
+      for (const w of targets) this.busy.delete(w.id);
+    }
+  }
+
+  private async execute(id: string, req: RefitRequest, selector: string | null, targets: Worker[], plan: RefitPlan, origin: string): Promise<RefitReport> {
+    const startedAt = new Date();
+    const byId = new Map(targets.map((w) => [w.id, w]));
+    const phaseStarted = new Map<Phase, number>();
+    const phaseMs: Partial<Record<Phase, number>> = {};
+    const d = { ...this.deps.deadlines, ...renameDeadlines(req.deadlines_ms) };
+    const quorum = quorumOf(req, targets.length);
+    this.deps.log.info({ refit_id: id, origin, weight_version: req.weight_version, source: req.source.kind, targets: targets.length, quorum }, 'refit started');
+
+    const runPhase = fromCallback<CoordinatorEvent, PhaseInput>(({ input, sendBack }) => {
+      const abort = new AbortController();
+      phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
+      this.publish(id, { type: 'phase', phase: input.phase, step: input.phase === 'refit' ? plan.steps[input.stepIndex]?.name : undefined, targets: input.targets });
+      const legs = input.targets.map((wid) => {
+        const w = byId.get(wid)!;
+        const spec = specFor(plan, input, w);
+        return { worker: w, call: this.callOf(spec, id) };
+      });
+      void this.deps.passthrough
+        .runLegs(legs, abort.signal, (wid, outcome) => {
+          sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: legResult(input.phase, outcome, req.weight_version) });
+        })
+        .then(() => {
+          if (!abort.signal.aborted) sendBack({ type: 'phase.done' });
+        });
+      return () => {
+        abort.abort();
+        phaseMs[input.phase] = Math.round(performance.now() - (phaseStarted.get(input.phase) ?? performance.now()));
+      };
+    });
+
+    const actor = createActor(coordinatorMachine.provide({ actors: { runPhase } }), {
+      systemId: `refit:${id}`,
+      input: {
+        refitId: id,
+        targets: targets.map((w) => w.id),
+        steps: plan.steps,
+        verify: plan.verify !== null,
+        quorum,
+        deadlines: { pauseMs: d.pauseMs, refitMs: d.refitMs, verifyMs: d.verifyMs, resumeMs: d.resumeMs },
+      },
+    });
+    actor.start();
+    const result = await toPromise(actor);
+
+    const report = buildReport({
+      id,
+      request: req,
+      selector,
+      targets,
+      result,
+      phaseMs,
+      startedAt,
+      finishedAt: new Date(),
+      view: this.deps.view,
+      group: plan.group,
+    });
+    this.remember(report);
+    this.deps.metrics.refit(report.status, phaseMs);
+    this.publish(id, { type: 'report', report });
+    this.deps.log.info({ refit_id: id, status: report.status, succeeded: report.succeeded, total: report.total, duration_ms: report.duration_ms }, 'refit finished');
+    return report;
+  }
+
+  private callOf(spec: CallSpec, refitId: string) {
+    return this.deps.passthrough.callFor(spec.path, {
+      method: spec.method,
+      rawQuery: '',
+      body: spec.body ? Buffer.from(JSON.stringify(spec.body)) : null,
+      contentType: spec.body ? 'application/json' : undefined,
+      trace: { 'x-request-id': `refit-${refitId}` },
+    });
+  }
+
+  private remember(report: RefitReport): void {
+    this.reports.set(report.id, report);
+    while (this.reports.size > KEEP_REPORTS) this.reports.delete(this.reports.keys().next().value!);
+  }
+
+  private publish(id: string, event: Record<string, unknown>): void {
+    try {
+      this.deps.bus.publish(this.deps.subjects.refitEvents(id), { refit_id: id, time: new Date().toISOString(), ...event });
+    } catch (err) {
+      this.deps.log.warn({ err, refit_id: id }, 'could not publish refit event');
+    }
+  }
+}
+
+function specFor(plan: RefitPlan, input: PhaseInput, w: Worker): CallSpec {
+  switch (input.phase) {
+    case 'pause':
+      return plan.pause;
+    case 'refit':
+      return plan.step(input.stepIndex, w);
+    case 'verify':
+      return plan.verify!;
+    case 'resume':
+      return plan.resume;
+  }
+}
+
+/**
+ * A leg succeeds on a 2xx whose body does not say `success: false` (stricter than the raw
+ * fan-out, which leaves bodies to the trainer). Verification also needs the target version.
+ */
+export function legResult(phase: Phase, o: ControlOutcome, target: string): LegResult {
+  if (o.kind !== 'answer') {
+    const error = o.kind === 'timeout' ? 'upstream_timeout' : o.kind === 'unreachable' ? 'upstream_unreachable' : 'no_control_endpoint';
+    return { ok: false, error, message: o.message, latencyMs: o.latencyMs };
+  }
+  const body = o.body as { success?: unknown; message?: unknown; weight_version?: unknown } | string | null;
+  if (o.status < 200 || o.status >= 300) {
+    const detail = typeof body === 'object' && body && typeof body.message === 'string' ? `: ${body.message}` : '';
+    return { ok: false, error: 'upstream_error', status: o.status, message: `HTTP ${o.status}${detail}`, latencyMs: o.latencyMs };
+  }
+  if (typeof body === 'object' && body && body.success === false) {
+    return { ok: false, error: 'engine_refused', status: o.status, message: typeof body.message === 'string' ? body.message : 'engine answered success: false', latencyMs: o.latencyMs };
+  }
+  if (phase === 'verify') {
+    const seen = typeof body === 'object' && body ? body.weight_version : undefined;
+    const v = typeof seen === 'number' ? String(seen) : seen;
+    if (typeof v !== 'string' || compareVersions(v.trim(), target) !== 0) {
+      return { ok: false, error: 'verify_failed', status: o.status, message: `engine reports weight_version ${JSON.stringify(seen ?? null)}, expected ${JSON.stringify(target)}`, latencyMs: o.latencyMs };
+    }
+  }
+  return { ok: true, status: o.status, latencyMs: o.latencyMs };
+}
+
+/** Engines that must pass the pause. Default 1: refit whoever could be paused, report the rest. */
+function quorumOf(req: RefitRequest, n: number): number {
+  const q = req.quorum;
+  if (!q) return 1;
+  const byCount = q.min_engines ?? 0;
+  const byFraction = q.min_fraction !== undefined ? Math.ceil(q.min_fraction * n) : 0;
+  return Math.min(n, Math.max(1, byCount, byFraction));
+}
+
+function renameDeadlines(d: RefitRequest['deadlines_ms']): Partial<RefitDefaults> {
+  const out: Partial<RefitDefaults> = {};
+  if (d?.pause) out.pauseMs = d.pause;
+  if (d?.refit) out.refitMs = d.refit;
+  if (d?.verify) out.verifyMs = d.verify;
+  if (d?.resume) out.resumeMs = d.resume;
+  return out;
+}
