@@ -1,0 +1,161 @@
+// The trainer's part of a gateway-driven distributed refit: size the group from the gateway's
+// worker listing, open it as rank 0, ask the gateway for the refit, and broadcast every chunk while
+// that request is outstanding. It never talks to an engine directly; the gateway does that.
+
+import { request } from 'undici';
+import { openGroup, type GroupMaster } from '../broadcast/master.ts';
+import type { LoadedTensor } from '../broadcast/types.ts';
+import { GroupError } from '../broadcast/wire.ts';
+import type { Chunk } from './chunks.ts';
+
+/** The fields of a `GET /v1/rl/workers` row the trainer reads. */
+export interface WorkerRow {
+  id: string;
+  url?: string;
+  tp_size: number | null;
+  [field: string]: unknown;
+}
+
+export interface DistributedRefitOptions {
+  /** Gateway base URL, e.g. `http://127.0.0.1:30000`. */
+  gateway: string;
+  /** The new weight version (slime: an integer counter sent as a string). */
+  version: string;
+  chunks: Chunk[];
+  /** Passed through to the gateway, which picks the targets with it. */
+  selector?: string;
+  /** Sent as `authorization: Bearer <adminKey>` on every gateway call. */
+  adminKey?: string;
+  /** Default `weight_update_group` (SGLang's and TokenSpeed's default). */
+  groupName?: string;
+  /** Address the group listens on and advertises; default 127.0.0.1. */
+  masterAddress?: string;
+  /**
+   * Which listed rows the refit targets, in the order the gateway assigns ranks; default all. With
+   * a `selector`, pass the same choice here: the world size must count exactly the targets.
+   */
+  pick?: (rows: WorkerRow[]) => WorkerRow[];
+  /** How long the group waits for every engine rank to join; default 60 s. */
+  rendezvousTimeoutMs?: number;
+  /** How long one chunk's broadcast may take; default 600 s. */
+  chunkTimeoutMs?: number;
+  /** Headers and body deadline of each gateway call; default 600 s (the spec's control timeout). */
+  httpTimeoutMs?: number;
+  /** Once the gateway has answered, how long to let a still-running broadcast finish; default 2 s. */
+  settleMs?: number;
+}
+
+export interface DistributedRefitResult {
+  /** HTTP status of `POST /v1/rl/refits`. */
+  status: number;
+  /** The gateway's JSON answer (its text when not JSON). */
+  report: unknown;
+  /** Checksums of every tensor broadcast, chunk after chunk, in `names` order. */
+  sent: LoadedTensor[];
+  /** Chunks whose broadcast every engine rank acknowledged. */
+  chunksSent: number;
+  worldSize: number;
+  masterPort: number;
+  /** Why the broadcast stopped early; null when every chunk went through. */
+  transferError: { code: string; message: string; rank?: number } | null;
+}
+
+/** A gateway call the trainer could not make sense of (the refit was never requested). */
+export class TrainerError extends Error {
+  override readonly name = 'TrainerError';
+  constructor(readonly code: 'workers_listing_failed', message: string, readonly status?: number) {
+    super(message);
+  }
+}
+
+const DEFAULT_GROUP = 'weight_update_group';
+
+export async function runDistributedRefit(opts: DistributedRefitOptions): Promise<DistributedRefitResult> {
+  const gateway = opts.gateway.replace(/\/+$/, '');
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (opts.adminKey) headers.authorization = `Bearer ${opts.adminKey}`;
+  const httpTimeoutMs = opts.httpTimeoutMs ?? 600_000;
+  const call = async (method: 'GET' | 'POST', path: string, body?: unknown): Promise<{ status: number; json: unknown }> => {
+    const res = await request(`${gateway}${path}`, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+      headersTimeout: httpTimeoutMs, bodyTimeout: httpTimeoutMs,
+    });
+    const text = await res.body.text();
+    let json: unknown = text;
+    try { json = JSON.parse(text); } catch { /* keep the text */ }
+    return { status: res.statusCode, json };
+  };
+
+  const listing = await call('GET', '/v1/rl/workers');
+  const rows = (listing.json as { workers?: unknown } | null)?.workers;
+  if (listing.status !== 200 || !Array.isArray(rows)) {
+    throw new TrainerError('workers_listing_failed',
+      `GET /v1/rl/workers answered ${listing.status}: ${JSON.stringify(listing.json).slice(0, 300)}`, listing.status);
+  }
+  const targets = (opts.pick ?? ((all) => all))(rows as WorkerRow[]);
+  // §6.1: world_size = 1 + Σ gpus; a row without tp_size is one GPU.
+  const worldSize = 1 + targets.reduce((sum, row) => sum + (row.tp_size ?? 1), 0);
+  const groupName = opts.groupName ?? DEFAULT_GROUP;
+  const masterAddress = opts.masterAddress ?? '127.0.0.1';
+  const master = await openGroup({
+    host: masterAddress, port: 0, worldSize, groupName, timeoutMs: opts.rendezvousTimeoutMs ?? 60_000,
+  });
+
+  const sent: LoadedTensor[] = [];
+  let chunksSent = 0;
+  const transfer = broadcastChunks(master, opts.chunks, opts.version, opts.chunkTimeoutMs ?? 600_000, (tensors) => {
+    sent.push(...tensors);
+    chunksSent++;
+  });
+  let settled = false;
+  const outcome = transfer.then(
+    () => { settled = true; return null; },
+    (err: unknown) => { settled = true; return errorInfo(err); },
+  );
+
+  const body = {
+    weight_version: opts.version,
+    ...(opts.selector === undefined ? {} : { selector: opts.selector }),
+    source: {
+      kind: 'distributed', master_address: masterAddress, master_port: master.port, world_size: worldSize,
+      group_name: groupName, backend: 'nccl', chunks: opts.chunks,
+    },
+  };
+  let answer: { status: number; json: unknown };
+  try {
+    answer = await call('POST', '/v1/rl/refits', body);
+  } catch (err) {
+    master.close();
+    await outcome;
+    throw err;
+  }
+  // The engines' acks and the gateway's answer travel on different connections: give the last
+  // acks a moment to land before closing the group (a finished transfer does not wait).
+  if (!settled) await waitAtMost(outcome, opts.settleMs ?? 2_000);
+  master.close();
+  return {
+    status: answer.status, report: answer.json, sent, chunksSent, worldSize, masterPort: master.port,
+    transferError: await outcome,
+  };
+}
+
+async function broadcastChunks(
+  master: GroupMaster, chunks: Chunk[], version: string, timeoutMs: number, onChunk: (t: LoadedTensor[]) => void,
+): Promise<void> {
+  await master.ready;
+  for (const chunk of chunks) {
+    const tensors = chunk.names.map((name, i) => ({ name, dtype: chunk.dtypes[i]!, shape: chunk.shapes[i]! }));
+    onChunk(await master.broadcast(tensors, { version, timeoutMs }));
+  }
+}
+
+function errorInfo(err: unknown): { code: string; message: string; rank?: number } {
+  if (err instanceof GroupError) return { code: err.code, message: err.message, ...(err.rank === undefined ? {} : { rank: err.rank }) };
+  return { code: 'internal_error', message: err instanceof Error ? err.message : String(err) };
+}
+
+async function waitAtMost(p: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([p, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
