@@ -54,6 +54,8 @@ export interface EngineContext extends EngineInput {
 
 export type EngineEvent =
   | { type: 'cmd.enqueue'; command: EngineCommand }
+  /** The caller went away: drop the command if queued, abort it if running. */
+  | { type: 'cmd.cancel'; token: string }
   | { type: 'version.set'; version: string | undefined; source: VersionSource }
   | { type: 'control.set'; control: ControlState }
   | { type: 'registration.changed'; seedVersion?: string; versionChanged: boolean }
@@ -86,6 +88,7 @@ export const engineMachine = setup({
     isPaused: ({ context }) => context.control === 'paused',
     isAsleep: ({ context }) => context.control === 'asleep',
     hasQueued: ({ context }) => context.queue.length > 0,
+    cancelsCurrent: ({ context, event }) => event.type === 'cmd.cancel' && context.current?.token === event.token,
     isRefitOp: ({ event }) => event.type === 'cmd.started' && event.op === 'refit',
     probeThresholdReached: ({ context }) => context.probeFailures + 1 >= context.probeFailureThreshold,
     probingEnabled: ({ context }) => context.probeIntervalMs > 0,
@@ -207,6 +210,13 @@ export const engineMachine = setup({
       initial: 'idle',
       on: {
         'cmd.enqueue': { actions: assign({ queue: ({ context, event }) => [...context.queue, event.command] }) },
+        'cmd.cancel': {
+          actions: enqueueActions(({ context, event, enqueue }) => {
+            if (!context.queue.some((c) => c.token === event.token)) return;
+            enqueue.assign({ queue: context.queue.filter((c) => c.token !== event.token) });
+            enqueue.emit({ type: 'command.done', token: event.token, result: { error: 'cancelled' } });
+          }),
+        },
       },
       states: {
         idle: {
@@ -217,6 +227,18 @@ export const engineMachine = setup({
             assign(({ context }) => ({ current: context.queue[0], queue: context.queue.slice(1) })),
             raise(({ context }) => ({ type: 'cmd.started' as const, op: context.current!.op })),
           ],
+          on: {
+            // Leaving `busy` stops the invoked call, which aborts its signal (and the HTTP call).
+            'cmd.cancel': {
+              guard: 'cancelsCurrent',
+              target: 'idle',
+              actions: [
+                emit(({ event }) => ({ type: 'command.done' as const, token: (event as { token: string }).token, result: { error: 'cancelled' } })),
+                assign({ current: undefined }),
+                raise({ type: 'cmd.finished' }),
+              ],
+            },
+          },
           invoke: {
             src: 'runCommand',
             input: ({ context }) => context.current!,

@@ -23,6 +23,8 @@ export interface Subjects {
   allEngineStates(): string;
   /** One fan-out command naming the targets a replica owns; answered per leg, then a sentinel. */
   replicaCmd(replicaId: string): string;
+  /** Cancels a replica's outstanding work for one request id (the caller went away). */
+  replicaCancel(replicaId: string): string;
   /** Refit requests from trainers (request/reply; the reply is the refit report). */
   refitRequest(): string;
   /** Lifecycle of one refit: phase changes and the final report. */
@@ -38,6 +40,7 @@ export function subjects(root: string = DEFAULT_ROOT): Subjects {
     engineState: (id) => `${root}.engine.${validateToken('worker id', id)}.state`,
     allEngineStates: () => `${root}.engine.*.state`,
     replicaCmd: (replica) => `${root}.replica.${validateToken('replica id', replica)}.cmd`,
+    replicaCancel: (replica) => `${root}.replica.${validateToken('replica id', replica)}.cancel`,
     refitRequest: () => `${root}.refit.request`,
     refitEvents: (id) => `${root}.refit.${validateToken('refit id', id)}.events`,
     allRefitEvents: () => `${root}.refit.*.events`,

@@ -36,11 +36,15 @@ export class Dispatcher {
     const worker = this.deps.registry.get(workerId);
     const url = worker?.url ?? workerId;
     const timeoutMs = Math.max(1, call.deadline - Date.now()) + BUS_MARGIN_MS;
+    const requestId = randomUUID();
+    const stopCancel = this.cancelOnAbort(signal, worker?.owner, requestId);
     try {
-      const pending = this.deps.bus.request<ControlOutcome>(this.deps.subjects.engineCmd(workerId), { call }, timeoutMs);
+      const pending = this.deps.bus.request<ControlOutcome>(this.deps.subjects.engineCmd(workerId), { call, requestId }, timeoutMs);
       return signal ? await abortable(pending, signal) : await pending;
     } catch (err) {
       return busFailure(err, url, call);
+    } finally {
+      stopCancel();
     }
   }
 
@@ -69,6 +73,7 @@ export class Dispatcher {
     const rounds = Math.ceil(legs.length / Math.max(1, opts.concurrency));
     const timeoutMs = Math.max(1, latest - Date.now()) * Math.max(1, rounds) + BUS_MARGIN_MS;
     const command: ReplicaCommand = { requestId: randomUUID(), legs, concurrency: opts.concurrency };
+    const stopCancel = this.cancelOnAbort(opts.signal, owner, command.requestId);
     try {
       const stream = this.deps.bus.requestStream(this.deps.subjects.replicaCmd(owner), command, {
         timeoutMs,
@@ -86,7 +91,23 @@ export class Dispatcher {
         const url = this.deps.registry.get(leg.workerId)?.url ?? leg.workerId;
         opts.onLeg({ workerId: leg.workerId, outcome: busFailure(err, url, leg.call) });
       }
+    } finally {
+      stopCancel();
     }
+  }
+
+  /** A caller that goes away cancels what the owning replica still runs for it (spec §9.4, §10.1). */
+  private cancelOnAbort(signal: AbortSignal | undefined, owner: string | undefined, requestId: string): () => void {
+    if (!signal || !owner) return () => {};
+    const onAbort = () => {
+      try {
+        this.deps.bus.publish(this.deps.subjects.replicaCancel(owner), { requestId });
+      } catch {
+        // the bus is closing: the legs end at their own deadlines
+      }
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    return () => signal.removeEventListener('abort', onAbort);
   }
 }
 

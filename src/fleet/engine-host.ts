@@ -28,6 +28,7 @@ import { controlUrlFor } from './control-url.ts';
 import { labelsFromServerInfo } from './labels.ts';
 import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
+import type { Cancellations } from './cancellations.ts';
 import { checkVersion } from './versions.ts';
 import { mergedLabels, type Worker } from './worker.ts';
 
@@ -86,6 +87,7 @@ export class EngineHost {
       subjects: Subjects;
       control: ControlClient;
       timings: EngineTimings;
+      cancels: Cancellations;
       metrics: Metrics;
       log: Logger;
     },
@@ -126,14 +128,21 @@ export class EngineHost {
     else if (outcome === 'failure') h.actor.send({ type: 'dp.failure' });
   }
 
-  /** Runs one control call through the engine's actor, in its order, and returns the outcome. */
-  run(id: string, call: ControlCall): Promise<ControlOutcome> {
+  /**
+   * Runs one control call through the engine's actor, in its order, and returns the outcome.
+   * Aborting `signal` drops the call if it is still queued, or aborts it if it is running.
+   */
+  run(id: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
     const h = this.hosted.get(id);
     if (!h) return Promise.reject(new Error(`engine ${id} is not hosted by this replica`));
+    if (signal?.aborted) return Promise.reject(new Error('cancelled'));
     const token = randomUUID();
     const command: EngineCommand = { token, op: REFIT_PATHS.has(call.path) ? 'refit' : 'other', payload: call };
     return new Promise((resolve, reject) => {
+      const onAbort = () => h.actor.send({ type: 'cmd.cancel', token });
+      signal?.addEventListener('abort', onAbort, { once: true });
       this.waiters.set(token, (r) => {
+        signal?.removeEventListener('abort', onAbort);
         if ('error' in r) reject(new Error(r.error));
         else resolve(r.outcome as ControlOutcome);
       });
@@ -174,8 +183,8 @@ export class EngineHost {
       input: { workerId: worker.id, url: worker.url, seedVersion: seedFrom(seededLabel), ...this.deps.timings },
     });
     const cmdSub = this.deps.bus.respond(this.deps.subjects.engineCmd(worker.id), async (data) => {
-      const { call } = data as { call: ControlCall };
-      return this.run(worker.id, call);
+      const { call, requestId } = data as { call: ControlCall; requestId?: string };
+      return this.deps.cancels.track(requestId, (signal) => this.run(worker.id, call, signal));
     });
     const hosted: Hosted = { actor, client, load: 0, cmdSub, lastPublished: '', seededLabel };
     this.hosted.set(worker.id, hosted);

@@ -5,25 +5,29 @@
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { LegReply, ReplicaCommand } from '../control/dispatch.ts';
+import type { Cancellations } from './cancellations.ts';
 import type { EngineHost } from './engine-host.ts';
 
-export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; replicaId: string; host: EngineHost }): BusSubscription {
-  return deps.bus.respondStream(deps.subjects.replicaCmd(deps.replicaId), async (data, send) => {
-    const cmd = data as ReplicaCommand;
-    let next = 0;
-    const worker = async () => {
-      while (next < cmd.legs.length) {
-        const leg = cmd.legs[next++]!;
-        let reply: LegReply;
-        try {
-          reply = { workerId: leg.workerId, outcome: await deps.host.run(leg.workerId, leg.call) };
-        } catch (err) {
-          reply = { workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message } };
-        }
-        send(reply);
+export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; replicaId: string; host: EngineHost; cancels: Cancellations }): BusSubscription {
+  return deps.bus.respondStream(deps.subjects.replicaCmd(deps.replicaId), (data, send) =>
+    deps.cancels.track((data as ReplicaCommand).requestId, (signal) => runShare(deps.host, data as ReplicaCommand, send, signal)),
+  );
+}
+
+async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (reply: LegReply) => void, signal: AbortSignal): Promise<void> {
+  let next = 0;
+  const lane = async () => {
+    while (next < cmd.legs.length && !signal.aborted) {
+      const leg = cmd.legs[next++]!;
+      let reply: LegReply;
+      try {
+        reply = { workerId: leg.workerId, outcome: await host.run(leg.workerId, leg.call, signal) };
+      } catch (err) {
+        reply = { workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message } };
       }
-    };
-    const lanes = Math.max(1, Math.min(cmd.concurrency, cmd.legs.length));
-    await Promise.all(Array.from({ length: lanes }, worker));
-  });
+      send(reply);
+    }
+  };
+  const lanes = Math.max(1, Math.min(cmd.concurrency, cmd.legs.length));
+  await Promise.all(Array.from({ length: lanes }, lane));
 }

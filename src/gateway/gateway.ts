@@ -17,6 +17,7 @@ import { FleetView } from '../fleet/fleet-view.ts';
 import { Registry } from '../fleet/registry.ts';
 import { serveReplicaCommands } from '../fleet/replica.ts';
 import { Router } from '../fleet/router.ts';
+import { Cancellations } from '../fleet/cancellations.ts';
 import { buildApp } from '../http/app.ts';
 import { GatewayError } from '../http/errors.ts';
 import type { Services } from '../http/services.ts';
@@ -71,6 +72,9 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const subj = subjects(config.subjectRoot);
     const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true });
     const registry = new Registry(replicaId);
+    const cancels = new Cancellations();
+    cancels.listen(bus, subj, replicaId);
+    cleanups.push(() => cancels.close());
     const control = new ControlClient();
     cleanups.push(() => control.close());
     const host = new EngineHost({
@@ -79,6 +83,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       bus,
       subjects: subj,
       control,
+      cancels,
       metrics,
       log: log.child({ component: 'engines' }),
       timings: {
@@ -90,7 +95,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       },
     });
     cleanups.push(() => host.close());
-    const subs: BusSubscription[] = [serveReplicaCommands({ bus, subjects: subj, replicaId, host })];
+    const subs: BusSubscription[] = [serveReplicaCommands({ bus, subjects: subj, replicaId, host, cancels })];
     const view = new FleetView({ registry, host });
     const dispatcher = new Dispatcher({ bus, subjects: subj, registry });
     const passthrough = new Passthrough({
