@@ -1,0 +1,56 @@
+// A distributed (NCCL-style) refit run by the gateway's coordinator: the trainer simulator is
+// rank 0 of a real TCP broadcast group, the engine simulators join with their rank offsets,
+// bytes move, and the checksums the engines loaded equal the ones the trainer sent.
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
+import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { makeChunks } from '../../src/sim/trainer/chunks.ts';
+import { runDistributedRefit } from '../../src/sim/trainer/refit.ts';
+
+describe('distributed refit through the coordinator', () => {
+  let t: TestGateway;
+  let sims: SimProcess[];
+
+  beforeAll(async () => {
+    sims = await Promise.all([spawnSglangSim(['--tp-size', '2', '--token-rate', '0']), spawnSglangSim(['--tp-size', '1', '--token-rate', '0'])]);
+    t = await startTestGateway({ rl: { controlTimeoutSecs: 20 } });
+    await t.register(sims.map((s) => s.url));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await Promise.all((sims ?? []).map((s) => s.stop()));
+  });
+
+  it('inits the group per engine, broadcasts every chunk, stamps the version last, destroys the group', async () => {
+    const chunks = makeChunks({ params: 12, perChunk: 5, shape: [64, 64], dtype: 'bfloat16' });
+    expect(chunks).toHaveLength(3);
+    const res = await runDistributedRefit({ gateway: t.url, version: '1', chunks, rendezvousTimeoutMs: 15_000 });
+    expect(res.transferError).toBeNull();
+    expect(res.status).toBe(200);
+    const report = res.report as { status: string; world_size: number; engines: Array<{ url: string; rank_offset: number; outcome: string }> };
+    expect(report.status).toBe('succeeded');
+    // world = trainer + 2 GPUs + 1 GPU; offsets follow the rows' order
+    expect(report.world_size).toBe(4);
+    expect(report.engines.map((e) => e.rank_offset).sort()).toEqual([1, 3]);
+
+    // Every engine holds exactly the bytes the trainer sent.
+    const sent = new Map(res.sent.map((x) => [x.name, x.checksum]));
+    expect(sent.size).toBe(12);
+    for (const s of sims) {
+      const st = await s.state();
+      expect(st.weightVersion).toBe('1');
+      const loaded = new Map<string, string>((st.weights.tensors as Array<{ name: string; checksum: string }>).map((x) => [x.name, x.checksum]));
+      for (const [name, sum] of sent) expect(loaded.get(name)).toBe(sum);
+      expect(st.weights.groups).toEqual([]); // destroyed after the refit
+    }
+
+    // Only the last chunk carried the version (a partial refit never advertises it).
+    const updates = (await sims[0]!.requests()).filter((r) => r.path === '/update_weights_from_distributed');
+    expect(updates).toHaveLength(3);
+    expect(updates.map((u) => 'weight_version' in JSON.parse(u.body))).toEqual([false, false, true]);
+
+    const gen = await t.http('POST', '/generate', { body: { input_ids: [1, 2, 3], sampling_params: { max_new_tokens: 2 } } });
+    expect(gen.json.meta_info.weight_version).toBe('1');
+  });
+});
