@@ -29,7 +29,7 @@ import { labelsFromServerInfo } from './labels.ts';
 import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
 import type { Cancellations } from './cancellations.ts';
-import { checkVersion } from './versions.ts';
+import { checkVersion, compareVersions } from './versions.ts';
 import { mergedLabels, type Worker } from './worker.ts';
 
 export interface EngineTimings {
@@ -67,6 +67,10 @@ const REFIT_PATHS = new Set([
 interface Hosted {
   actor: EngineActor;
   client: EngineClient;
+  /** Tokens of commands sent to this actor and not answered yet. */
+  pending: Set<string>;
+  /** Completed discoveries: the first seeds from labels, later ones trust the engine. */
+  discoveries: number;
   /** Data-plane requests in flight; a plain counter, never an actor event (hot path). */
   load: number;
   cmdSub: BusSubscription;
@@ -141,7 +145,9 @@ export class EngineHost {
     return new Promise((resolve, reject) => {
       const onAbort = () => h.actor.send({ type: 'cmd.cancel', token });
       signal?.addEventListener('abort', onAbort, { once: true });
+      h.pending.add(token);
       this.waiters.set(token, (r) => {
+        h.pending.delete(token);
         signal?.removeEventListener('abort', onAbort);
         if ('error' in r) reject(new Error(r.error));
         else resolve(r.outcome as ControlOutcome);
@@ -186,7 +192,7 @@ export class EngineHost {
       const { call, requestId } = data as { call: ControlCall; requestId?: string };
       return this.deps.cancels.track(requestId, (signal) => this.run(worker.id, call, signal));
     });
-    const hosted: Hosted = { actor, client, load: 0, cmdSub, lastPublished: '', seededLabel };
+    const hosted: Hosted = { actor, client, pending: new Set(), discoveries: 0, load: 0, cmdSub, lastPublished: '', seededLabel };
     this.hosted.set(worker.id, hosted);
     actor.on('command.done', (e: EngineEmitted) => {
       const waiter = this.waiters.get(e.token);
@@ -219,6 +225,13 @@ export class EngineHost {
     this.hosted.delete(id);
     h.cmdSub.unsubscribe();
     h.actor.stop();
+    // Whoever waits on this engine's commands gets an answer now, not at their deadline.
+    for (const token of [...h.pending]) {
+      const waiter = this.waiters.get(token);
+      this.waiters.delete(token);
+      waiter?.({ error: `worker \`${id}\` was removed` });
+    }
+    this.deps.metrics.forget(h.actor.getSnapshot().context.url);
     await h.client.close();
   }
 
@@ -238,11 +251,25 @@ export class EngineHost {
     const labels = labelsFromServerInfo(facts.serverInfo, facts.modelInfo);
     const worker = this.deps.registry.setDiscovered(id, labels);
     if (!worker) return;
-    // A changed version label (first discovery, or an engine that restarted) re-seeds the version.
-    const label = mergedLabels(worker).weight_version;
-    if (label !== h.seededLabel) {
-      h.seededLabel = label;
-      h.actor.send({ type: 'version.set', version: seedFrom(label), source: 'registration' });
+    h.discoveries++;
+    if (h.discoveries === 1) {
+      // First discovery: registration seeding, where caller labels win (spec §6.4, §12.3).
+      const label = mergedLabels(worker).weight_version;
+      if (label !== h.seededLabel) {
+        h.seededLabel = label;
+        h.actor.send({ type: 'version.set', version: seedFrom(label), source: 'registration' });
+      }
+      return;
+    }
+    // Rediscovery after the engine was unreachable: it may have restarted with other weights.
+    // An engine that reports its version is believed over what the gateway last recorded.
+    const reported = labels.weight_version;
+    if (reported === undefined) return;
+    const current = h.actor.getSnapshot().context.version;
+    const next = seedFrom(reported);
+    if (next !== current && (next === undefined || current === undefined || compareVersions(next, current) !== 0)) {
+      this.deps.log.warn({ worker_id: id, recorded: current ?? null, reported }, 'engine reports another weight version after being unreachable');
+      h.actor.send({ type: 'version.set', version: next, source: 'registration' });
     }
   }
 
