@@ -1,0 +1,77 @@
+// `rlgate sim sglang` and `node --import tsx src/sim/sglang/main.ts`: parse flags, pick the
+// broadcast transport (src/sim/broadcast/member.ts when it loads, else metadata only), start the
+// simulator, print one `listening` JSON line, and stop cleanly on SIGTERM/SIGINT. It holds no
+// engine behaviour of its own.
+
+import { pathToFileURL } from 'node:url';
+import type { JoinGroup } from '../broadcast/types.ts';
+import { HELP, parseArgs, type Transport } from './options.ts';
+import { startSglangSim } from './server.ts';
+
+/** The TCP broadcast transport, when its module is present and loads; null otherwise. */
+async function loadTransport(transport: Transport): Promise<JoinGroup | null> {
+  if (transport === 'metadata') return null;
+  // A non-literal specifier: the module is another helper's and may not exist in every checkout.
+  const specifier = new URL('../broadcast/member.ts', import.meta.url).href;
+  try {
+    const mod = (await import(specifier)) as { joinGroup?: JoinGroup };
+    return typeof mod.joinGroup === 'function' ? mod.joinGroup : null;
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    if (code !== 'ERR_MODULE_NOT_FOUND') {
+      process.stderr.write(`sglang-sim: broadcast transport failed to load (${(e as Error).message}); NCCL routes run metadata-only\n`);
+    }
+    return null;
+  }
+}
+
+/**
+ * Runs one simulator until SIGTERM/SIGINT (or an `exit` fault / POST /_sim/exit, which exit the
+ * process with their code). Resolves after a clean stop; throws on bad flags.
+ */
+export async function sglangSimCommand(argv: string[]): Promise<void> {
+  const cli = parseArgs(argv);
+  if (cli.help) {
+    process.stdout.write(HELP);
+    return;
+  }
+  const joinGroup = await loadTransport(cli.transport);
+  const sim = await startSglangSim({
+    ...cli.options,
+    joinGroup: joinGroup ?? undefined,
+    // A simulated crash: no cleanup, the port just stops answering.
+    onExit: (code) => process.exit(code),
+  });
+  process.stdout.write(
+    `${JSON.stringify({ event: 'listening', url: sim.url, port: sim.port, transport: joinGroup ? 'tcp' : 'metadata' })}\n`,
+  );
+  await new Promise<void>((resolve) => {
+    let stopping = false;
+    const stop = (): void => {
+      if (stopping) return;
+      stopping = true;
+      process.off('SIGTERM', stop);
+      process.off('SIGINT', stop);
+      if (cli.exitOnStdinClose) process.stdin.destroy();
+      sim.close().then(resolve, resolve);
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+    if (cli.exitOnStdinClose) {
+      process.stdin.on('end', stop);
+      process.stdin.on('close', stop);
+      process.stdin.on('error', stop);
+      process.stdin.resume();
+    }
+  });
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  sglangSimCommand(process.argv.slice(2)).then(
+    () => process.exit(0),
+    (err: unknown) => {
+      process.stderr.write(`sglang-sim: ${(err as Error)?.message ?? String(err)}\n`);
+      process.exit(2);
+    },
+  );
+}

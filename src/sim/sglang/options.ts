@@ -1,0 +1,214 @@
+// Options of the SGLang simulator: their defaults, the `rlgate sim sglang` flag parser and the
+// --help text. It owns every option name and default; it never starts a server.
+
+import type { JoinGroup } from '../broadcast/types.ts';
+import { parseFaults, type Fault } from './faults.ts';
+
+export type HealthMode = 'generate' | 'liveness';
+
+export interface SglangSimOptions {
+  /** Bind address; default 127.0.0.1. */
+  host?: string;
+  /** 0 = any free port. */
+  port?: number;
+  /** `model_path`; default `sim-model`. */
+  model?: string;
+  /** `served_model_name`; default = model. */
+  servedModelName?: string;
+  /** Initial `weight_version`; default `"default"`. */
+  weightVersion?: string;
+  tpSize?: number;
+  dpSize?: number;
+  ppSize?: number;
+  /** Tokens/s per request; 0 or Infinity = as fast as possible. Default 2000. */
+  tokenRate?: number;
+  /** When set, every route but /health*, /metrics and /_sim/* needs `Authorization: Bearer <key>`. */
+  apiKey?: string;
+  /** SGLang version reported by /server_info. */
+  version?: string;
+  /** Faults active from the start. */
+  faults?: Fault[];
+  maxRunningRequests?: number;
+  contextLength?: number;
+  /** How long /health_generate waits for a closed gate (pause) before 503; SGLang's 20 s. */
+  healthCheckTimeoutMs?: number;
+  /** `generate` (newer builds: /health = /health_generate) or `liveness` (always 200). */
+  healthMode?: HealthMode;
+  /** Rendezvous and per-chunk receive deadline for the broadcast group. */
+  groupTimeoutMs?: number;
+  /** Requests kept by /_sim/requests; 0 disables recording. Default 10000. */
+  recordLimit?: number;
+  enableMemorySaver?: boolean;
+  /** Broadcast-group transport; without it the NCCL routes validate and record metadata only. */
+  joinGroup?: JoinGroup;
+  /** Called by the `exit` fault and POST /_sim/exit; default: drop every connection and close. */
+  onExit?: (code: number) => void;
+}
+
+export interface ResolvedOptions {
+  host: string;
+  port: number;
+  model: string;
+  servedModelName: string;
+  weightVersion: string;
+  tpSize: number;
+  dpSize: number;
+  ppSize: number;
+  tokenRate: number;
+  apiKey: string | null;
+  version: string;
+  faults: Fault[];
+  maxRunningRequests: number;
+  contextLength: number;
+  healthCheckTimeoutMs: number;
+  healthMode: HealthMode;
+  groupTimeoutMs: number;
+  recordLimit: number;
+  enableMemorySaver: boolean;
+  joinGroup: JoinGroup | null;
+  onExit: ((code: number) => void) | null;
+}
+
+export function resolveOptions(o: SglangSimOptions): ResolvedOptions {
+  const model = o.model ?? 'sim-model';
+  const tokenRate = o.tokenRate === undefined ? 2000 : o.tokenRate <= 0 ? Infinity : o.tokenRate;
+  const positive = (v: number | undefined, d: number, name: string): number => {
+    const x = v ?? d;
+    if (!Number.isInteger(x) || x < 1) throw new Error(`${name} must be a positive integer`);
+    return x;
+  };
+  return {
+    host: o.host ?? '127.0.0.1',
+    port: o.port ?? 0,
+    model,
+    servedModelName: o.servedModelName ?? model,
+    weightVersion: o.weightVersion ?? 'default',
+    tpSize: positive(o.tpSize, 1, 'tpSize'),
+    dpSize: positive(o.dpSize, 1, 'dpSize'),
+    ppSize: positive(o.ppSize, 1, 'ppSize'),
+    tokenRate,
+    apiKey: o.apiKey ? o.apiKey : null,
+    version: o.version ?? '0.5.19',
+    faults: o.faults ?? [],
+    maxRunningRequests: positive(o.maxRunningRequests, 256, 'maxRunningRequests'),
+    contextLength: positive(o.contextLength, 32768, 'contextLength'),
+    healthCheckTimeoutMs: o.healthCheckTimeoutMs ?? 20_000,
+    healthMode: o.healthMode ?? 'generate',
+    groupTimeoutMs: o.groupTimeoutMs ?? 120_000,
+    recordLimit: o.recordLimit ?? 10_000,
+    enableMemorySaver: o.enableMemorySaver ?? true,
+    joinGroup: o.joinGroup ?? null,
+    onExit: o.onExit ?? null,
+  };
+}
+
+export type Transport = 'auto' | 'metadata';
+
+export interface CliOptions {
+  options: SglangSimOptions;
+  transport: Transport;
+  /** Stop when stdin closes: a test harness that dies takes its simulators with it. */
+  exitOnStdinClose: boolean;
+  help: boolean;
+}
+
+export const HELP = `Usage: rlgate sim sglang [flags]
+
+An SGLang-shaped HTTP engine (spec/engines.md §1) for demos, tests and benchmarks.
+Prints {"event":"listening","url":...,"port":...} on stdout when ready; SIGTERM/SIGINT stop it.
+
+  --host <addr>                 bind address (default 127.0.0.1)
+  --port <n>                    port, 0 = any free port (default 0)
+  --model <name>                model_path (default sim-model)
+  --served-model-name <name>    served_model_name (default = --model)
+  --weight-version <v>          initial weight_version (default "default")
+  --tp-size <n>                 tp_size, also the GPUs joined to a broadcast group (default 1)
+  --dp-size <n>                 dp_size: /v1/loads reports one entry per rank (default 1)
+  --pp-size <n>                 pp_size (default 1)
+  --token-rate <r>              tokens/s per request; 0 or inf = as fast as possible (default 2000)
+  --max-running <n>             max running requests; more wait in the queue (default 256)
+  --context-length <n>          longest accepted prompt, in tokens (default 32768)
+  --api-key <key>               require "Authorization: Bearer <key>" (not on /health*, /_sim/*)
+  --version <v>                 SGLang version reported by /server_info (default 0.5.19)
+  --fault <json>                a fault object or list (repeatable); see src/sim/sglang/README.md
+  --health-mode generate|liveness   /health behaves as /health_generate, or always 200 (default generate)
+  --health-check-timeout <ms>   /health_generate wait while paused before 503 (default 20000)
+  --group-timeout <ms>          broadcast-group rendezvous/receive deadline (default 120000)
+  --record-limit <n>            requests kept for /_sim/requests, 0 = off (default 10000)
+  --no-memory-saver             answer release/resume_memory_occupation with 400
+  --transport auto|metadata     auto: use src/sim/broadcast/member.ts when present (default auto)
+  --exit-on-stdin-close         stop when stdin reaches EOF (for harnesses that spawn it)
+  --help                        this text
+`;
+
+function num(flag: string, v: string): number {
+  const s = v.trim().toLowerCase();
+  if (s === 'inf' || s === 'infinity') return Infinity;
+  const n = Number(s);
+  if (s === '' || !Number.isFinite(n)) throw new Error(`${flag} needs a number, got "${v}"`);
+  return n;
+}
+
+/** Parses `--flag value` and `--flag=value`; unknown flags are an error. */
+export function parseArgs(argv: readonly string[]): CliOptions {
+  const o: SglangSimOptions = {};
+  const faults: Fault[] = [];
+  let transport: Transport = 'auto';
+  let exitOnStdinClose = false;
+  let help = false;
+  for (let i = 0; i < argv.length; i++) {
+    let flag = argv[i];
+    let value: string | undefined;
+    const eq = flag.indexOf('=');
+    if (flag.startsWith('--') && eq > 0) { value = flag.slice(eq + 1); flag = flag.slice(0, eq); }
+    const next = (): string => {
+      if (value !== undefined) return value;
+      const v = argv[++i];
+      if (v === undefined) throw new Error(`${flag} needs a value`);
+      return v;
+    };
+    switch (flag) {
+      case '--help': case '-h': help = true; break;
+      case '--host': o.host = next(); break;
+      case '--port': o.port = num(flag, next()); break;
+      case '--model': case '--model-path': o.model = next(); break;
+      case '--served-model-name': o.servedModelName = next(); break;
+      case '--weight-version': o.weightVersion = next(); break;
+      case '--tp-size': o.tpSize = num(flag, next()); break;
+      case '--dp-size': o.dpSize = num(flag, next()); break;
+      case '--pp-size': o.ppSize = num(flag, next()); break;
+      case '--token-rate': o.tokenRate = num(flag, next()); break;
+      case '--max-running': o.maxRunningRequests = num(flag, next()); break;
+      case '--context-length': o.contextLength = num(flag, next()); break;
+      case '--api-key': o.apiKey = next(); break;
+      case '--version': o.version = next(); break;
+      case '--fault': {
+        const raw = next();
+        let parsed: unknown;
+        try { parsed = JSON.parse(raw); } catch { throw new Error(`--fault needs JSON, got ${raw}`); }
+        faults.push(...parseFaults(parsed));
+        break;
+      }
+      case '--health-mode': {
+        const v = next();
+        if (v !== 'generate' && v !== 'liveness') throw new Error('--health-mode is generate or liveness');
+        o.healthMode = v;
+        break;
+      }
+      case '--health-check-timeout': o.healthCheckTimeoutMs = num(flag, next()); break;
+      case '--group-timeout': o.groupTimeoutMs = num(flag, next()); break;
+      case '--record-limit': o.recordLimit = num(flag, next()); break;
+      case '--no-memory-saver': o.enableMemorySaver = false; break;
+      case '--exit-on-stdin-close': exitOnStdinClose = true; break;
+      case '--transport': {
+        const v = next();
+        if (v !== 'auto' && v !== 'metadata') throw new Error('--transport is auto or metadata');
+        transport = v;
+        break;
+      }
+      default: throw new Error(`unknown flag ${flag} (see --help)`);
+    }
+  }
+  if (faults.length > 0) o.faults = faults;
+  return { options: o, transport, exitOnStdinClose, help };
+}

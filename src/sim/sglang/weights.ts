@@ -1,0 +1,164 @@
+// The weight store: what the engine has loaded (per-tensor checksums for refit verification,
+// model_path for disk loads), its broadcast groups, and the one load transaction every weight
+// route goes through (abort → drain unless paused → flush check → load → version).
+// It never parses HTTP bodies; the route files do.
+
+import type { GroupMember } from '../broadcast/types.ts';
+import type { SimEngine } from './engine.ts';
+
+export const DTYPE_BYTES: Readonly<Record<string, number>> = {
+  float32: 4, bfloat16: 2, float16: 2, int64: 8, int32: 4,
+  uint8: 1, int8: 1, bool: 1, float8_e4m3fn: 1, float8_e5m2: 1,
+};
+
+export type LoadSource = 'distributed' | 'disk' | 'tensor' | 'ipc';
+
+export interface LoadedTensorRecord {
+  name: string;
+  dtype: string;
+  shape: number[];
+  bytes: number;
+  /** Hex sha256 as received over the group; null when no bytes moved (metadata-only mode). */
+  checksum: string | null;
+  group: string;
+  /** weight_version of the call that loaded it (null when the call carried none). */
+  weightVersion: string | null;
+  at: string;
+}
+
+export interface GroupEntry {
+  name: string;
+  state: 'joining' | 'ready';
+  masterAddress: string;
+  masterPort: number;
+  rankOffset: number;
+  worldSize: number;
+  backend: string;
+  ranks: number[];
+  /** null: metadata-only (no transport) or a claimed-but-skipped join. */
+  member: GroupMember | null;
+  chunks: number;
+}
+
+export interface LastLoad {
+  source: LoadSource;
+  at: string;
+  weightVersion: string | null;
+  claimedWithoutApplying: boolean;
+  detail: Record<string, unknown>;
+}
+
+export function knownDtype(dtype: string): boolean {
+  return Object.hasOwn(DTYPE_BYTES, dtype);
+}
+
+export function tensorBytes(dtype: string, shape: readonly number[]): number {
+  return knownDtype(dtype) ? shape.reduce((a, b) => a * b, 1) * DTYPE_BYTES[dtype] : 0;
+}
+
+export class WeightStore {
+  readonly tensors = new Map<string, LoadedTensorRecord>();
+  readonly groups = new Map<string, GroupEntry>();
+  lastLoad: LastLoad | null = null;
+  loads = 0;
+  failedLoads = 0;
+  /** Loads answered as successful by a `claimSuccessWithoutApplying` fault. */
+  claimedLoads = 0;
+  private chain: Promise<unknown> = Promise.resolve();
+
+  constructor(public modelPath: string) {}
+
+  /** Weight operations run one at a time, as the scheduler processes them. */
+  serialize<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn, fn);
+    this.chain = run.catch(() => undefined);
+    return run;
+  }
+
+  snapshot(): Record<string, unknown> {
+    return {
+      modelPath: this.modelPath,
+      loads: this.loads,
+      failedLoads: this.failedLoads,
+      claimedLoads: this.claimedLoads,
+      lastLoad: this.lastLoad,
+      tensors: [...this.tensors.values()],
+      groups: [...this.groups.values()].map(({ member, ...g }) => ({ ...g, transport: member ? 'tcp' : 'metadata' })),
+    };
+  }
+
+  close(): void {
+    for (const g of this.groups.values()) g.member?.close();
+    this.groups.clear();
+  }
+}
+
+export type LoadOutcome = { ok: true; message: string } | { ok: false; message: string };
+
+export interface LoadRequest {
+  source: LoadSource;
+  /** `flush_cache` as sent; SGLang defaults it to true on every update route. */
+  flushCache: unknown;
+  abortAll: unknown;
+  weightVersion: string | null;
+  claimSuccess: boolean;
+  successMessage: string;
+  detail: Record<string, unknown>;
+  /** The actual load; throws with the engine's failure text. */
+  load: () => Promise<void>;
+}
+
+/**
+ * One weight load as SGLang's tokenizer manager runs it: optional abort of everything, then,
+ * unless paused, the model-update writer lock (new requests held, in-flight ones drained), a
+ * cache flush that needs an idle scheduler, the load, and the version stored only on success.
+ */
+export function runLoad(engine: SimEngine, r: LoadRequest): Promise<LoadOutcome> {
+  const sched = engine.scheduler;
+  const store = engine.weights;
+  if (r.abortAll === true) sched.abort('', true);
+  return store.serialize(async () => {
+    // A claimed load answers at once: no drain, no flush check, nothing loaded.
+    const unlock = sched.paused === null && !r.claimSuccess ? sched.lockGate() : null;
+    try {
+      if (unlock) await sched.whenIdle();
+      if (!r.claimSuccess) {
+        const flush = r.flushCache !== false;
+        if (flush && !sched.idle) {
+          const c = sched.counts();
+          store.failedLoads++;
+          return {
+            ok: false,
+            message: `Failed to flush cache before updating weights: there are running or waiting requests (#running-req: ${c.running}, #queue-req: ${c.waiting}). Weights were not updated.`,
+          };
+        }
+        try {
+          await r.load();
+        } catch (e) {
+          store.failedLoads++;
+          return { ok: false, message: (e as Error).message };
+        }
+        if (flush) sched.flushCache();
+      }
+      if (r.claimSuccess) store.claimedLoads++;
+      else store.loads++;
+      store.lastLoad = {
+        source: r.source,
+        at: new Date().toISOString(),
+        weightVersion: r.weightVersion,
+        claimedWithoutApplying: r.claimSuccess,
+        detail: r.detail,
+      };
+      let message = r.successMessage;
+      // SGLang's HTTP layer stores the version whenever the engine reports success, so a
+      // claimed-but-skipped load still advertises the new version (the §6.5 trap).
+      if (r.weightVersion !== null) {
+        engine.weightVersion = r.weightVersion;
+        message += ` Weight version updated to ${r.weightVersion}.`;
+      }
+      return { ok: true, message };
+    } finally {
+      unlock?.();
+    }
+  });
+}
