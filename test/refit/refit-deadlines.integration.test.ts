@@ -23,7 +23,7 @@ describe('refit phase deadlines', () => {
     const slow = sims[0]!;
     await slow.setFaults({ route: 'pause_generation', hang: true, times: 1 });
     const r = await t.http('POST', '/v1/rl/refits', {
-      body: { weight_version: '7', source: { kind: 'disk', model_path: '/m/7' }, deadlines_ms: { pause: 400 } },
+      body: { weight_version: '7', source: { kind: 'disk', model_path: '/m/7' }, deadlines_ms: { pause: 1_500 } },
     });
     expect(r.status).toBe(207);
     expect(r.json.status).toBe('partial');

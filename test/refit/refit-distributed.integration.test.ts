@@ -30,9 +30,12 @@ describe('distributed refit through the coordinator', () => {
     expect(res.status).toBe(200);
     const report = res.report as { status: string; world_size: number; engines: Array<{ url: string; rank_offset: number; outcome: string }> };
     expect(report.status).toBe('succeeded');
-    // world = trainer + 2 GPUs + 1 GPU; offsets follow the rows' order
+    // world = trainer + 2 GPUs + 1 GPU; engine i starts after the GPUs of the engines before it
     expect(report.world_size).toBe(4);
-    expect(report.engines.map((e) => e.rank_offset).sort()).toEqual([1, 3]);
+    const gpus = new Map([[sims[0]!.url, 2], [sims[1]!.url, 1]]);
+    const ordered = [...report.engines].sort((a, b) => a.rank_offset - b.rank_offset);
+    expect(ordered[0]!.rank_offset).toBe(1);
+    expect(ordered[1]!.rank_offset).toBe(1 + gpus.get(ordered[0]!.url)!);
 
     // Every engine holds exactly the bytes the trainer sent.
     const sent = new Map(res.sent.map((x) => [x.name, x.checksum]));
