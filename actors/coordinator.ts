@@ -87,6 +87,7 @@ export const coordinatorMachine = setup({
   guards: {
     quorumMet: ({ context }) => context.paused.length >= context.quorum && context.paused.length > 0,
     moreSteps: ({ context }) => context.stepIndex + 1 < context.steps.length,
+    cleanupPending: ({ context }) => context.steps.at(-1)?.runOn === 'joined' && context.stepIndex < context.steps.length - 1,
     verifyWanted: ({ context }) => context.verify && survivors(context).length > 0,
   },
   delays: {
@@ -181,7 +182,7 @@ export const coordinatorMachine = setup({
       initial: 'step',
       after: {
         refitDeadline: {
-          target: 'resuming',
+          target: 'cleanup',
           actions: { type: 'markStalled', params: ({ context }) => ({ phase: 'refit' as const, deadlineMs: context.deadlines.refitMs }) },
         },
       },
@@ -206,6 +207,30 @@ export const coordinatorMachine = setup({
           },
         },
       },
+    },
+    // A refit cut short by its deadline still runs its cleanup step (destroying the weight-update
+    // group), under the resume deadline, before everyone is resumed.
+    cleanup: {
+      always: [
+        {
+          guard: 'cleanupPending',
+          target: 'cleaningUp',
+          actions: assign({ stepIndex: ({ context }) => context.steps.length - 1 }),
+        },
+        { target: 'resuming' },
+      ],
+    },
+    cleaningUp: {
+      entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'refit' as const, targets: context.paused }) },
+      invoke: {
+        src: 'runPhase',
+        input: ({ context }) => ({ refitId: context.refitId, phase: 'refit' as const, stepIndex: context.stepIndex, targets: context.paused }),
+      },
+      on: {
+        'leg.done': { actions: 'recordLeg' },
+        'phase.done': 'resuming',
+      },
+      after: { resumeDeadline: 'resuming' },
     },
     afterRefit: {
       always: [{ guard: 'verifyWanted', target: 'verifying' }, { target: 'resuming' }],

@@ -18,13 +18,13 @@ export interface EngineCommand {
   payload: unknown;
 }
 
-/** What running a command taught us about the engine (computed by the injected runner). */
+/**
+ * What running a command taught us about the engine (computed by the injected runner). Control
+ * calls never count as health results (spec §9.4): a failed one says nothing about liveness,
+ * which is the probes' business.
+ */
 export interface CommandResult {
   outcome: unknown;
-  /** The engine could not be reached at all (connect/send/read failure). */
-  transportFailed: boolean;
-  /** The engine answered (any status): proof of life for an unreachable engine. */
-  answered: boolean;
   control?: ControlState;
   version?: string;
 }
@@ -65,9 +65,7 @@ export type EngineEvent =
   | { type: 'dp.failure' }
   // raised internally, between regions
   | { type: 'cmd.started'; op: CommandOp }
-  | { type: 'cmd.finished' }
-  | { type: 'transport.failed'; error: string }
-  | { type: 'cmd.answered' };
+  | { type: 'cmd.finished' };
 
 export type EngineEmitted = { type: 'command.done'; token: string; result: CommandResult | { error: string } };
 
@@ -91,7 +89,6 @@ export const engineMachine = setup({
     cancelsCurrent: ({ context, event }) => event.type === 'cmd.cancel' && context.current?.token === event.token,
     isRefitOp: ({ event }) => event.type === 'cmd.started' && event.op === 'refit',
     probeThresholdReached: ({ context }) => context.probeFailures + 1 >= context.probeFailureThreshold,
-    probingEnabled: ({ context }) => context.probeIntervalMs > 0,
     // A planned pause or refit suspends the breaker: failures then say nothing about health.
     unplanned: ({ context }) => context.control === 'active' && context.current?.op !== 'refit',
     breakerTrips: ({ context }) =>
@@ -107,11 +104,6 @@ export const engineMachine = setup({
     applyResult: enqueueActions(({ enqueue }, result: CommandResult) => {
       if (result.version !== undefined) enqueue.raise({ type: 'version.set', version: result.version, source: 'passthrough' });
       if (result.control !== undefined) enqueue.raise({ type: 'control.set', control: result.control });
-      enqueue.raise(
-        result.transportFailed
-          ? { type: 'transport.failed', error: describeOutcome(result.outcome) }
-          : { type: 'cmd.answered' },
-      );
       enqueue.raise({ type: 'cmd.finished' });
     }),
   },
@@ -159,13 +151,11 @@ export const engineMachine = setup({
         },
         online: {
           initial: 'resolving',
-          invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs }) },
           on: {
             // Every resting state reacts alike: a refit command makes the engine `refitting`,
             // a control write re-resolves the resting state (refitting overrides it below).
             'cmd.started': { guard: 'isRefitOp', target: '.refitting' },
             'control.set': { target: '.resolving', actions: assign({ control: ({ event }) => event.control }) },
-            'transport.failed': { target: 'unreachable', actions: assign({ lastError: ({ event }) => event.error }) },
             'probe.ok': { actions: assign({ probeFailures: 0 }) },
             'probe.failed': [
               {
@@ -185,7 +175,11 @@ export const engineMachine = setup({
                 { target: 'serving' },
               ],
             },
-            serving: {},
+            // Liveness is probed only while serving: a paused or refitting engine is expected not
+            // to generate, and SGLang's /health runs a generation (it would hang, then fail).
+            serving: {
+              invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs }) },
+            },
             paused: {},
             asleep: {},
             refitting: {
@@ -199,7 +193,6 @@ export const engineMachine = setup({
         unreachable: {
           after: { retryInterval: 'registering' },
           on: {
-            'cmd.answered': 'registering',
             'control.set': { actions: assign({ control: ({ event }) => event.control }) },
           },
         },
@@ -302,11 +295,6 @@ export function lifecycleOf(snapshot: EngineSnapshot): string {
 export function breakerOf(snapshot: EngineSnapshot): 'closed' | 'open' | 'half_open' {
   const b = (snapshot.value as { breaker: string }).breaker;
   return b === 'halfOpen' ? 'half_open' : (b as 'closed' | 'open');
-}
-
-function describeOutcome(outcome: unknown): string {
-  const o = outcome as { message?: unknown };
-  return typeof o?.message === 'string' ? o.message : 'transport failure';
 }
 
 // --- default implementations that fail loudly when the wiring forgot to provide one ---

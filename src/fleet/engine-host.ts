@@ -275,26 +275,27 @@ export class EngineHost {
 
   private async execute(id: string, call: ControlCall, signal: AbortSignal): Promise<CommandResult> {
     const worker = this.deps.registry.get(id);
-    if (!worker) return { outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${id}\` was removed` }, transportFailed: false, answered: false };
+    if (!worker) return { outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${id}\` was removed` } };
     const controlUrl = controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker));
     if (!controlUrl) {
       const outcome: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpointMessage(worker), connectionMode: worker.connectionMode };
-      return { outcome, transportFailed: false, answered: false };
+      return { outcome };
     }
     const outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey }, call, signal);
     this.deps.metrics.controlCall(controlOp(call.path), outcome);
-    if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) {
-      return { outcome, transportFailed: outcome.kind === 'unreachable', answered: outcome.kind === 'answer' };
-    }
+    if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) return { outcome };
     const seen = observeControlCall(call.path, decodeBody(call.body));
+    // Rejections are logged with their reason, never with the value (spec §12.6).
     if (seen.rejected) this.deps.log.info({ worker_id: id, path: call.path, reason: seen.rejected }, 'rl.observe rejected');
+    if (seen.version !== undefined) this.deps.log.info({ worker: worker.baseUrl, version: seen.version, source: 'passthrough' }, 'rl.observe version');
+    if (seen.control !== undefined) this.deps.log.info({ worker: worker.baseUrl, control: seen.control, source: 'passthrough' }, 'rl.observe control');
     // DP ranks share one engine: their actors learn the same facts.
     for (const sib of this.deps.registry.siblings(worker.baseUrl)) {
       if (sib.id === id) continue;
       if (seen.version !== undefined) this.setVersionOne(sib.id, seen.version);
       if (seen.control !== undefined) this.hosted.get(sib.id)?.actor.send({ type: 'control.set', control: seen.control });
     }
-    return { outcome, transportFailed: false, answered: true, control: seen.control, version: seen.version };
+    return { outcome, control: seen.control, version: seen.version };
   }
 
   private setVersionOne(id: string, version: string): void {

@@ -26,6 +26,8 @@ import { Metrics } from '../obs/metrics.ts';
 import { RefitService } from '../refit/service.ts';
 import { reportStatus } from '../refit/report.ts';
 import type { GatewayConfig } from './config.ts';
+import { onMixedComparison } from '../fleet/versions.ts';
+import { BODY_CAP } from '../engines/control-call.ts';
 
 export interface Gateway {
   /** http://host:port the gateway listens on. */
@@ -60,7 +62,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       embedded = await startEmbeddedNats({ log: (line) => log.debug({ component: 'nats-server' }, line) });
       cleanups.push(() => embedded!.stop());
       natsUrl = embedded.url;
-      log.info({ nats_url: natsUrl, pid: embedded.pid }, 'embedded nats-server started');
+      log.info({ nats_url: natsUrl, nats_pid: embedded.pid }, 'embedded nats-server started');
     }
     const bus: Bus = await connectBus({
       url: natsUrl,
@@ -70,6 +72,14 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(() => bus.close());
 
     const subj = subjects(config.subjectRoot);
+    // Spec §12.2: comparing a numeric with a text version is legal but usually a trainer bug.
+    cleanups.push(
+      onMixedComparison((a, b) => log.warn({ a, b }, 'weight versions of mixed kinds (numeric and text) compared lexically; this is logged once')),
+    );
+    const maxPayload = bus.nc.info?.max_payload ?? 0;
+    if (maxPayload > 0 && maxPayload < 2 * BODY_CAP) {
+      log.warn({ max_payload: maxPayload }, 'the NATS server max_payload is below 2 MiB: engine answers near the 1 MiB body cap cannot cross the bus; set max_payload to 8MB');
+    }
     const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true });
     const registry = new Registry(replicaId);
     const cancels = new Cancellations();

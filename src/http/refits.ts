@@ -7,6 +7,7 @@ import type { RouteOptions } from './services.ts';
 import { acceptRawBodies, jsonObjectBody } from './raw-body.ts';
 import { GatewayError } from './errors.ts';
 import { reportStatus } from '../refit/report.ts';
+import { methodNotAllowed } from './rl-workers.ts';
 
 export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   const { refits } = services;
@@ -27,4 +28,7 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
   app.get('/refits', async () => ({ refits: refits.list() }));
 
   app.get<{ Params: { id: string } }>('/refits/:id', async (req) => refits.get(req.params.id));
+
+  app.route({ method: ['PUT', 'PATCH', 'DELETE'], url: '/refits', handler: methodNotAllowed('GET, POST') });
+  app.route({ method: ['POST', 'PUT', 'PATCH', 'DELETE'], url: '/refits/:id', handler: methodNotAllowed('GET') });
 };

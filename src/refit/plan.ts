@@ -117,8 +117,7 @@ export function planRefit(req: RefitRequest, targets: Worker[]): RefitPlan {
   };
 }
 
-/** GPUs one engine spans: tp_size × pp_size from its labels (absent → 1). */
+/** GPU ranks one engine joins with: its tp_size (absent → 1), as SGLang joins rank_offset + tp_rank. */
 export function gpusOf(w: Worker): number {
-  const labels = mergedLabels(w);
-  return Math.max(1, sizeLabel(labels.tp_size) ?? 1) * Math.max(1, sizeLabel(labels.pp_size) ?? 1);
+  return Math.max(1, sizeLabel(mergedLabels(w).tp_size) ?? 1);
 }

@@ -62,7 +62,8 @@ export function buildReport(args: {
     const r: EngineReport = {
       worker_id: w.id,
       url: w.url,
-      outcome: rec.failedIn === undefined && result.paused.includes(w.id) ? 'ok' : 'failed',
+      // Ok means refitted: paused, never failed, and the refit was not called off by the quorum.
+      outcome: rec.failedIn === undefined && result.paused.includes(w.id) && !result.abortReason ? 'ok' : 'failed',
       phases: {
         pause: rec.phases.pause ?? null,
         refit: rec.phases.refit ?? null,
@@ -81,7 +82,10 @@ export function buildReport(args: {
       if (rec.message) r.message = rec.message;
     } else if (r.outcome === 'failed') {
       r.error = result.abortReason ?? 'not_refitted';
-      r.message = result.abortReason === 'quorum_not_met' ? `fewer than ${result.quorum} engines could be paused; the refit was not attempted` : 'engine was not refitted';
+      r.message =
+        result.abortReason === 'quorum_not_met'
+          ? `only ${result.paused.length} of the ${result.quorum} engines the quorum needs could be paused; no engine was refitted`
+          : 'engine was not refitted';
     }
     if (args.group) r.rank_offset = args.group.rankOffsets[w.id];
     return r;

@@ -207,10 +207,14 @@ export function legResult(phase: Phase, o: ControlOutcome, target: string): LegR
   return { ok: true, status: o.status, latencyMs: o.latencyMs };
 }
 
-/** Engines that must pass the pause. Default 1: refit whoever could be paused, report the rest. */
+/**
+ * Engines that must pass the pause. Disk refits default to 1: refit whoever could be paused and
+ * report the rest. Distributed refits default to every target: the trainer fixed the group's
+ * world size before the pause, so a missing engine would leave the others waiting for its ranks.
+ */
 function quorumOf(req: RefitRequest, n: number): number {
   const q = req.quorum;
-  if (!q) return 1;
+  if (!q) return req.source.kind === 'distributed' ? n : 1;
   const byCount = q.min_engines ?? 0;
   const byFraction = q.min_fraction !== undefined ? Math.ceil(q.min_fraction * n) : 0;
   return Math.min(n, Math.max(1, byCount, byFraction));
