@@ -102,6 +102,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
 
 /** The startup errors of spec §1, with SMG's exact messages. */
 export function validateConfig(cfg: GatewayConfig): GatewayConfig {
+  if (!Number.isInteger(cfg.port) || cfg.port < 0 || cfg.port > 65535) throw new ConfigError('port must be 0..65535');
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
     if (policy !== 'any') throw new ConfigError('rl.version_policy requires rl.enabled');
@@ -114,7 +115,6 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   } catch (err) {
     throw new ConfigError(`rl.version_policy: ${(err as Error).message}`);
   }
-  if (cfg.port < 0 || cfg.port > 65535) throw new ConfigError('port must be 0..65535');
   return cfg;
 }
 
@@ -222,8 +222,22 @@ function applyObject(cfg: GatewayConfig, obj: Record<string, unknown>, prefix = 
     }
     const s = byKey.get(path);
     if (!s) throw new ConfigError(`config file: unknown key \`${prefix + k}\``);
-    setPath(cfg, path, Array.isArray(v) ? v.map(String) : typeof v === 'string' ? coerce(s, v, `config key ${path}`) : v);
+    setPath(cfg, path, fileValue(s, v, `config key ${prefix + k}`));
   }
+}
+
+/** A config-file value of the setting's kind; strings go through the flag coercion. */
+function fileValue(s: Setting, v: unknown, where: string): unknown {
+  if (typeof v === 'string') return coerce(s, v, where);
+  const ok =
+    (s.kind === 'int' && Number.isInteger(v)) ||
+    (s.kind === 'bool' && typeof v === 'boolean') ||
+    (s.kind === 'list' && Array.isArray(v) && v.every((x) => typeof x === 'string'));
+  if (!ok) {
+    const want = { int: 'an integer', bool: 'true or false', string: 'a string', list: 'a list of strings' }[s.kind];
+    throw new ConfigError(`${where} must be ${want}, got \`${JSON.stringify(v)}\``);
+  }
+  return s.kind === 'list' ? [...(v as string[])] : v;
 }
 
 function setPath(cfg: GatewayConfig, path: string, value: unknown): void {

@@ -3,7 +3,7 @@
 // `{error, message, ...context}`; with RL off every `/v1/rl` path is an empty 404.
 
 import { timingSafeEqual } from 'node:crypto';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError, type FastifyReply } from 'fastify';
 import { GatewayError } from './errors.ts';
 import type { Services } from './services.ts';
 import { workerRoutes } from './workers.ts';
@@ -26,10 +26,21 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     requestTimeout: 0,
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
+    // URLs the router cannot even match (broken percent-encoding, an over-long id) get the same
+    // JSON envelope as every other error; with RL off a /v1/rl URL stays an empty 404 (§2).
+    frameworkErrors: (err, req, rawReply) => {
+      const reply = rawReply as unknown as FastifyReply;
+      if (!config.rl.enabled && isRlPath(req.url)) return reply.code(404).header('content-length', '0').send();
+      const tooLong = (err as FastifyError).code === 'FST_ERR_MAX_PARAM_LENGTH';
+      const e = tooLong
+        ? new GatewayError('uri_too_long', 'a path segment of the URL is too long')
+        : new GatewayError('invalid_request', `the URL is not valid: ${err.message}`);
+      return reply.code(e.status).send(e.toJSON());
+    },
   });
 
   app.addHook('onRequest', async (req, reply) => {
-    if (!req.url.startsWith(RL_PREFIX) || (req.url.length > RL_PREFIX.length && !'/?'.includes(req.url[RL_PREFIX.length]!))) return;
+    if (!isRlPath(req.url)) return;
     // Spec §2: with RL off, every /v1/rl path, any method, is a 404 with zero bytes — before auth.
     if (!config.rl.enabled) return reply.code(404).header('content-length', '0').send();
     if (config.adminKey && !bearerMatches(req.headers.authorization, config.adminKey)) {
@@ -71,6 +82,11 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     await app.register(refitRoutes, { services, prefix: RL_PREFIX });
   }
   return app;
+}
+
+/** `/v1/rl`, `/v1/rl/...` or `/v1/rl?...`; not `/v1/rlx`. */
+function isRlPath(url: string): boolean {
+  return url.startsWith(RL_PREFIX) && (url.length === RL_PREFIX.length || '/?'.includes(url[RL_PREFIX.length]!));
 }
 
 function bearerMatches(header: string | undefined, key: string): boolean {

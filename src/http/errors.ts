@@ -20,6 +20,7 @@ export const ErrorStatus = {
   not_found: 404,
   method_not_allowed: 405,
   payload_too_large: 413,
+  uri_too_long: 414,
   unsupported_media_type: 415,
   refit_not_found: 404,
   refit_in_progress: 409,

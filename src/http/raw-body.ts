@@ -13,13 +13,16 @@ export function rawBody(body: unknown): Buffer | null {
   return Buffer.isBuffer(body) && body.length > 0 ? body : null;
 }
 
+// JSON text is UTF-8 (RFC 8259 §8.1): invalid bytes are a malformed body, not U+FFFD.
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
 /** Parses a JSON object body for the RL write routes; every failure is `invalid_body` (400). */
 export function jsonObjectBody(body: unknown): Record<string, unknown> {
   const raw = rawBody(body);
   if (!raw) throw new GatewayError('invalid_body', 'request body is missing: expected a JSON object');
   let value: unknown;
   try {
-    value = JSON.parse(raw.toString('utf8'));
+    value = JSON.parse(UTF8.decode(raw));
   } catch (err) {
     throw new GatewayError('invalid_body', `request body is not valid JSON: ${(err as Error).message}`);
   }

@@ -3,7 +3,8 @@
 // GET /workers/:id, DELETE /workers/:id. Secrets never appear in an answer.
 
 import type { FastifyPluginAsync } from 'fastify';
-import { Type, type Static } from '@sinclair/typebox';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { RouteOptions } from './services.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
@@ -28,6 +29,9 @@ type IdParams = Static<typeof IdParams>;
 
 export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   const { registry, view } = services;
+  // Strict validation: fastify's default Ajv coerces types (`{"labels":{"a":1}}` would register
+  // a worker with label "1"); a wrong type must be a 400 that changes nothing.
+  app.setValidatorCompiler(({ schema, httpPart }) => strictValidator(schema as TSchema, httpPart ?? 'body'));
 
   app.post<{ Body: Registration }>('/workers', { schema: { body: Registration } }, async (req, reply) => {
     const { worker, created } = registry.register(req.body);
@@ -57,6 +61,15 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     return { id: w.id, url: w.url, status: 'removed' };
   });
 };
+
+function strictValidator(schema: TSchema, part: string) {
+  const check = TypeCompiler.Compile(schema);
+  return (data: unknown) => {
+    if (check.Check(data)) return { value: data };
+    const first = check.Errors(data).First();
+    return { error: new Error(`${part}${first?.path ?? ''} ${first?.message ?? 'is invalid'}`) };
+  };
+}
 
 /** The SMG-shaped data-plane row; slime reads `id` and `url`. */
 function workerJson(w: Worker, view: FleetView) {
