@@ -6,6 +6,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpEngineClient } from '../engines/http.ts';
 import { GatewayError } from './errors.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
+import { checkDataPlaneBody, type DataPlanePath } from './data-plane-input.ts';
 import type { RouteOptions, Services } from './services.ts';
 
 const HTTP_ONLY = new Set(['http']);
@@ -14,24 +15,15 @@ const HOP_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'c
 
 export const generateRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   acceptRawBodies(app);
-  for (const path of ['/generate', '/v1/chat/completions', '/v1/completions']) {
+  for (const path of ['/generate', '/v1/chat/completions', '/v1/completions'] as const) {
     app.post(path, (req, reply) => relay(services, path, req, reply));
   }
   app.put('/generate', (req, reply) => relay(services, '/generate', req, reply));
 };
 
-async function relay(services: Services, path: string, req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+async function relay(services: Services, path: DataPlanePath, req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const body = rawBody(req.body);
-  if (!body) throw new GatewayError('invalid_request', 'request body is missing: expected a JSON object');
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(body.toString('utf8'));
-  } catch (err) {
-    throw new GatewayError('invalid_request', `request body is not valid JSON: ${(err as Error).message}`);
-  }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-    throw new GatewayError('invalid_request', 'request body must be a JSON object');
-  }
+  checkDataPlaneBody(path, body);
 
   const worker = services.router.pick({ modes: HTTP_ONLY });
   if (!worker) {
