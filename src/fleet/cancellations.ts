@@ -2,6 +2,7 @@
 // that went away (an HTTP client disconnect on whichever replica fronted it) can cancel it over
 // `rl.replica.<id>.cancel`. Only bookkeeping: the engine actor does the actual dropping.
 
+import { setMaxListeners } from 'node:events';
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 
@@ -19,6 +20,8 @@ export class Cancellations {
   /** Runs `work` with a signal that fires if `requestId` is cancelled while it runs. */
   async track<T>(requestId: string | undefined, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
     const ctrl = new AbortController();
+    // One signal serves every leg of a fan-out share, one listener per leg: no leak to warn of.
+    setMaxListeners(0, ctrl.signal);
     if (!requestId) return work(ctrl.signal);
     let set = this.live.get(requestId);
     if (!set) this.live.set(requestId, (set = new Set()));
