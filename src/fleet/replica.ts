@@ -19,9 +19,12 @@ async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (reply: Leg
   const lane = async () => {
     while (next < cmd.legs.length && !signal.aborted) {
       const leg = cmd.legs[next++]!;
+      // Each leg gets its own control timeout from the moment its lane takes it (spec §10.1
+      // step 4: no overall deadline), so a leg held back by the concurrency cap keeps it whole.
+      const call = { ...leg.call, deadline: Date.now() + leg.call.timeoutSecs * 1000 };
       let reply: LegReply;
       try {
-        reply = { workerId: leg.workerId, outcome: await host.run(leg.workerId, leg.call, signal) };
+        reply = { workerId: leg.workerId, outcome: await host.run(leg.workerId, call, signal) };
       } catch (err) {
         reply = { workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message } };
       }

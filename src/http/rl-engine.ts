@@ -1,6 +1,6 @@
 // `/v1/rl` pass-through routes (spec §9–10): GET|POST /workers/:id/engine/* to one worker and
-// GET|POST /engine/*?selector= to every matching worker. Other methods are 405 and reach no
-// engine. A client that disconnects cancels the engine calls still outstanding.
+// GET|POST /engine/*?selector= to every matching worker. Other methods (HEAD and OPTIONS too)
+// are 405 and reach no engine. A client that disconnects cancels the engine calls outstanding.
 
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { RouteOptions } from './services.ts';
@@ -17,6 +17,8 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
     app.route<{ Params: { id: string; '*'?: string } }>({
       method: ['GET', 'POST'],
       url,
+      // fastify would otherwise answer HEAD through this handler, i.e. as an engine call.
+      exposeHeadRoute: false,
       handler: async (req, reply) => {
         const { status, body } = await passthrough.proxy(req.params.id, incoming(req, req.params['*'] ?? '', reply));
         return reply.code(status).send(body);
@@ -28,6 +30,7 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
     app.route<{ Params: { '*'?: string } }>({
       method: ['GET', 'POST'],
       url,
+      exposeHeadRoute: false,
       handler: async (req, reply) => {
         const query = new URLSearchParams(rawQuery(req.url));
         const selector = query.has('selector') ? (query.get('selector') ?? '') : undefined;
@@ -38,7 +41,7 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
   }
 
   for (const url of ['/workers/:id/engine/*', '/engine/*', '/workers/:id/engine', '/engine']) {
-    app.route({ method: ['DELETE', 'PUT', 'PATCH'], url, handler: methodNotAllowed('GET, POST') });
+    app.route({ method: ['DELETE', 'PUT', 'PATCH', 'HEAD', 'OPTIONS'], url, handler: methodNotAllowed('GET, POST') });
   }
 };
 
