@@ -14,7 +14,7 @@ export interface EngineCommand {
   /** Correlates the emitted `command.done` with whoever queued the command. */
   token: string;
   op: CommandOp;
-  /** Opaque to the machine: the injected `runCommand` knows what it is. */
+  /** Opaque to the machine: the host that runs it knows what it is. */
   payload: unknown;
 }
 
@@ -54,6 +54,8 @@ export interface EngineContext extends EngineInput {
 
 export type EngineEvent =
   | { type: 'cmd.enqueue'; command: EngineCommand }
+  /** The host finished running the command it was told to run. */
+  | { type: 'cmd.result'; token: string; result: CommandResult | { error: string } }
   /** The caller went away: drop the command if queued, abort it if running. */
   | { type: 'cmd.cancel'; token: string }
   | { type: 'version.set'; version: string | undefined; source: VersionSource }
@@ -67,7 +69,13 @@ export type EngineEvent =
   | { type: 'cmd.started'; op: CommandOp }
   | { type: 'cmd.finished' };
 
-export type EngineEmitted = { type: 'command.done'; token: string; result: CommandResult | { error: string } };
+export type EngineEmitted =
+  /** Run this command now (the host owns the I/O); answer with `cmd.result`. */
+  | { type: 'command.run'; command: EngineCommand }
+  /** Stop the running command: its caller went away. */
+  | { type: 'command.abort'; token: string }
+  /** The command's answer, for whoever queued it. */
+  | { type: 'command.done'; token: string; result: CommandResult | { error: string } };
 
 export const engineMachine = setup({
   types: {
@@ -79,14 +87,14 @@ export const engineMachine = setup({
   actors: {
     // Defaults throw: the wiring in src/fleet/ must provide real implementations.
     discover: fromMissing<{ workerId: string }, void>('discover'),
-    runCommand: fromMissing<EngineCommand, CommandResult>('runCommand'),
     probeTicker: fromMissingCallback('probeTicker'),
   },
   guards: {
     isPaused: ({ context }) => context.control === 'paused',
     isAsleep: ({ context }) => context.control === 'asleep',
-    hasQueued: ({ context }) => context.queue.length > 0,
+    drained: ({ context }) => context.current === undefined,
     cancelsCurrent: ({ context, event }) => event.type === 'cmd.cancel' && context.current?.token === event.token,
+    resultOfCurrent: ({ context, event }) => event.type === 'cmd.result' && context.current?.token === event.token,
     isRefitOp: ({ event }) => event.type === 'cmd.started' && event.op === 'refit',
     probeThresholdReached: ({ context }) => context.probeFailures + 1 >= context.probeFailureThreshold,
     // A planned pause or refit suspends the breaker: failures then say nothing about health.
@@ -99,12 +107,24 @@ export const engineMachine = setup({
     breakerCooldown: ({ context }) => context.breakerCooldownMs,
   },
   actions: {
-    // What a command taught us travels as the same events an API write would send, so the
-    // lifecycle region re-resolves its resting state exactly as it does for those.
-    applyResult: enqueueActions(({ enqueue }, result: CommandResult) => {
+    start: enqueueActions(({ enqueue }, command: EngineCommand) => {
+      enqueue.assign({ current: command });
+      enqueue.emit({ type: 'command.run', command });
+      if (command.op === 'refit') enqueue.raise({ type: 'cmd.started', op: 'refit' });
+    }),
+    // Ends the current command and starts the next. What the command taught us travels as the
+    // same events an API write would send, so the lifecycle region re-resolves its resting
+    // state exactly as it does for those.
+    finish: enqueueActions(({ context, enqueue }, result: Partial<CommandResult>) => {
       if (result.version !== undefined) enqueue.raise({ type: 'version.set', version: result.version, source: 'passthrough' });
       if (result.control !== undefined) enqueue.raise({ type: 'control.set', control: result.control });
-      enqueue.raise({ type: 'cmd.finished' });
+      if (context.current?.op === 'refit') enqueue.raise({ type: 'cmd.finished' });
+      const [next, ...rest] = context.queue;
+      enqueue.assign({ current: next, queue: rest });
+      if (next) {
+        enqueue.emit({ type: 'command.run', command: next });
+        if (next.op === 'refit') enqueue.raise({ type: 'cmd.started', op: 'refit' });
+      }
     }),
   },
 }).createMachine({
@@ -199,10 +219,12 @@ export const engineMachine = setup({
       },
     },
 
+    // One command at a time, FIFO. The machine decides what runs when; the host runs it (the
+    // emitted `command.run`) and reports back with `cmd.result`. No actor is spawned per command:
+    // this region is on the fan-out hot path.
     commands: {
       initial: 'idle',
       on: {
-        'cmd.enqueue': { actions: assign({ queue: ({ context, event }) => [...context.queue, event.command] }) },
         'cmd.cancel': {
           actions: enqueueActions(({ context, event, enqueue }) => {
             if (!context.queue.some((c) => c.token === event.token)) return;
@@ -213,45 +235,36 @@ export const engineMachine = setup({
       },
       states: {
         idle: {
-          always: { guard: 'hasQueued', target: 'busy' },
+          on: {
+            'cmd.enqueue': { target: 'busy', actions: { type: 'start', params: ({ event }) => event.command } },
+          },
         },
         busy: {
-          entry: [
-            assign(({ context }) => ({ current: context.queue[0], queue: context.queue.slice(1) })),
-            raise(({ context }) => ({ type: 'cmd.started' as const, op: context.current!.op })),
-          ],
           on: {
-            // Leaving `busy` stops the invoked call, which aborts its signal (and the HTTP call).
+            'cmd.enqueue': { actions: assign({ queue: ({ context, event }) => [...context.queue, event.command] }) },
+            'cmd.result': {
+              guard: 'resultOfCurrent',
+              target: 'settle',
+              actions: [
+                emit(({ event }) => ({ type: 'command.done' as const, token: event.token, result: event.result })),
+                { type: 'finish', params: ({ event }) => ('error' in event.result ? {} : event.result) },
+              ],
+            },
+            // The host aborts the running call (its signal, hence the HTTP call) on command.abort.
             'cmd.cancel': {
               guard: 'cancelsCurrent',
-              target: 'idle',
+              target: 'settle',
               actions: [
-                emit(({ event }) => ({ type: 'command.done' as const, token: (event as { token: string }).token, result: { error: 'cancelled' } })),
-                assign({ current: undefined }),
-                raise({ type: 'cmd.finished' }),
+                emit(({ event }) => ({ type: 'command.abort' as const, token: event.token })),
+                emit(({ event }) => ({ type: 'command.done' as const, token: event.token, result: { error: 'cancelled' } })),
+                { type: 'finish', params: {} },
               ],
             },
           },
-          invoke: {
-            src: 'runCommand',
-            input: ({ context }) => context.current!,
-            onDone: {
-              target: 'idle',
-              actions: [
-                emit(({ context, event }) => ({ type: 'command.done' as const, token: context.current!.token, result: event.output })),
-                assign({ current: undefined }),
-                { type: 'applyResult', params: ({ event }) => event.output },
-              ],
-            },
-            onError: {
-              target: 'idle',
-              actions: [
-                emit(({ context, event }) => ({ type: 'command.done' as const, token: context.current!.token, result: { error: String(event.error) } })),
-                raise({ type: 'cmd.finished' }),
-                assign({ current: undefined }),
-              ],
-            },
-          },
+        },
+        // Transient: busy again if `finish` started the next command, idle otherwise.
+        settle: {
+          always: [{ guard: 'drained', target: 'idle' }, { target: 'busy' }],
         },
       },
     },

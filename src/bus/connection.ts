@@ -5,6 +5,7 @@
 
 import {
   connect,
+  createInbox,
   headers as natsHeaders,
   type Msg,
   type MsgHdrs,
@@ -14,6 +15,8 @@ import {
   TimeoutError,
 } from '@nats-io/transport-node';
 import { decode, encode, SENTINEL } from './codec.ts';
+
+const encoder = new TextEncoder();
 
 /** No subscriber on the subject: the thing addressed is hosted nowhere. */
 export class BusNoResponders extends Error {
@@ -127,7 +130,10 @@ export interface Bus {
     handler: (data: unknown) => Promise<unknown>,
     opts?: { queue?: string },
   ): BusSubscription;
-  /** The answering side of requestStream: `send` one reply per item, then a sentinel is sent. */
+  /**
+   * The answering side of requestStream: `send` one reply per item (replies sent in the same
+   * event-loop turn travel as one message holding a JSON array), then a sentinel is sent.
+   */
   respondStream(
     subject: string,
     handler: (data: unknown, send: (reply: unknown) => void) => Promise<void>,
@@ -177,6 +183,24 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
     } catch (err) {
       report(err, msg.subject); // e.g. reply over max_payload, or connection closed
     }
+  };
+
+  // Streamed requests share one wildcard inbox subscription (as nats.js muxes plain requests),
+  // so a fan-out costs no SUB/UNSUB round of its own; replies are routed by the last token.
+  const streams = new Map<string, (msg: Msg) => void>();
+  let streamSeq = 0;
+  let inboxPrefix: string | undefined;
+  const streamInbox = (): string => {
+    if (inboxPrefix) return inboxPrefix;
+    inboxPrefix = createInbox();
+    nc.subscribe(`${inboxPrefix}.*`, {
+      callback: (err, msg) => {
+        if (err) return report(err, `${inboxPrefix}.*`);
+        const id = msg.subject.slice(inboxPrefix!.length + 1);
+        streams.get(id)?.(msg);
+      },
+    });
+    return inboxPrefix;
   };
 
   const bus: Bus = {
@@ -244,16 +268,41 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
             return;
           }
           void (async () => {
+            // Replies that finish together travel together: one message carries a JSON array of
+            // every reply sent in the same turn of the event loop (a fast fan-out of N legs is a
+            // couple of messages, not N), flushed early before a batch nears max_payload.
             let open = true; // replies sent after the sentinel would reach nobody
+            let batch: string[] = [];
+            let bytes = 0;
+            let scheduled = false;
+            const limit = Math.max(64 * 1024, Math.floor((nc.info?.max_payload ?? 1024 * 1024) / 2));
+            const flush = () => {
+              scheduled = false;
+              if (batch.length === 0) return;
+              const payload = encoder.encode(`[${batch.join(',')}]`);
+              batch = [];
+              bytes = 0;
+              safeRespond(msg, payload);
+            };
             const send = (reply: unknown) => {
-              if (open) safeRespond(msg, encode(reply));
+              if (!open) return;
+              const text = JSON.stringify(reply) ?? 'null';
+              if (bytes > 0 && bytes + text.length > limit) flush();
+              batch.push(text);
+              bytes += text.length;
+              if (!scheduled) {
+                scheduled = true;
+                setImmediate(flush);
+              }
             };
             try {
               await handler(decode(msg.data), send);
             } catch (e) {
+              flush();
               const r = errorReply(e);
               safeRespond(msg, r.data, r.headers);
             } finally {
+              flush();
               open = false;
               safeRespond(msg, SENTINEL);
             }
@@ -263,33 +312,50 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
       return { unsubscribe: () => sub.unsubscribe() };
     },
 
-    async requestStream(subject, payload, streamOpts) {
+    requestStream(subject, payload, streamOpts) {
       const { timeoutMs, onMessage } = streamOpts;
-      let received = 0;
-      let ended = false;
-      try {
-        const replies = await nc.requestMany(subject, encode(payload), {
-          strategy: 'sentinel',
-          maxWait: timeoutMs,
-        });
-        for await (const msg of replies) {
-          // The sentinel itself is also yielded by the iterator before it stops.
+      const inbox = streamInbox();
+      const id = `${++streamSeq}`;
+      return new Promise<void>((resolve, reject) => {
+        let received = 0;
+        let chain: Promise<void> = Promise.resolve();
+        let done = false;
+        const finish = (err?: Error) => {
+          if (done) return;
+          done = true;
+          clearTimeout(timer);
+          streams.delete(id);
+          if (err) reject(err);
+          else resolve();
+        };
+        const timer = setTimeout(() => finish(new BusTimeout(subject, timeoutMs, received)), timeoutMs);
+        streams.set(id, (msg) => {
           if (msg.data.length === 0) {
-            ended = true;
-            break;
+            // An empty message is either the server's "no responders" status or our sentinel.
+            if (msg.headers?.code === 503) return finish(new BusNoResponders(subject));
+            chain.then(() => finish(), (e: Error) => finish(e));
+            return;
           }
           const remote = remoteError(subject, msg);
-          if (remote) throw remote;
-          received++;
-          await onMessage(decode(msg.data));
+          if (remote) return finish(remote);
+          let items: unknown;
+          try {
+            items = decode(msg.data);
+          } catch (e) {
+            return finish(e as Error);
+          }
+          for (const item of Array.isArray(items) ? items : [items]) {
+            received++;
+            chain = chain.then(() => onMessage(item));
+          }
+          chain.catch((e: Error) => finish(e));
+        });
+        try {
+          nc.publish(subject, encode(payload), { reply: `${inbox}.${id}` });
+        } catch (e) {
+          finish(mapRequestError(e, subject, timeoutMs));
         }
-      } catch (err) {
-        if (err instanceof BusRemoteError) throw err;
-        const mapped = mapRequestError(err, subject, timeoutMs);
-        throw mapped instanceof BusTimeout ? new BusTimeout(subject, timeoutMs, received, { cause: err }) : mapped;
-      }
-      // The iterator also stops silently when maxWait expires: that is a stall, not an answer.
-      if (!ended) throw new BusTimeout(subject, timeoutMs, received);
+      });
     },
 
     async close() {

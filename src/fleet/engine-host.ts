@@ -12,7 +12,6 @@ import {
   type CommandResult,
   type EngineActor,
   type EngineCommand,
-  type EngineEmitted,
   type EngineSnapshot,
 } from '../../actors/engine.ts';
 import type { Bus, BusSubscription } from '../bus/connection.ts';
@@ -180,7 +179,6 @@ export class EngineHost {
     const machine = engineMachine.provide({
       actors: {
         discover: fromPromise(async ({ signal }) => this.discover(worker.id, signal)),
-        runCommand: fromPromise(async ({ input, signal }) => this.execute(worker.id, input.payload as ControlCall, signal)),
         probeTicker: fromCallback(({ sendBack, input }) => probeLoop(client, input.intervalMs, sendBack)),
       },
     });
@@ -194,10 +192,27 @@ export class EngineHost {
     });
     const hosted: Hosted = { actor, client, pending: new Set(), discoveries: 0, load: 0, cmdSub, lastPublished: '', seededLabel };
     this.hosted.set(worker.id, hosted);
-    actor.on('command.done', (e: EngineEmitted) => {
-      const waiter = this.waiters.get(e.token);
-      this.waiters.delete(e.token);
-      waiter?.(e.result);
+    // The machine says what runs when; the I/O happens here, and its result goes back as an event.
+    const running = new Map<string, AbortController>();
+    actor.on('command.run', ({ command }) => {
+      const ctrl = new AbortController();
+      running.set(command.token, ctrl);
+      this.execute(worker.id, command.payload as ControlCall, ctrl.signal).then(
+        (result) => {
+          running.delete(command.token);
+          actor.send({ type: 'cmd.result', token: command.token, result });
+        },
+        (err: unknown) => {
+          running.delete(command.token);
+          actor.send({ type: 'cmd.result', token: command.token, result: { error: String((err as Error)?.message ?? err) } });
+        },
+      );
+    });
+    actor.on('command.abort', ({ token }) => running.get(token)?.abort());
+    actor.on('command.done', ({ token, result }) => {
+      const waiter = this.waiters.get(token);
+      this.waiters.delete(token);
+      waiter?.(result);
     });
     actor.subscribe({
       next: (snap) => this.publish(worker.id, hosted, snap),

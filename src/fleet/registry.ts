@@ -19,6 +19,8 @@ export interface RegistryEvents {
 export class Registry extends EventEmitter<RegistryEvents> {
   private readonly byId = new Map<string, Worker>();
   private readonly byUrl = new Map<string, string>();
+  /** base_url → ids of its DP ranks: every control call's observation fans out to siblings. */
+  private readonly byBase = new Map<string, Set<string>>();
 
   constructor(private readonly replicaId: string) {
     super();
@@ -79,6 +81,9 @@ export class Registry extends EventEmitter<RegistryEvents> {
     worker.modelId = modelIdOf(worker);
     this.byId.set(worker.id, worker);
     this.byUrl.set(url, worker.id);
+    let ranks = this.byBase.get(baseUrl);
+    if (!ranks) this.byBase.set(baseUrl, (ranks = new Set()));
+    ranks.add(worker.id);
     if (existing) this.emit('replaced', existing, worker);
     else this.emit('added', worker);
     return { worker, created: !existing };
@@ -99,13 +104,21 @@ export class Registry extends EventEmitter<RegistryEvents> {
     const w = this.require(id);
     this.byId.delete(id);
     this.byUrl.delete(w.url);
+    const ranks = this.byBase.get(w.baseUrl);
+    ranks?.delete(id);
+    if (ranks?.size === 0) this.byBase.delete(w.baseUrl);
     this.emit('removed', w);
     return w;
   }
 
   /** Every registry worker of one engine (all DP ranks sharing a base_url). */
   siblings(baseUrl: string): Worker[] {
-    return this.all().filter((w) => w.baseUrl === baseUrl);
+    const out: Worker[] = [];
+    for (const id of this.byBase.get(baseUrl) ?? []) {
+      const w = this.byId.get(id);
+      if (w) out.push(w);
+    }
+    return out;
   }
 }
 
