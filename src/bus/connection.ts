@@ -83,6 +83,14 @@ export function mapRequestError(err: unknown, subject = '?', timeoutMs?: number)
 
 // Error replies keep the success payload untouched: a header marks them, the body is the envelope.
 const ERROR_HEADER = 'Rlgate-Error';
+// Marks the last batch of a stream, standing in for the empty sentinel message.
+const END_HEADER = 'Rlgate-End';
+
+function endHeaders(): MsgHdrs {
+  const h = natsHeaders();
+  h.set(END_HEADER, '1');
+  return h;
+}
 
 function errorReply(err: unknown): { data: Uint8Array; headers: MsgHdrs } {
   const e = err as { code?: unknown; message?: unknown; toJSON?: () => unknown } | null;
@@ -276,13 +284,14 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
             let bytes = 0;
             let scheduled = false;
             const limit = Math.max(64 * 1024, Math.floor((nc.info?.max_payload ?? 1024 * 1024) / 2));
-            const flush = () => {
+            const flush = (last = false) => {
               scheduled = false;
-              if (batch.length === 0) return;
+              if (batch.length === 0) return false;
               const payload = encoder.encode(`[${batch.join(',')}]`);
               batch = [];
               bytes = 0;
-              safeRespond(msg, payload);
+              safeRespond(msg, payload, last ? endHeaders() : undefined);
+              return true;
             };
             const send = (reply: unknown) => {
               if (!open) return;
@@ -295,16 +304,19 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
                 setImmediate(flush);
               }
             };
+            let failed = false;
             try {
               await handler(decode(msg.data), send);
             } catch (e) {
+              failed = true;
               flush();
               const r = errorReply(e);
               safeRespond(msg, r.data, r.headers);
             } finally {
-              flush();
               open = false;
-              safeRespond(msg, SENTINEL);
+              // The last batch carries the end marker itself; a bare sentinel only when there is
+              // nothing left to send (one message fewer per replica on every fan-out).
+              if (failed || !flush(true)) safeRespond(msg, SENTINEL);
             }
           })();
         },
@@ -348,7 +360,8 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
             received++;
             chain = chain.then(() => onMessage(item));
           }
-          chain.catch((e: Error) => finish(e));
+          if (msg.headers?.get(END_HEADER)) chain.then(() => finish(), (e: Error) => finish(e));
+          else chain.catch((e: Error) => finish(e));
         });
         try {
           nc.publish(subject, encode(payload), { reply: `${inbox}.${id}` });

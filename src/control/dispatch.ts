@@ -14,11 +14,30 @@ export interface Leg {
   call: ControlCall;
 }
 
-/** What a replica receives: its share of a fan-out. */
+/**
+ * What a replica receives: its share of a fan-out. Each distinct call travels once (a fan-out
+ * body goes over the bus once per replica, not once per engine); legs point at it by index.
+ */
 export interface ReplicaCommand {
   requestId: string;
-  legs: Leg[];
+  calls: ControlCall[];
+  legs: Array<{ workerId: string; call: number }>;
   concurrency: number;
+}
+
+/** Packs legs into a ReplicaCommand, sharing identical call objects. */
+export function packLegs(requestId: string, legs: Leg[], concurrency: number): ReplicaCommand {
+  const calls: ControlCall[] = [];
+  const index = new Map<ControlCall, number>();
+  const packed = legs.map((leg) => {
+    let i = index.get(leg.call);
+    if (i === undefined) {
+      i = calls.push(leg.call) - 1;
+      index.set(leg.call, i);
+    }
+    return { workerId: leg.workerId, call: i };
+  });
+  return { requestId, calls, legs: packed, concurrency };
 }
 
 export interface LegReply {
@@ -72,7 +91,7 @@ export class Dispatcher {
     // batch; each leg still carries (and enforces) its own deadline.
     const rounds = Math.ceil(legs.length / Math.max(1, opts.concurrency));
     const timeoutMs = Math.max(1, latest - Date.now()) * Math.max(1, rounds) + BUS_MARGIN_MS;
-    const command: ReplicaCommand = { requestId: randomUUID(), legs, concurrency: opts.concurrency };
+    const command = packLegs(randomUUID(), legs, opts.concurrency);
     const stopCancel = this.cancelOnAbort(opts.signal, owner, command.requestId);
     try {
       const stream = this.deps.bus.requestStream(this.deps.subjects.replicaCmd(owner), command, {

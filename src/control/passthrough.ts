@@ -47,6 +47,8 @@ export class Passthrough {
       log: Logger;
       timeoutSecs: number;
       concurrency: number;
+      /** Largest request body that still fits one bus message (derived from max_payload). */
+      maxCallBodyBytes: number;
     },
   ) {}
 
@@ -113,6 +115,13 @@ export class Passthrough {
   }
 
   callFor(path: string, req: Pick<IncomingControl, 'method' | 'rawQuery' | 'body' | 'contentType' | 'trace'>): ControlCall {
+    // Control calls cross NATS to the replica owning the engine: a body the bus cannot carry is
+    // refused up front instead of failing every leg.
+    if (req.body && req.body.length > this.deps.maxCallBodyBytes) {
+      throw new GatewayError('payload_too_large', `control request bodies are limited to ${this.deps.maxCallBodyBytes} bytes by the bus (NATS max_payload)`, {
+        limit: this.deps.maxCallBodyBytes,
+      });
+    }
     const call: ControlCall = {
       method: req.method,
       path,

@@ -18,7 +18,8 @@ async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (reply: Leg
   let next = 0;
   const lane = async () => {
     while (next < cmd.legs.length && !signal.aborted) {
-      const leg = cmd.legs[next++]!;
+      const { workerId, call: index } = cmd.legs[next++]!;
+      const leg = { workerId, call: cmd.calls[index]! };
       // Each leg gets its own control timeout from the moment its lane takes it (spec §10.1
       // step 4: no overall deadline), so a leg held back by the concurrency cap keeps it whole.
       const call = { ...leg.call, deadline: Date.now() + leg.call.timeoutSecs * 1000 };

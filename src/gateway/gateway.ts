@@ -116,6 +116,8 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       log: log.child({ component: 'rl' }),
       timeoutSecs: config.rl.controlTimeoutSecs,
       concurrency: config.rl.fanoutConcurrency,
+      // base64 grows a body by 4/3; leave room for the call's other fields.
+      maxCallBodyBytes: Math.floor(((maxPayload || 1024 * 1024) - 16 * 1024) * 0.75),
     });
     const refits = new RefitService({
       view,

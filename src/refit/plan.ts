@@ -41,12 +41,13 @@ export function planRefit(req: RefitRequest, targets: Worker[]): RefitPlan {
       flush_cache: source.flush_cache ?? true,
     };
     if (source.load_format) body.load_format = source.load_format;
+    const load: CallSpec = { method: 'POST', path: 'update_weights_from_disk', body };
     return {
       steps: [{ name: 'update_weights_from_disk', runOn: 'remaining' }],
       pause,
       resume,
       verify,
-      step: () => ({ method: 'POST', path: 'update_weights_from_disk', body }),
+      step: () => load,
     };
   }
 

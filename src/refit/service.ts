@@ -92,10 +92,14 @@ export class RefitService {
       const abort = new AbortController();
       phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
       this.publish(id, { type: 'phase', phase: input.phase, step: input.phase === 'refit' ? plan.steps[input.stepIndex]?.name : undefined, targets: input.targets });
+      // Engines given the same spec share one call object, so it crosses the bus once per replica.
+      const calls = new Map<CallSpec, ReturnType<RefitService['callOf']>>();
       const legs = input.targets.map((wid) => {
         const w = byId.get(wid)!;
         const spec = specFor(plan, input, w);
-        return { worker: w, call: this.callOf(spec, id) };
+        let call = calls.get(spec);
+        if (!call) calls.set(spec, (call = this.callOf(spec, id)));
+        return { worker: w, call };
       });
       void this.deps.passthrough
         .runLegs(legs, abort.signal, (wid, outcome) => {
