@@ -231,6 +231,8 @@ export class EngineHost {
     const label = mergedLabels(next).weight_version;
     const versionChanged = label !== h.seededLabel;
     h.seededLabel = label;
+    // The discovery this triggers is a registration: label seeding rules, caller labels win.
+    h.discoveries = 0;
     h.actor.send({ type: 'registration.changed', seedVersion: seedFrom(label), versionChanged });
   }
 

@@ -89,6 +89,22 @@ export class Registry extends EventEmitter<RegistryEvents> {
     return { worker, created: !existing };
   }
 
+  /** Changes a registered worker's caller labels, key or type (its URL is its identity). */
+  update(id: string, patch: { labels?: Record<string, string>; api_key?: string | null; worker_type?: string; runtime_type?: string }): Worker {
+    const prev = this.require(id);
+    const next: Worker = {
+      ...prev,
+      callerLabels: patch.labels !== undefined ? { ...patch.labels } : prev.callerLabels,
+      apiKey: patch.api_key !== undefined ? patch.api_key : prev.apiKey,
+      workerType: patch.worker_type?.trim() || prev.workerType,
+      engine: patch.runtime_type?.trim() || prev.engine,
+    };
+    next.modelId = modelIdOf(next);
+    this.byId.set(id, next);
+    this.emit('replaced', prev, next);
+    return next;
+  }
+
   /** Discovery results: labels from the engine; caller labels still win in the merged view. */
   setDiscovered(id: string, labels: Record<string, string>): Worker | undefined {
     const w = this.byId.get(id);

@@ -1,6 +1,6 @@
 // The data-plane worker registry API that slime and SMG clients call: POST /workers (202,
 // discovery in the background; re-registering a URL is idempotent), GET /workers,
-// GET /workers/:id, DELETE /workers/:id. Secrets never appear in an answer.
+// GET /workers/:id, PUT|PATCH /workers/:id, DELETE /workers/:id. Secrets never appear in an answer.
 
 import type { FastifyPluginAsync } from 'fastify';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
@@ -23,6 +23,17 @@ const Registration = Type.Object(
   { additionalProperties: true },
 );
 type Registration = Static<typeof Registration>;
+
+const Update = Type.Object(
+  {
+    api_key: Type.Optional(Type.Union([Type.String({ maxLength: 4096 }), Type.Null()])),
+    runtime_type: Type.Optional(Type.String({ maxLength: 64 })),
+    worker_type: Type.Optional(Type.String({ maxLength: 64 })),
+    labels: Type.Optional(Type.Record(Type.String({ maxLength: 256 }), Type.String({ maxLength: 4096 }))),
+  },
+  { additionalProperties: false },
+);
+type Update = Static<typeof Update>;
 
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 256 }) });
 type IdParams = Static<typeof IdParams>;
@@ -55,6 +66,17 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   app.get<{ Params: IdParams }>('/workers/:id', { schema: { params: IdParams } }, async (req) => {
     return workerJson(registry.require(req.params.id), view);
   });
+
+  // The worker update route: new caller labels (they replace the old ones), key or type; the
+  // engine's actor re-runs discovery, and a changed weight_version label re-seeds its version.
+  for (const method of ['PUT', 'PATCH'] as const) {
+    app.route<{ Params: IdParams; Body: Update }>({
+      method,
+      url: '/workers/:id',
+      schema: { params: IdParams, body: Update },
+      handler: async (req) => workerJson(registry.update(req.params.id, req.body), view),
+    });
+  }
 
   app.delete<{ Params: IdParams }>('/workers/:id', { schema: { params: IdParams } }, async (req) => {
     const w = registry.remove(req.params.id);

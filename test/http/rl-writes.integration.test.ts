@@ -322,3 +322,40 @@ describe('version and state writes', () => {
     });
   });
 });
+
+describe('worker update route (PUT/PATCH /workers/:id)', () => {
+  let t: TestGateway;
+  let sim: SimProcess;
+  let id: string;
+
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '0']);
+    t = await startTestGateway();
+    [id] = await t.register([sim.url]);
+  });
+  afterAll(async () => {
+    await t?.close();
+    await sim?.stop();
+  });
+
+  it('replaces caller labels and re-seeds the version from a changed weight_version label', async () => {
+    const r = await t.http('PATCH', `/workers/${id}`, { body: { labels: { role: 'rollout', weight_version: '12' } } });
+    expect(r.status).toBe(200);
+    expect(r.json.labels.role).toBe('rollout');
+    await t.waitReady(1);
+    const row = (await t.http('GET', `/v1/rl/workers/${id}`)).json;
+    expect(row.role).toBe('rollout');
+    expect(row.weight_version).toBe('12');
+    expect(row.version_source).toBe('registration');
+    expect(row.labels).not.toHaveProperty('api_key');
+  });
+
+  it('refuses unknown fields and wrong types with 400, and unknown ids with 404, changing nothing', async () => {
+    expect((await t.http('PUT', `/workers/${id}`, { body: { url: 'http://elsewhere:1' } })).status).toBe(400);
+    expect((await t.http('PATCH', `/workers/${id}`, { body: { labels: { a: 1 } } })).status).toBe(400);
+    const missing = await t.http('PATCH', '/workers/nope', { body: { labels: {} } });
+    expect(missing.status).toBe(404);
+    expect(missing.json.error).toBe('worker_not_found');
+    expect((await t.http('GET', `/v1/rl/workers/${id}`)).json.role).toBe('rollout');
+  });
+});
