@@ -5,6 +5,7 @@
 import { Type, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { GatewayError } from './errors.ts';
+import { parseJsonObject } from './raw-body.ts';
 
 const Int = Type.Integer();
 const StrOrStrs = Type.Union([Type.String(), Type.Array(Type.String())]);
@@ -53,21 +54,9 @@ const CHECKS = {
 
 export type DataPlanePath = keyof typeof CHECKS;
 
-// JSON text is UTF-8 (RFC 8259 §8.1): invalid bytes make a malformed body, not U+FFFD.
-const UTF8 = new TextDecoder('utf-8', { fatal: true });
-
 /** Parses and checks one data-plane body; throws `invalid_request` (400) naming the field. */
 export function checkDataPlaneBody(path: DataPlanePath, raw: Buffer | null): Record<string, unknown> {
-  if (!raw) throw new GatewayError('invalid_request', 'request body is missing: expected a JSON object');
-  let value: unknown;
-  try {
-    value = JSON.parse(UTF8.decode(raw));
-  } catch (err) {
-    throw new GatewayError('invalid_request', `request body is not valid JSON: ${(err as Error).message}`);
-  }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    throw new GatewayError('invalid_request', 'request body must be a JSON object');
-  }
+  const value = parseJsonObject(raw, 'invalid_request');
   const check = CHECKS[path];
   if (!check.Check(value)) {
     const first = check.Errors(value).First();

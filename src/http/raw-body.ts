@@ -18,16 +18,20 @@ const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
 /** Parses a JSON object body for the RL write routes; every failure is `invalid_body` (400). */
 export function jsonObjectBody(body: unknown): Record<string, unknown> {
-  const raw = rawBody(body);
-  if (!raw) throw new GatewayError('invalid_body', 'request body is missing: expected a JSON object');
+  return parseJsonObject(rawBody(body), 'invalid_body');
+}
+
+/** Strict UTF-8 JSON object, or a 400 with the given code that says what was wrong. */
+export function parseJsonObject(raw: Buffer | null, code: 'invalid_body' | 'invalid_request'): Record<string, unknown> {
+  if (!raw) throw new GatewayError(code, 'request body is missing: expected a JSON object');
   let value: unknown;
   try {
     value = JSON.parse(UTF8.decode(raw));
   } catch (err) {
-    throw new GatewayError('invalid_body', `request body is not valid JSON: ${(err as Error).message}`);
+    throw new GatewayError(code, `request body is not valid JSON: ${(err as Error).message}`);
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    throw new GatewayError('invalid_body', 'request body must be a JSON object');
+    throw new GatewayError(code, 'request body must be a JSON object');
   }
   return value as Record<string, unknown>;
 }

@@ -4,8 +4,7 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import type { RouteOptions } from './services.ts';
-import { acceptRawBodies, jsonObjectBody } from './raw-body.ts';
-import { GatewayError } from './errors.ts';
+import { acceptRawBodies, parseJsonObject, rawBody } from './raw-body.ts';
 import { reportStatus } from '../refit/report.ts';
 import { methodNotAllowed } from './rl-workers.ts';
 
@@ -14,13 +13,8 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
   acceptRawBodies(app);
 
   app.post('/refits', async (req, reply) => {
-    let body: Record<string, unknown>;
-    try {
-      body = jsonObjectBody(req.body);
-    } catch (err) {
-      // The refit route speaks the generic request-error code; invalid_body belongs to §11 writes.
-      throw new GatewayError('invalid_request', (err as Error).message);
-    }
+    // The refit route speaks the generic request-error code; invalid_body belongs to §11 writes.
+    const body = parseJsonObject(rawBody(req.body), 'invalid_request');
     const report = await refits.run(body, 'http');
     return reply.code(reportStatus(report)).send(report);
   });

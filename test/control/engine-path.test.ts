@@ -1,16 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { GatewayError } from '../../src/http/errors.ts';
+import { gatewayError } from '../fixtures/errors.ts';
 import { controlOp, queryWithoutSelector, validateEnginePath } from '../../src/control/engine-path.ts';
 
-function gatewayError(fn: () => unknown): GatewayError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof GatewayError) return err;
-    throw err;
-  }
-  throw new Error('expected a GatewayError');
-}
 
 describe('validateEnginePath (§8)', () => {
   it.each([

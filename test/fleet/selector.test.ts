@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { GatewayError } from '../../src/http/errors.ts';
+import { gatewayError } from '../fixtures/errors.ts';
 import {
   SelectorSyntaxError,
   matchesSelector,
@@ -7,15 +7,6 @@ import {
   selectorFromQuery,
 } from '../../src/fleet/selector.ts';
 
-function gatewayError(fn: () => unknown): GatewayError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof GatewayError) return err;
-    throw err;
-  }
-  throw new Error('expected a GatewayError');
-}
 
 function syntaxError(text: string): SelectorSyntaxError {
   try {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { GatewayError } from '../../src/http/errors.ts';
+import { gatewayError } from '../fixtures/errors.ts';
 import {
   admit,
   formatVersionPolicy,
@@ -8,15 +8,6 @@ import {
 } from '../../src/fleet/version-policy.ts';
 import type { Candidate, VersionPolicy } from '../../src/fleet/version-policy.ts';
 
-function gatewayError(fn: () => unknown): GatewayError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof GatewayError) return err;
-    throw err;
-  }
-  throw new Error('expected a GatewayError');
-}
 
 describe('parseVersionPolicy (§13.1)', () => {
   it.each<[string, VersionPolicy]>([

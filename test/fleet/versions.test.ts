@@ -1,5 +1,5 @@
 import { beforeEach, describe, expect, it } from 'vitest';
-import { GatewayError } from '../../src/http/errors.ts';
+import { gatewayError } from '../fixtures/errors.ts';
 import {
   checkVersion,
   compareBytes,
@@ -12,15 +12,6 @@ import {
   versionFromBodyField,
 } from '../../src/fleet/versions.ts';
 
-function gatewayError(fn: () => unknown): GatewayError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof GatewayError) return err;
-    throw err;
-  }
-  throw new Error('expected a GatewayError');
-}
 
 const EMPTY = 'weight_version is empty';
 const TOO_LONG = 'weight_version exceeds 128 bytes';
