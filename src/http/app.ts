@@ -40,7 +40,10 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   });
 
   app.addHook('onRequest', async (req, reply) => {
-    if (!isRlPath(req.url)) return;
+    // Judge by the route fastify matched (it decodes the path: `/v1/%72l/...` is `/v1/rl/...`),
+    // and by the decoded path when nothing matched, never by the raw URL alone.
+    const pattern = req.routeOptions?.url;
+    if (!(pattern ? isRlPath(pattern) : isRlPath(decodedPath(req.url)))) return;
     // Spec §2: with RL off, every /v1/rl path, any method, is a 404 with zero bytes — before auth.
     if (!config.rl.enabled) return reply.code(404).header('content-length', '0').send();
     if (config.adminKey && !bearerMatches(req.headers.authorization, config.adminKey)) {
@@ -82,6 +85,15 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     await app.register(refitRoutes, { services, prefix: RL_PREFIX });
   }
   return app;
+}
+
+function decodedPath(url: string): string {
+  const path = url.split('?', 1)[0]!;
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return path;
+  }
 }
 
 /** `/v1/rl`, `/v1/rl/...` or `/v1/rl?...`; not `/v1/rlx`. */
