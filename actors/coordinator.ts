@@ -35,6 +35,8 @@ export interface CoordinatorInput {
   verify: boolean;
   /** Engines that must pass the pause for the refit to go ahead (1..targets.length). */
   quorum: number;
+  /** Engines that were paused before the refit: they are refitted but left paused. */
+  keepPaused: string[];
   deadlines: { pauseMs: number; refitMs: number; verifyMs: number; resumeMs: number };
 }
 
@@ -252,12 +254,13 @@ export const coordinatorMachine = setup({
         },
       },
     },
-    // Every target is resumed, paused or not: a pause that timed out may still have landed.
+    // Every target the refit paused is resumed, whether its pause answered or not: a pause that
+    // timed out may still have landed. Engines paused before the refit stay paused.
     resuming: {
-      entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'resume' as const, targets: context.targets }) },
+      entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'resume' as const, targets: resumeTargets(context) }) },
       invoke: {
         src: 'runPhase',
-        input: ({ context }) => ({ refitId: context.refitId, phase: 'resume' as const, stepIndex: 0, targets: context.targets }),
+        input: ({ context }) => ({ refitId: context.refitId, phase: 'resume' as const, stepIndex: 0, targets: resumeTargets(context) }),
       },
       on: {
         'leg.done': { actions: 'recordLeg' },
@@ -278,6 +281,10 @@ export const coordinatorMachine = setup({
 /** Engines that passed the pause and have not failed since. */
 export function survivors(context: CoordinatorContext): string[] {
   return context.paused.filter((id) => context.engines[id]?.failedIn === undefined);
+}
+
+function resumeTargets(context: CoordinatorContext): string[] {
+  return context.targets.filter((id) => !context.keepPaused.includes(id));
 }
 
 function stepTargets(context: CoordinatorContext): string[] {

@@ -296,9 +296,10 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
             const send = (reply: unknown) => {
               if (!open) return;
               const text = JSON.stringify(reply) ?? 'null';
-              if (bytes > 0 && bytes + text.length > limit) flush();
+              const size = Buffer.byteLength(text);
+              if (bytes > 0 && bytes + size > limit) flush();
               batch.push(text);
-              bytes += text.length;
+              bytes += size;
               if (!scheduled) {
                 scheduled = true;
                 setImmediate(flush);

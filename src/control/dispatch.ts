@@ -79,7 +79,9 @@ export class Dispatcher {
         opts.onLeg({ workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${leg.workerId}\` was removed` } });
         continue;
       }
-      byOwner.set(owner, [...(byOwner.get(owner) ?? []), leg]);
+      const share = byOwner.get(owner);
+      if (share) share.push(leg);
+      else byOwner.set(owner, [leg]);
     }
     await Promise.all([...byOwner].map(([owner, share]) => this.toReplica(owner, share, opts)));
   }

@@ -37,7 +37,6 @@ export class ControlClient {
     const onCancel = () => ctrl.abort();
     if (signal?.aborted) ctrl.abort();
     else signal?.addEventListener('abort', onCancel, { once: true });
-    const { origin, prefix } = this.originOf(base);
     const body = decodeBody(call.body);
     const headers: Record<string, string> = {};
     if (call.contentType) headers['content-type'] = call.contentType;
@@ -46,6 +45,7 @@ export class ControlClient {
     if (target.apiKey) headers.authorization = `Bearer ${target.apiKey}`;
 
     try {
+      const { origin, prefix } = this.originOf(base);
       const res = await this.agent.request({
         origin,
         path: `${prefix}/${call.path}${call.query ? `?${call.query}` : ''}`,

@@ -20,11 +20,12 @@ import { decodeBody, type ControlCall, type ControlOutcome } from '../engines/co
 import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { HttpEngineClient } from '../engines/http.ts';
+import { GrpcEngineClient } from '../engines/grpc.ts';
 import { controlOp } from '../control/engine-path.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { controlUrlFor } from './control-url.ts';
-import { labelsFromServerInfo } from './labels.ts';
+import { labelsFromFacts } from './discovery.ts';
 import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
 import type { Cancellations } from './cancellations.ts';
@@ -68,6 +69,8 @@ interface Hosted {
   client: EngineClient;
   /** Tokens of commands sent to this actor and not answered yet. */
   pending: Set<string>;
+  /** Control calls in flight, by command token: aborted when the engine is removed. */
+  running: Map<string, AbortController>;
   /** Completed discoveries: the first seeds from labels, later ones trust the engine. */
   discoveries: number;
   /** Data-plane requests in flight; a plain counter, never an actor event (hot path). */
@@ -127,8 +130,13 @@ export class EngineHost {
     const h = this.hosted.get(id);
     if (!h) return;
     h.load = Math.max(0, h.load - 1);
-    if (outcome === 'success') h.actor.send({ type: 'dp.success' });
-    else if (outcome === 'failure') h.actor.send({ type: 'dp.failure' });
+    if (outcome === 'failure') h.actor.send({ type: 'dp.failure' });
+    else if (outcome === 'success') {
+      // A success only matters to a breaker that has failures to forget or is half-open: skip
+      // the actor step on the hot path otherwise.
+      const snap = h.actor.getSnapshot();
+      if (snap.context.breakerFailures > 0 || (snap.value as { breaker: string }).breaker !== 'closed') h.actor.send({ type: 'dp.success' });
+    }
   }
 
   /**
@@ -179,7 +187,8 @@ export class EngineHost {
     const machine = engineMachine.provide({
       actors: {
         discover: fromPromise(async ({ signal }) => this.discover(worker.id, signal)),
-        probeTicker: fromCallback(({ sendBack, input }) => probeLoop(client, input.intervalMs, sendBack)),
+        // Looked up per tick: a new api key or URL replaces the client after this actor started.
+        probeTicker: fromCallback(({ sendBack, input }) => probeLoop(() => this.hosted.get(worker.id)?.client, input.intervalMs, sendBack)),
       },
     });
     const actor = createActor(machine, {
@@ -190,10 +199,10 @@ export class EngineHost {
       const { call, requestId } = data as { call: ControlCall; requestId?: string };
       return this.deps.cancels.track(requestId, (signal) => this.run(worker.id, call, signal));
     });
-    const hosted: Hosted = { actor, client, pending: new Set(), discoveries: 0, load: 0, cmdSub, lastPublished: '', seededLabel };
+    const hosted: Hosted = { actor, client, pending: new Set(), running: new Map(), discoveries: 0, load: 0, cmdSub, lastPublished: '', seededLabel };
     this.hosted.set(worker.id, hosted);
     // The machine says what runs when; the I/O happens here, and its result goes back as an event.
-    const running = new Map<string, AbortController>();
+    const running = hosted.running;
     actor.on('command.run', ({ command }) => {
       const ctrl = new AbortController();
       running.set(command.token, ctrl);
@@ -242,13 +251,16 @@ export class EngineHost {
     this.hosted.delete(id);
     h.cmdSub.unsubscribe();
     h.actor.stop();
+    for (const ctrl of h.running.values()) ctrl.abort();
     // Whoever waits on this engine's commands gets an answer now, not at their deadline.
     for (const token of [...h.pending]) {
       const waiter = this.waiters.get(token);
       this.waiters.delete(token);
       waiter?.({ error: `worker \`${id}\` was removed` });
     }
-    this.deps.metrics.forget(h.actor.getSnapshot().context.url);
+    const url = h.actor.getSnapshot().context.url;
+    // The engine's gauges go only when no DP rank of it is left.
+    this.deps.metrics.forget(url, this.deps.registry.siblings(url.replace(/@\d+$/, '')).length === 0);
     await h.client.close();
   }
 
@@ -256,6 +268,8 @@ export class EngineHost {
     switch (worker.connectionMode) {
       case 'http':
         return new HttpEngineClient(worker.url.replace(/@\d+$/, ''), worker.apiKey);
+      case 'grpc':
+        return new GrpcEngineClient(worker.url);
       default:
         return new UnsupportedWireClient(worker);
     }
@@ -265,7 +279,7 @@ export class EngineHost {
     const h = this.hosted.get(id);
     if (!h) throw new Error('engine no longer hosted');
     const facts = await h.client.discover(signal);
-    const labels = labelsFromServerInfo(facts.serverInfo, facts.modelInfo);
+    const labels = labelsFromFacts(h.client.mode, facts);
     const worker = this.deps.registry.setDiscovered(id, labels);
     if (!worker) return;
     h.discoveries++;
@@ -365,7 +379,7 @@ function noControlEndpointMessage(w: Worker): string {
   );
 }
 
-function probeLoop(client: EngineClient, intervalMs: number, sendBack: (e: { type: 'probe.ok' } | { type: 'probe.failed'; error: string }) => void) {
+function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: number, sendBack: (e: { type: 'probe.ok' } | { type: 'probe.failed'; error: string }) => void) {
   if (intervalMs <= 0) return () => {};
   let stopped = false;
   let ctrl: AbortController | undefined;
@@ -374,6 +388,8 @@ function probeLoop(client: EngineClient, intervalMs: number, sendBack: (e: { typ
     ctrl = new AbortController();
     const timer = setTimeout(() => ctrl?.abort(), Math.max(1000, intervalMs));
     try {
+      const client = clientOf();
+      if (!client) return;
       await client.probe(ctrl.signal);
       if (!stopped) sendBack({ type: 'probe.ok' });
     } catch (err) {

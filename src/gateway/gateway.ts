@@ -105,7 +105,8 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       },
     });
     cleanups.push(() => host.close());
-    const subs: BusSubscription[] = [serveReplicaCommands({ bus, subjects: subj, replicaId, host, cancels })];
+    const replicaSub = serveReplicaCommands({ bus, subjects: subj, replicaId, host, cancels });
+    cleanups.push(() => replicaSub.unsubscribe());
     const view = new FleetView({ registry, host });
     const dispatcher = new Dispatcher({ bus, subjects: subj, registry });
     const passthrough = new Passthrough({
@@ -133,6 +134,10 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         resumeMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
       },
     });
+    // Shutdown lets running refits finish (and resume what they paused) while this replica still
+    // answers its engines' commands: it stops taking refits, drains, and only then lets go.
+    cleanups.push(() => refits.drain());
+    const subs: BusSubscription[] = [];
     const router = new Router({ registry, view, host });
     const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, router };
 

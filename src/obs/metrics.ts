@@ -77,15 +77,22 @@ export class Metrics {
     if (!this.rl) return;
     this.controlState().set({ worker }, e.control === 'paused' ? 1 : e.control === 'asleep' ? 2 : 0);
     if (e.weight_version !== null && /^\d+$/.test(e.weight_version)) this.weightVersion().set({ worker }, Number(e.weight_version));
+    else this.weightVersion().remove({ worker });
   }
 
   request(route: string, status: number): void {
     this.requests.inc({ route, status_class: `${Math.floor(status / 100)}xx` });
   }
 
-  forget(url: string): void {
+  /** A removed worker: drop its series (the RL gauges are per engine base URL). */
+  forget(url: string, engineGone = true): void {
     const prev = this.lastState.get(url);
     if (prev !== undefined) this.engineStates.remove({ worker: url, state: prev });
     this.lastState.delete(url);
+    if (this.rl && engineGone) {
+      const worker = url.replace(/@\d+$/, '');
+      this.weightVersion().remove({ worker });
+      this.controlState().remove({ worker });
+    }
   }
 }

@@ -48,6 +48,8 @@ export function buildReport(args: {
   request: RefitRequest;
   selector: string | null;
   targets: Worker[];
+  /** Selected engines left out because they were asleep (no weights in memory). */
+  asleep: Worker[];
   result: CoordinatorContext;
   phaseMs: Partial<Record<Phase, number>>;
   startedAt: Date;
@@ -90,6 +92,21 @@ export function buildReport(args: {
     if (args.group) r.rank_offset = args.group.rankOffsets[w.id];
     return r;
   });
+  for (const w of args.asleep) {
+    const e = view.engine(w);
+    engines.push({
+      worker_id: w.id,
+      url: w.url,
+      outcome: 'failed',
+      failed_phase: 'pause',
+      error: 'engine_asleep',
+      message: 'the engine is asleep (its memory is released): wake it up, then refit it',
+      phases: { pause: null, refit: null, verify: null, resume: null },
+      breaker: e.breaker,
+      state: e.state,
+      weight_version: e.version ?? null,
+    });
+  }
   const succeeded = engines.filter((e) => e.outcome === 'ok').length;
   const report: RefitReport = {
     id: args.id,

@@ -43,12 +43,14 @@ const DistributedSource = Type.Object(
   { additionalProperties: false },
 );
 
+// setTimeout's ceiling: a longer delay would overflow and fire at once.
+const Ms = Type.Integer({ minimum: 1, maximum: 2_147_483_647 });
 const Deadlines = Type.Object(
   {
-    pause: Type.Optional(Type.Integer({ minimum: 1 })),
-    refit: Type.Optional(Type.Integer({ minimum: 1 })),
-    verify: Type.Optional(Type.Integer({ minimum: 1 })),
-    resume: Type.Optional(Type.Integer({ minimum: 1 })),
+    pause: Type.Optional(Ms),
+    refit: Type.Optional(Ms),
+    verify: Type.Optional(Ms),
+    resume: Type.Optional(Ms),
   },
   { additionalProperties: false },
 );

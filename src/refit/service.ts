@@ -7,7 +7,7 @@ import { createActor, fromCallback, toPromise } from 'xstate';
 import { coordinatorMachine, type CoordinatorEvent, type LegResult, type Phase, type PhaseInput } from '../../actors/coordinator.ts';
 import type { Bus } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
-import type { ControlOutcome } from '../engines/control-call.ts';
+import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
 import type { Passthrough } from '../control/passthrough.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { selectorFromQuery } from '../fleet/selector.ts';
@@ -32,6 +32,8 @@ export interface RefitDefaults {
 export class RefitService {
   private readonly reports = new Map<string, RefitReport>();
   private readonly busy = new Set<string>();
+  private readonly running = new Set<Promise<RefitReport>>();
+  private closing = false;
 
   constructor(
     private readonly deps: {
@@ -68,18 +70,66 @@ export class RefitService {
     }
     const clash = targets.find((w) => this.busy.has(w.id));
     if (clash) throw new GatewayError('refit_in_progress', `worker \`${clash.id}\` is already part of a running refit`, { worker_id: clash.id });
-    const plan = planRefit(req, targets);
+    if (this.closing) throw new GatewayError('bus_unavailable', 'the gateway is shutting down; send the refit to another replica');
 
+    // An asleep engine holds no weights in memory: it is reported, not paused or refitted.
+    const asleep = targets.filter((w) => this.deps.view.engine(w).control === 'asleep');
+    const active = targets.filter((w) => !asleep.includes(w));
+    // Engines an operator paused before the refit stay paused after it: the refit resumes only
+    // what it paused.
+    const keepPaused = active.filter((w) => this.deps.view.engine(w).control === 'paused').map((w) => w.id);
     const id = randomUUID();
+    const plan = planRefit(req, active);
+    // Every call of every phase is built (and size-checked) before anything is paused, so a bad
+    // request is refused whole instead of failing halfway with engines paused.
+    const calls = this.prepareCalls(plan, active, id);
+
     for (const w of targets) this.busy.add(w.id);
+    const running = this.execute({ id, req, selector: selectorText ?? null, targets: active, asleep, keepPaused, plan, calls, origin });
+    this.running.add(running);
     try {
-      return await this.execute(id, req, selectorText ?? null, targets, plan, origin);
+      return await running;
     } finally {
+      this.running.delete(running);
       for (const w of targets) this.busy.delete(w.id);
     }
   }
 
-  private async execute(id: string, req: RefitRequest, selector: string | null, targets: Worker[], plan: RefitPlan, origin: string): Promise<RefitReport> {
+  /** Stop taking refits and wait for the running ones (each still resumes what it paused). */
+  async drain(): Promise<void> {
+    this.closing = true;
+    await Promise.allSettled([...this.running]);
+  }
+
+  private prepareCalls(plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
+    const shared = new Map<CallSpec, ControlCall>();
+    const calls = new Map<string, ControlCall>();
+    const put = (phase: Phase, step: number, w: Worker, spec: CallSpec) => {
+      let call = shared.get(spec);
+      if (!call) shared.set(spec, (call = this.callOf(spec, refitId)));
+      calls.set(callKey(phase, step, w.id), call);
+    };
+    for (const w of targets) {
+      put('pause', 0, w, plan.pause);
+      plan.steps.forEach((_, i) => put('refit', i, w, plan.step(i, w)));
+      if (plan.verify) put('verify', 0, w, plan.verify);
+      put('resume', 0, w, plan.resume);
+    }
+    return calls;
+  }
+
+  private async execute(args: {
+    id: string;
+    req: RefitRequest;
+    selector: string | null;
+    targets: Worker[];
+    asleep: Worker[];
+    keepPaused: string[];
+    plan: RefitPlan;
+    calls: Map<string, ControlCall>;
+    origin: string;
+  }): Promise<RefitReport> {
+    const { id, req, selector, targets, plan, origin } = args;
     const startedAt = new Date();
     const byId = new Map(targets.map((w) => [w.id, w]));
     const phaseStarted = new Map<Phase, number>();
@@ -93,17 +143,17 @@ export class RefitService {
       phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
       this.publish(id, { type: 'phase', phase: input.phase, step: input.phase === 'refit' ? plan.steps[input.stepIndex]?.name : undefined, targets: input.targets });
       // Engines given the same spec share one call object, so it crosses the bus once per replica.
-      const calls = new Map<CallSpec, ReturnType<RefitService['callOf']>>();
-      const legs = input.targets.map((wid) => {
-        const w = byId.get(wid)!;
-        const spec = specFor(plan, input, w);
-        let call = calls.get(spec);
-        if (!call) calls.set(spec, (call = this.callOf(spec, id)));
-        return { worker: w, call };
-      });
+      const legs = input.targets.map((wid) => ({ worker: byId.get(wid)!, call: args.calls.get(callKey(input.phase, input.stepIndex, wid))! }));
       void this.deps.passthrough
         .runLegs(legs, abort.signal, (wid, outcome) => {
           sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: legResult(input.phase, outcome, req.weight_version) });
+        })
+        .catch((err: unknown) => {
+          // Never leave the coordinator waiting: an unexpected failure fails the phase's legs.
+          this.deps.log.error({ err, refit_id: id, phase: input.phase }, 'refit phase failed unexpectedly');
+          for (const wid of input.targets) {
+            sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: { ok: false, error: 'internal_error', message: 'the gateway failed to run this phase', latencyMs: 0 } });
+          }
         })
         .then(() => {
           if (!abort.signal.aborted) sendBack({ type: 'phase.done' });
@@ -122,6 +172,7 @@ export class RefitService {
         steps: plan.steps,
         verify: plan.verify !== null,
         quorum,
+        keepPaused: args.keepPaused,
         deadlines: { pauseMs: d.pauseMs, refitMs: d.refitMs, verifyMs: d.verifyMs, resumeMs: d.resumeMs },
       },
     });
@@ -133,6 +184,7 @@ export class RefitService {
       request: req,
       selector,
       targets,
+      asleep: args.asleep,
       result,
       phaseMs,
       startedAt,
@@ -171,17 +223,8 @@ export class RefitService {
   }
 }
 
-function specFor(plan: RefitPlan, input: PhaseInput, w: Worker): CallSpec {
-  switch (input.phase) {
-    case 'pause':
-      return plan.pause;
-    case 'refit':
-      return plan.step(input.stepIndex, w);
-    case 'verify':
-      return plan.verify!;
-    case 'resume':
-      return plan.resume;
-  }
+function callKey(phase: Phase, step: number, workerId: string): string {
+  return `${phase}|${step}|${workerId}`;
 }
 
 /**

@@ -59,3 +59,40 @@ describe('data-plane breaker', () => {
     expect(rows[bad.url]!.breaker).toBe('closed');
   });
 });
+
+describe('callers that go away', () => {
+  let t: TestGateway;
+  let sim: SimProcess;
+
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '20']);
+    t = await startTestGateway({ breakerThreshold: 2, probeIntervalSecs: 0 });
+    await t.register([sim.url]);
+  });
+  afterAll(async () => {
+    await t?.close();
+    await sim?.stop();
+  });
+
+  it('a cancelled streamed /generate is no engine failure: the breaker stays closed', async () => {
+    const { request } = await import('undici');
+    for (let i = 0; i < 4; i++) {
+      const ctrl = new AbortController();
+      const res = await request(`${t.url}/generate`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ text: 'hi', stream: true, sampling_params: { max_new_tokens: 64 } }),
+        signal: ctrl.signal,
+      });
+      expect(res.statusCode).toBe(200);
+      for await (const _chunk of res.body) {
+        ctrl.abort();
+        break;
+      }
+    }
+    await new Promise((r) => setTimeout(r, 200)); // the gateway sees the disconnects
+    const row = (await t.http('GET', '/v1/rl/workers')).json.workers[0];
+    expect(row.breaker).toBe('closed');
+    expect((await t.http('POST', '/generate', { body: gen })).status).toBe(200);
+  });
+});

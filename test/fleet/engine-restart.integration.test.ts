@@ -49,3 +49,31 @@ describe('engine restart', () => {
     expect((await t.http('POST', '/generate', { body: { text: 'x', sampling_params: { max_new_tokens: 1 } } })).status).toBe(200);
   });
 });
+
+describe('engine key change', () => {
+  let t: TestGateway;
+  let sim: SimProcess;
+  let id: string;
+
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '0']);
+    t = await startTestGateway({ probeIntervalSecs: 1, probeFailureThreshold: 1, retryIntervalSecs: 1 });
+    [id] = await t.register([sim.url]);
+  });
+  afterAll(async () => {
+    await t?.close();
+    await sim?.stop();
+  });
+
+  it('probes keep using the current client after the api key changes (no flapping)', async () => {
+    expect((await t.http('PATCH', `/workers/${id}`, { body: { api_key: 'new-key' } })).status).toBe(200);
+    await t.waitReady(1);
+    const states = new Set<string>();
+    const until = Date.now() + 3_500; // several probe periods
+    while (Date.now() < until) {
+      states.add((await t.http('GET', `/v1/rl/workers/${id}`)).json.state);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect([...states]).toEqual(['serving']);
+  });
+});

@@ -1,0 +1,18 @@
+// What an engine's self-description becomes as worker labels, per wire (spec §6.4): SGLang's flat
+// server info and model info; TokenSpeed gRPC's GetModelInfo flattened whole plus the chosen
+// `server_args` keys and every `rl.*` advertisement; ZMQ facts synthesized from the handshake.
+// Pure; the engine host calls it after each discovery.
+
+import type { EngineFacts } from '../engines/engine-client.ts';
+import { flattenModelInfo, labelsFromServerInfo } from './labels.ts';
+import type { ConnectionMode } from './worker.ts';
+
+export function labelsFromFacts(mode: ConnectionMode, facts: EngineFacts): Record<string, string> {
+  if (mode !== 'grpc') return labelsFromServerInfo(facts.serverInfo, facts.modelInfo);
+  const out = facts.modelInfo ? flattenModelInfo(facts.modelInfo) : {};
+  Object.assign(out, labelsFromServerInfo(facts.serverInfo, null));
+  // GetModelInfo carries the live version (server_args may hold the launch value).
+  const live = facts.modelInfo?.weight_version;
+  if (typeof live === 'string' && live.trim() !== '') out.weight_version = live;
+  return out;
+}
