@@ -2,9 +2,9 @@
 // plugins registered from one explicit list; errors go through one handler that answers
 // `{error, message, ...context}`; with RL off every `/v1/rl` path is an empty 404.
 
-import { timingSafeEqual } from 'node:crypto';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError, type FastifyReply } from 'fastify';
 import { GatewayError } from './errors.ts';
+import { bearerMatches } from './admin-auth.ts';
 import type { Services } from './services.ts';
 import { workerRoutes } from './workers.ts';
 import { rlWorkerRoutes } from './rl-workers.ts';
@@ -101,10 +101,4 @@ function isRlPath(url: string): boolean {
   return url.startsWith(RL_PREFIX) && (url.length === RL_PREFIX.length || '/?'.includes(url[RL_PREFIX.length]!));
 }
 
-function bearerMatches(header: string | undefined, key: string): boolean {
-  const m = /^Bearer\s+(.+)$/i.exec(header ?? '');
-  if (!m) return false;
-  const given = Buffer.from(m[1]!.trim());
-  const want = Buffer.from(key);
-  return given.length === want.length && timingSafeEqual(given, want);
-}
+

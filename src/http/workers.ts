@@ -6,6 +6,8 @@ import type { FastifyPluginAsync } from 'fastify';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { RouteOptions } from './services.ts';
+import { GatewayError } from './errors.ts';
+import { bearerMatches } from './admin-auth.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { healthOf } from '../fleet/fleet-view.ts';
@@ -44,7 +46,22 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   // a worker with label "1"); a wrong type must be a 400 that changes nothing.
   app.setValidatorCompiler(({ schema, httpPart }) => strictValidator(schema as TSchema, httpPart ?? 'body'));
 
+  // A worker's api key is sent as a bearer to wherever its `rl.control_url` label points (spec
+  // §7.1: the label is trusted). With an admin key configured, whatever can set or redirect those
+  // — a key, an `rl.*` label, any change or removal of a worker — needs the admin bearer. A plain
+  // registration (`{url, worker_type}`, what slime sends) stays open so slime works unchanged.
+  const guard = (headers: { authorization?: string }, sensitive: boolean) => {
+    if (sensitive && services.config.adminKey && !bearerMatches(headers.authorization, services.config.adminKey)) {
+      throw new GatewayError('unauthorized', 'changing worker keys, rl.* labels or existing workers needs the admin bearer token');
+    }
+  };
+  const touchesSecrets = (b: { api_key?: unknown; labels?: Record<string, string> }) =>
+    b.api_key !== undefined || Object.keys(b.labels ?? {}).some((k) => k.startsWith('rl.'));
+
   app.post<{ Body: Registration }>('/workers', { schema: { body: Registration } }, async (req, reply) => {
+    // Re-registering a URL without a key or rl.* labels drops them: nothing to leak, and slime
+    // re-registers restarted engines this way.
+    guard(req.headers, touchesSecrets(req.body));
     const { worker, created } = registry.register(req.body);
     reply.code(202);
     return {
@@ -74,11 +91,15 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
       method,
       url: '/workers/:id',
       schema: { params: IdParams, body: Update },
-      handler: async (req) => workerJson(registry.update(req.params.id, req.body), view),
+      handler: async (req) => {
+        guard(req.headers, true);
+        return workerJson(registry.update(req.params.id, req.body), view);
+      },
     });
   }
 
   app.delete<{ Params: IdParams }>('/workers/:id', { schema: { params: IdParams } }, async (req) => {
+    guard(req.headers, true);
     const w = registry.remove(req.params.id);
     return { id: w.id, url: w.url, status: 'removed' };
   });
