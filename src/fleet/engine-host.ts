@@ -21,7 +21,7 @@ import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { HttpEngineClient } from '../engines/http.ts';
 import { GrpcEngineClient } from '../engines/grpc.ts';
-import { controlOp } from '../control/engine-path.ts';
+import { controlOp, validateEnginePath } from '../control/engine-path.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { controlUrlFor } from './control-url.ts';
@@ -307,6 +307,12 @@ export class EngineHost {
   private async execute(id: string, call: ControlCall, signal: AbortSignal): Promise<CommandResult> {
     const worker = this.deps.registry.get(id);
     if (!worker) return { outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${id}\` was removed` } };
+    // Commands reach this replica over NATS from anyone on the bus: the path rules hold here too.
+    try {
+      validateEnginePath(call.path);
+    } catch (err) {
+      return { outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message } };
+    }
     const controlUrl = controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker));
     if (!controlUrl) {
       const outcome: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpointMessage(worker), connectionMode: worker.connectionMode };
