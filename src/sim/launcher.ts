@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 
 const ENTRY: Record<string, string> = {
   sglang: fileURLToPath(new URL('./sglang/main.ts', import.meta.url)),
+  tokenspeed: fileURLToPath(new URL('./tokenspeed/main.ts', import.meta.url)),
 };
 
 export interface SimProcess {
@@ -27,8 +28,10 @@ export async function launchSim(kind: string, args: string[] = [], opts: { start
   const entry = ENTRY[kind];
   if (!entry) throw new Error(`unknown simulator kind \`${kind}\` (known: ${Object.keys(ENTRY).join(', ')})`);
   const hasPort = args.some((a) => a === '--port' || a.startsWith('--port='));
-  const child = spawn(process.execPath, ['--import', 'tsx', entry, ...(hasPort ? [] : ['--port', '0']), ...args], {
-    stdio: ['ignore', 'pipe', opts.stderr ?? 'ignore'],
+  // stdin stays open for the child's lifetime: if this process dies, the pipe closes and the
+  // simulator exits by itself (--exit-on-stdin-close) instead of living on as an orphan.
+  const child = spawn(process.execPath, ['--import', 'tsx', entry, ...(hasPort ? [] : ['--port', '0']), '--exit-on-stdin-close', ...args], {
+    stdio: ['pipe', 'pipe', opts.stderr ?? 'ignore'],
     env: { ...process.env },
   });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));

@@ -1,0 +1,99 @@
+// `rlgate serve` as a user runs it: engines and gateway in one command; the engines register,
+// refit through the gateway, a crashed engine is restarted, and SIGTERM takes everything down.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+interface Serving {
+  url: string;
+  engines: Array<{ url: string; pid: number }>;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function json(url: string, init?: Parameters<typeof request>[1]) {
+  const r = await request(url, init);
+  return { status: r.statusCode, body: (await r.body.json()) as any }; // eslint-disable-line @typescript-eslint/no-explicit-any
+}
+
+async function until<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (ok(v)) return v;
+    if (Date.now() > deadline) throw new Error(`timed out; last ${JSON.stringify(v).slice(0, 300)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('rlgate serve', () => {
+  let child: ChildProcess;
+  let serving: Serving;
+
+  beforeAll(async () => {
+    child = spawn(process.execPath, ['bin/rlgate.mjs', 'serve', '--engines', '2', '--port', '0', '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    serving = await new Promise<Serving>((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('serve did not start')), 30_000);
+      createInterface({ input: child.stdout! }).on('line', (l) => {
+        const m = JSON.parse(l) as Serving & { event: string };
+        if (m.event === 'serving') {
+          clearTimeout(t);
+          resolve(m);
+        }
+      });
+    });
+  });
+  afterAll(() => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  });
+
+  it('registers every engine and refits them through the gateway', async () => {
+    const rows = await until(
+      () => json(`${serving.url}/v1/rl/workers`),
+      (r) => r.body.total === 2 && r.body.workers.every((w: { health: string }) => w.health === 'ready'),
+    );
+    expect(rows.body.workers.map((w: { url: string }) => w.url).sort()).toEqual(serving.engines.map((e) => e.url).sort());
+    const refit = await json(`${serving.url}/v1/rl/refits`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ weight_version: '4', source: { kind: 'disk', model_path: '/m' } }),
+    });
+    expect(refit.status).toBe(200);
+  });
+
+  it('restarts an engine that crashed', async () => {
+    const victim = serving.engines[0]!;
+    process.kill(victim.pid, 'SIGKILL');
+    // Back on the same URL, answering the gateway again.
+    const health = async () => {
+      try {
+        const r = await request(`${victim.url}/health`);
+        await r.body.dump();
+        return r.statusCode;
+      } catch {
+        return 0;
+      }
+    };
+    await until(health, (status) => status === 200);
+  });
+
+  it('SIGTERM stops the gateway and every engine', async () => {
+    child.kill('SIGTERM');
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    expect(code).toBe(0);
+    await until(
+      async () => serving.engines.map((e) => e.pid).filter(alive),
+      (left) => left.length === 0,
+      10_000,
+    );
+  });
+});
