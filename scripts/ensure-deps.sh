@@ -44,3 +44,22 @@ if [[ -z "$(find_nats_server)" ]]; then
     exit 1
   fi
 fi
+
+# The cross-language wire test generates Python stubs from proto/ with Debian's protoc and runs them
+# with Debian's interpreter (python3-grpcio). Installed when missing and allowed, like nats-server.
+PY_PKGS=(python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev)
+py_ready() {
+  command -v protoc >/dev/null 2>&1 && [[ -x /usr/bin/grpc_python_plugin ]] && [[ -f /usr/include/google/protobuf/struct.proto ]] \
+    && /usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1
+}
+if ! py_ready; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: installing the Debian packages of the cross-language test: ${PY_PKGS[*]}" >&2
+    apt-get update >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${PY_PKGS[@]}" >&2
+  fi
+  if ! py_ready; then
+    echo "ensure-deps: the cross-language test needs Debian packages: apt-get install ${PY_PKGS[*]}" >&2
+    exit 1
+  fi
+fi

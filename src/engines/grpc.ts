@@ -1,0 +1,260 @@
+// TokenSpeed engines over gRPC (`tokenspeed.grpc.scheduler.TokenSpeedScheduler`, proto/): discovery
+// through GetServerInfo + GetModelInfo, liveness through the HealthCheck RPC, and token-level
+// generation with the engine-stamped weight version. Control calls never come here: they go to
+// the engine's HTTP control app (control-client.ts). Knows nothing of routes or NATS.
+
+import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import type { EngineClient, EngineFacts } from './engine-client.ts';
+import { GenerationError, type FinishReason, type TokenEngine, type TokenEvent, type TokenRequest } from './generation.ts';
+
+const PROTO_DIR = fileURLToPath(new URL('../../proto/', import.meta.url));
+
+type Unary = (req: unknown, md: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res: any) => void) => grpc.ClientUnaryCall; // eslint-disable-line @typescript-eslint/no-explicit-any
+interface SchedulerClient extends grpc.Client {
+  Generate(req: unknown, md: grpc.Metadata, opts?: grpc.CallOptions): grpc.ClientReadableStream<GenerateResponse>;
+  HealthCheck: Unary;
+  Abort: Unary;
+  GetModelInfo: Unary;
+  GetServerInfo: Unary;
+}
+
+interface OutputLogProbs {
+  token_logprobs?: number[];
+}
+interface GenerateResponse {
+  request_id: string;
+  response?: 'chunk' | 'complete';
+  chunk?: {
+    token_ids: number[];
+    prompt_tokens: number;
+    completion_tokens: number;
+    cached_tokens: number;
+    output_logprobs?: OutputLogProbs | null;
+    index: number;
+    weight_version?: string;
+  };
+  complete?: {
+    output_ids: number[];
+    finish_reason: string;
+    prompt_tokens: number;
+    completion_tokens: number;
+    cached_tokens: number;
+    output_logprobs?: OutputLogProbs | null;
+    matched_stop?: 'matched_token_id' | 'matched_stop_str';
+    matched_token_id?: number;
+    matched_stop_str?: string;
+    index: number;
+    weight_version?: string;
+  };
+}
+
+let ctor: (new (address: string, creds: grpc.ChannelCredentials, opts?: grpc.ChannelOptions) => SchedulerClient) | undefined;
+
+/** Loaded once per process, from the same proto/ the simulators use. */
+function schedulerCtor() {
+  if (ctor) return ctor;
+  const def = protoLoader.loadSync(['tokenspeed_scheduler.proto'], {
+    keepCase: true,
+    longs: String,
+    enums: String,
+    defaults: true,
+    oneofs: true,
+    includeDirs: [PROTO_DIR],
+  });
+  const pkg = grpc.loadPackageDefinition(def) as unknown as { tokenspeed: { grpc: { scheduler: { TokenSpeedScheduler: typeof ctor } } } };
+  ctor = pkg.tokenspeed.grpc.scheduler.TokenSpeedScheduler;
+  return ctor!;
+}
+
+/** `grpc://host:port` (or `grpcs://`) with an optional `@<dp-rank>` → a channel target. */
+export function grpcTarget(url: string): { address: string; tls: boolean } {
+  const m = /^(grpcs?):\/\/(.+?)(?:@\d+)?\/?$/.exec(url.trim());
+  if (!m) throw new Error(`not a gRPC worker URL: ${url}`);
+  return { address: m[2]!, tls: m[1] === 'grpcs' };
+}
+
+export class GrpcEngineClient implements EngineClient, TokenEngine {
+  readonly mode = 'grpc' as const;
+  private readonly client: SchedulerClient;
+
+  constructor(readonly url: string) {
+    const { address, tls } = grpcTarget(url);
+    const Ctor = schedulerCtor();
+    this.client = new Ctor(address, tls ? grpc.credentials.createSsl() : grpc.credentials.createInsecure(), {
+      'grpc.keepalive_time_ms': 30_000,
+      'grpc.max_receive_message_length': 64 * 1024 * 1024,
+    });
+  }
+
+  async discover(signal: AbortSignal): Promise<EngineFacts> {
+    const [server, model] = await Promise.all([this.unary('GetServerInfo', {}, signal, 10_000), this.unary('GetModelInfo', {}, signal, 10_000)]);
+    // server_args is a Struct: proto-loader hands it as {fields: {key: Value}}.
+    const serverArgs = structToJson(server.server_args);
+    if (typeof server.tokenspeed_version === 'string' && server.tokenspeed_version) serverArgs.version ??= server.tokenspeed_version;
+    const scheduler = structToJson(server.scheduler_info);
+    if (scheduler.shm_namespace_id !== undefined) serverArgs.shm_namespace_id = scheduler.shm_namespace_id;
+    return { serverInfo: serverArgs, modelInfo: model as Record<string, unknown> };
+  }
+
+  async probe(signal: AbortSignal): Promise<void> {
+    const res = await this.unary('HealthCheck', {}, signal, 25_000);
+    if (!res.healthy) throw new Error(`HealthCheck: unhealthy${res.message ? `: ${res.message}` : ''}`);
+  }
+
+  async *generate(req: TokenRequest, signal: AbortSignal): AsyncIterable<TokenEvent> {
+    const call = this.client.Generate(toProto(req), new grpc.Metadata());
+    let seen = 0;
+    const onAbort = () => {
+      call.cancel();
+      // The engine aborts the request when the stream drops; say so explicitly as SMG does.
+      this.client.Abort({ request_id: req.rid, reason: 'Stream dropped' }, new grpc.Metadata(), { deadline: Date.now() + 5_000 }, () => {});
+    };
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      for await (const msg of call as AsyncIterable<GenerateResponse>) {
+        const ev = fromProto(msg);
+        if (!ev) continue;
+        seen++;
+        yield ev;
+      }
+    } catch (err) {
+      throw toGenerationError(err as grpc.ServiceError, seen === 0, signal.aborted);
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.client.close();
+  }
+
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  private unary(method: 'HealthCheck' | 'GetModelInfo' | 'GetServerInfo', req: unknown, signal: AbortSignal, timeoutMs: number): Promise<any> {
+    return new Promise((resolve, reject) => {
+      const call = this.client[method](req, new grpc.Metadata(), { deadline: Date.now() + timeoutMs }, (err, res) => {
+        signal.removeEventListener('abort', onAbort);
+        if (err) reject(new Error(`${method}: ${grpc.status[err.code] ?? err.code} ${err.details ?? ''}`.trim()));
+        else resolve(res);
+      });
+      const onAbort = () => call.cancel();
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}
+
+function toProto(req: TokenRequest): Record<string, unknown> {
+  const s = req.sampling;
+  const sampling: Record<string, unknown> = {
+    skip_special_tokens: s.skip_special_tokens ?? true,
+    spaces_between_special_tokens: s.spaces_between_special_tokens ?? true,
+  };
+  for (const k of ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'max_new_tokens', 'min_new_tokens', 'stop_token_ids', 'ignore_eos', 'no_stop_trim', 'n', 'sampling_seed', 'regex', 'json_schema'] as const) {
+    if (s[k] !== undefined) sampling[k] = s[k];
+  }
+  if (s.ebnf !== undefined) sampling.ebnf_grammar = s.ebnf;
+  return {
+    request_id: req.rid,
+    tokenized: { input_ids: req.inputIds },
+    sampling_params: sampling,
+    return_logprob: req.returnLogprob,
+    top_logprobs_num: req.topLogprobsNum,
+    stream: req.stream,
+  };
+}
+
+function fromProto(msg: GenerateResponse): TokenEvent | undefined {
+  if (msg.chunk && (msg.response === 'chunk' || !msg.complete)) {
+    const c = msg.chunk;
+    const ev: TokenEvent = {
+      kind: 'chunk',
+      index: c.index,
+      tokenIds: c.token_ids,
+      promptTokens: c.prompt_tokens,
+      completionTokens: c.completion_tokens,
+      cachedTokens: c.cached_tokens,
+    };
+    if (c.output_logprobs?.token_logprobs?.length) ev.logprobs = c.output_logprobs.token_logprobs;
+    if (c.weight_version !== undefined) ev.weightVersion = c.weight_version;
+    return ev;
+  }
+  if (!msg.complete) return undefined;
+  const c = msg.complete;
+  const ev: TokenEvent = {
+    kind: 'complete',
+    index: c.index,
+    outputIds: c.output_ids,
+    finishReason: finishOf(c),
+    promptTokens: c.prompt_tokens,
+    completionTokens: c.completion_tokens,
+    cachedTokens: c.cached_tokens,
+  };
+  if (c.output_logprobs?.token_logprobs?.length) ev.logprobs = c.output_logprobs.token_logprobs;
+  if (c.weight_version !== undefined) ev.weightVersion = c.weight_version;
+  return ev;
+}
+
+function finishOf(c: NonNullable<GenerateResponse['complete']>): FinishReason {
+  switch (c.finish_reason) {
+    case 'length':
+      return { type: 'length', length: c.completion_tokens };
+    case 'abort':
+      return { type: 'abort', message: 'aborted by the engine' };
+    default:
+      return { type: 'stop', matched: c.matched_stop === 'matched_stop_str' ? (c.matched_stop_str ?? null) : (c.matched_token_id ?? null) };
+  }
+}
+
+/** gRPC status → why the stream ended (spec/engines.md §2.4: aborts end with an error status). */
+function toGenerationError(err: grpc.ServiceError, beforeFirst: boolean, cancelledByUs: boolean): GenerationError {
+  const detail = `${grpc.status[err.code] ?? err.code}: ${err.details || err.message}`;
+  if (cancelledByUs) return new GenerationError('aborted', 'cancelled by the client', beforeFirst);
+  switch (err.code) {
+    case grpc.status.INVALID_ARGUMENT:
+      return new GenerationError('invalid_argument', detail, beforeFirst);
+    case grpc.status.UNAVAILABLE:
+      return new GenerationError('unavailable', detail, beforeFirst);
+    case grpc.status.DEADLINE_EXCEEDED:
+      return new GenerationError('deadline', detail, beforeFirst);
+    case grpc.status.CANCELLED:
+    case grpc.status.INTERNAL:
+    case grpc.status.ABORTED:
+    case grpc.status.RESOURCE_EXHAUSTED:
+      // The python servicer ends an engine-side abort with a status derived from the abort's
+      // code (anything but 400/408/429/504 → INTERNAL): an abort partial, not a gateway error.
+      return new GenerationError('aborted', detail, beforeFirst);
+    default:
+      return new GenerationError('internal', detail, beforeFirst);
+  }
+}
+
+/** google.protobuf.Struct as proto-loader decodes it → plain JSON. */
+export function structToJson(s: unknown): Record<string, unknown> {
+  const fields = (s as { fields?: Record<string, unknown> } | null)?.fields;
+  if (!fields) return {};
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(fields)) out[k] = valueToJson(v);
+  return out;
+}
+
+function valueToJson(v: unknown): unknown {
+  const val = v as { kind?: string; [k: string]: unknown };
+  switch (val?.kind) {
+    case 'nullValue':
+      return null;
+    case 'numberValue':
+      return val.numberValue;
+    case 'stringValue':
+      return val.stringValue;
+    case 'boolValue':
+      return val.boolValue;
+    case 'structValue':
+      return structToJson(val.structValue);
+    case 'listValue':
+      return ((val.listValue as { values?: unknown[] })?.values ?? []).map(valueToJson);
+    default:
+      return null;
+  }
+}

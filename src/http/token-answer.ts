@@ -1,0 +1,96 @@
+// Builds SGLang-shaped /generate answers (spec/slime-data-plane.md §5.1) from the token events of
+// a non-HTTP engine: one object per choice, cumulative while streaming, an abort partial with
+// `finish_reason.type: "abort"` when the engine aborts mid-stream. Pure: no I/O, no routing.
+
+import type { FinishReason, TokenEvent } from '../engines/generation.ts';
+
+export interface AnswerContext {
+  rid: string;
+  /** The version attributed at dispatch (table, else label, else "default"): used when the engine stamps none. */
+  dispatchVersion: string;
+  returnLogprob: boolean;
+  detokenize?: (ids: number[]) => string;
+  startedAt: number;
+}
+
+interface Choice {
+  outputIds: number[];
+  logprobs: number[];
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+  weightVersion: string | undefined;
+  finish: FinishReason | null;
+}
+
+export class TokenAnswer {
+  private readonly choices = new Map<number, Choice>();
+
+  constructor(private readonly ctx: AnswerContext) {}
+
+  /** Folds one event in; returns the index of the choice it touched. */
+  push(ev: TokenEvent): number {
+    const c = this.choice(ev.index);
+    if (ev.kind === 'chunk') {
+      c.outputIds.push(...ev.tokenIds);
+      if (ev.logprobs) c.logprobs.push(...ev.logprobs);
+      if (ev.promptTokens !== undefined) c.promptTokens = ev.promptTokens;
+      c.completionTokens = ev.completionTokens ?? c.outputIds.length;
+      if (ev.cachedTokens !== undefined) c.cachedTokens = ev.cachedTokens;
+    } else {
+      c.outputIds = [...ev.outputIds];
+      if (ev.logprobs) c.logprobs = [...ev.logprobs];
+      c.promptTokens = ev.promptTokens;
+      c.completionTokens = ev.completionTokens;
+      c.cachedTokens = ev.cachedTokens;
+      c.finish = ev.finishReason;
+    }
+    if (ev.weightVersion !== undefined) c.weightVersion = ev.weightVersion;
+    return ev.index;
+  }
+
+  /** The engine aborted (or vanished) mid-stream: every unfinished choice ends as an abort partial. */
+  abort(message: string): void {
+    if (this.choices.size === 0) this.choice(0);
+    for (const c of this.choices.values()) c.finish ??= { type: 'abort', message };
+  }
+
+  get done(): boolean {
+    return this.choices.size > 0 && [...this.choices.values()].every((c) => c.finish !== null);
+  }
+
+  /** One SGLang object for one choice (streamed chunks and the buffered answer share the shape). */
+  object(index: number): Record<string, unknown> {
+    const c = this.choice(index);
+    const meta: Record<string, unknown> = {
+      id: this.choices.size > 1 || index > 0 ? `${this.ctx.rid}_${index}` : this.ctx.rid,
+      finish_reason: c.finish,
+      prompt_tokens: c.promptTokens,
+      completion_tokens: c.completionTokens,
+      cached_tokens: c.cachedTokens,
+      // Engine-reported first; else what the gateway attributed at dispatch (spec §12.1).
+      weight_version: c.weightVersion ?? this.ctx.dispatchVersion,
+      e2e_latency: (performance.now() - this.ctx.startedAt) / 1000,
+    };
+    if (this.ctx.returnLogprob) {
+      meta.output_token_logprobs = c.outputIds.map((id, i) => [c.logprobs[i] ?? null, id, null]);
+    }
+    return { text: this.ctx.detokenize ? this.ctx.detokenize(c.outputIds) : '', output_ids: c.outputIds, meta_info: meta };
+  }
+
+  /** The buffered answer: one object for one choice, a list for n > 1 (SGLang's rule). */
+  answer(): Record<string, unknown> | Array<Record<string, unknown>> {
+    const indexes = [...this.choices.keys()].sort((a, b) => a - b);
+    if (indexes.length <= 1) return this.object(indexes[0] ?? 0);
+    return indexes.map((i) => this.object(i));
+  }
+
+  private choice(index: number): Choice {
+    let c = this.choices.get(index);
+    if (!c) {
+      c = { outputIds: [], logprobs: [], promptTokens: 0, completionTokens: 0, cachedTokens: 0, weightVersion: undefined, finish: null };
+      this.choices.set(index, c);
+    }
+    return c;
+  }
+}
