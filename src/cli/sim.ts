@@ -2,6 +2,8 @@
 
 const KINDS: Record<string, (argv: string[]) => Promise<unknown>> = {
   sglang: async (a) => (await import('../sim/sglang/main.ts')).sglangSimCommand(a),
+  zmq: async (a) => (await import('../sim/zmq/main.ts')).zmqSimCommand(a),
+  tokenspeed: async (a) => (await import('../sim/tokenspeed/main.ts')).tokenspeedSimCommand(a),
 };
 
 export async function simCommand(argv: string[]): Promise<number> {

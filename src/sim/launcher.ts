@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 
 const ENTRY: Record<string, string> = {
   sglang: fileURLToPath(new URL('./sglang/main.ts', import.meta.url)),
+  zmq: fileURLToPath(new URL('./zmq/main.ts', import.meta.url)),
   tokenspeed: fileURLToPath(new URL('./tokenspeed/main.ts', import.meta.url)),
 };
 

@@ -1,0 +1,177 @@
+// The simulated TokenSpeed engine's state in one place, shared by the gRPC servicer and the HTTP
+// RL control app as in the real engine process: weight version, scheduler (pause state, in-flight
+// requests), weight store and groups, memory occupation, profiling, faults, records, KV relay.
+// Handlers read and write it; it never touches sockets.
+
+import { FaultTable } from './faults.ts';
+import { KvRelay } from './kv-events.ts';
+import type { ResolvedOptions } from './options.ts';
+import { Recorder } from './recorder.ts';
+import { Scheduler } from './scheduler.ts';
+import type { Finish } from './sequence.ts';
+import { WeightStore } from './weights.ts';
+
+export const MEMORY_TAGS = ['weights', 'kv_cache', 'cuda_graph'] as const;
+/** Reported as max_total_num_tokens; the simulator has no real KV pool. */
+export const MAX_TOTAL_TOKENS = 1_000_000;
+
+export class TsEngine {
+  weightVersion: string;
+  /** The version at launch: what the rust profile keeps reporting in model/server facts. */
+  readonly launchVersion: string;
+  readonly scheduler: Scheduler;
+  readonly weights: WeightStore;
+  readonly faults = new FaultTable();
+  readonly recorder: Recorder;
+  /** null when SubscribeKvEvents answers UNIMPLEMENTED. */
+  readonly kv: KvRelay | null;
+  readonly memoryReleased = new Set<string>();
+  profiling: { since: string; outputDir: string | null } | null = null;
+  /** Set on SIGTERM: health turns false / NOT_SERVING, new Generate calls are refused. */
+  shuttingDown = false;
+  /** The control app's advertised base URL (null when off or bound to a wildcard host). */
+  controlUrl: string | null = null;
+  controlApp: 'off' | 'running' | 'stopped' = 'off';
+  /** The control app's bound port (server_args.rl_control_port), null without the app. */
+  controlPort: number | null = null;
+  /** The gRPC port once bound (server_args.port). */
+  grpcPort = 0;
+  /** Open subscription streams (SubscribeKvEvents): each entry ends its call cleanly. */
+  readonly subscriptions = new Set<() => void>();
+  /** Calls held by a `hang` fault: each entry ends its call. */
+  readonly hung = new Set<() => void>();
+  delayed = 0;
+  /** Control-app requests being handled now, and the most at once since the last reset. */
+  controlInFlight = 0;
+  peakControlInFlight = 0;
+  readonly startedAt = Date.now();
+  private memoryUnlock: (() => void) | null = null;
+  private rr = 0;
+
+  constructor(readonly opts: ResolvedOptions) {
+    this.weightVersion = opts.weightVersion;
+    this.launchVersion = opts.weightVersion;
+    this.scheduler = new Scheduler({ tokenRate: opts.tokenRate, maxRunningRequests: opts.maxRunningRequests, dpSize: opts.dpSize });
+    this.weights = new WeightStore(opts.model);
+    this.recorder = new Recorder(opts.recordLimit);
+    this.faults.add(opts.faults);
+    this.kv = opts.kvEvents.enabled
+      ? new KvRelay({ replay: opts.profile.kvReplay, loadIntervalMs: opts.kvLoadIntervalMs, load: () => this.loadFacts() })
+      : null;
+    if (this.kv) {
+      const kv = this.kv;
+      this.scheduler.hooks = {
+        prefilled: (seq, hit) => { if (!hit) kv.stored(seq.params.promptIds, seq.params.dpRank); },
+        flushed: () => kv.cleared(),
+      };
+    }
+  }
+
+  /** The value for weight_version fields 7 and 12, or undefined to leave them unset. */
+  stampVersion(): string | undefined {
+    const s = this.opts.stamp;
+    if (s.kind === 'none') return undefined;
+    return s.kind === 'fixed' ? s.value : this.weightVersion;
+  }
+
+  /** weight_version in GetModelInfo / server_args: live (python) or the launch value (rust). */
+  factsVersion(): string {
+    return this.opts.profile.liveModelFacts ? this.weightVersion : this.launchVersion;
+  }
+
+  get paused(): boolean {
+    return this.scheduler.paused !== null;
+  }
+
+  /** The attention-DP rank for a request: the one it pins, else round robin. */
+  dpRank(asked: number | undefined): number {
+    if (asked !== undefined && Number.isInteger(asked) && asked >= 0 && asked < this.opts.dpSize) return asked;
+    const r = this.rr;
+    this.rr = (this.rr + 1) % this.opts.dpSize;
+    return r;
+  }
+
+  abortFinish(message: string, statusCode: number | null = null): Finish {
+    return { type: 'abort', message, statusCode };
+  }
+
+  releaseMemory(tags: readonly string[]): void {
+    for (const t of tags) this.memoryReleased.add(t);
+    if (this.memoryReleased.size > 0 && !this.memoryUnlock) this.memoryUnlock = this.scheduler.lockGate();
+  }
+
+  resumeMemory(tags: readonly string[]): void {
+    for (const t of tags) this.memoryReleased.delete(t);
+    if (this.memoryReleased.size === 0 && this.memoryUnlock) {
+      this.memoryUnlock();
+      this.memoryUnlock = null;
+    }
+  }
+
+  loadFacts(): { running: number; waiting: number; usedTokens: number; maxTotalTokens: number; maxRunning: number } {
+    const ranks = this.scheduler.countsByRank();
+    return {
+      running: ranks.reduce((a, r) => a + r.running, 0),
+      waiting: ranks.reduce((a, r) => a + r.waiting, 0),
+      usedTokens: ranks.reduce((a, r) => a + r.tokens, 0),
+      maxTotalTokens: MAX_TOTAL_TOKENS,
+      maxRunning: this.opts.maxRunningRequests,
+    };
+  }
+
+  /** Everything GET /_sim/state reports. */
+  state(): Record<string, unknown> {
+    const c = this.scheduler.counts();
+    const o = this.opts;
+    return {
+      servicerImpl: o.servicerImpl,
+      servicerImplSource: o.servicerImplSource,
+      model: o.model,
+      servedModelName: o.servedModelName,
+      version: o.version,
+      weightVersion: this.weightVersion,
+      launchWeightVersion: this.launchVersion,
+      stamp: o.stamp.kind === 'fixed' ? o.stamp.value : o.stamp.kind,
+      paused: this.scheduler.paused,
+      gateOpen: this.scheduler.gateOpen,
+      running: c.running,
+      waiting: c.waiting,
+      held: c.held,
+      sequences: this.scheduler.sequences(1000),
+      memoryReleased: [...this.memoryReleased],
+      profiling: this.profiling,
+      weights: this.weights.snapshot(),
+      controlApp: this.controlApp,
+      controlUrl: this.controlUrl,
+      updateFrom: o.rlUpdateFrom,
+      kvEvents: { ...o.kvEvents, subscribers: this.kv?.subscriberCount ?? 0, lastSequence: this.kv?.lastSequence ?? null },
+      rustTuning: o.rustTuning,
+      shuttingDown: this.shuttingDown,
+      hung: this.hung.size,
+      delayed: this.delayed,
+      controlInFlight: this.controlInFlight,
+      peakControlInFlight: this.peakControlInFlight,
+      controlRequestsSeen: this.recorder.control.total,
+      rpcsSeen: this.recorder.rpcs.total,
+      faults: this.faults.list(),
+      tokenRate: Number.isFinite(o.tokenRate) ? o.tokenRate : null,
+      attnTpSize: o.attnTpSize,
+      dpSize: o.dpSize,
+      uptimeMs: Date.now() - this.startedAt,
+    };
+  }
+
+  releaseHung(): number {
+    const n = this.hung.size;
+    for (const end of [...this.hung]) end();
+    this.hung.clear();
+    return n;
+  }
+
+  close(): void {
+    this.scheduler.close();
+    this.weights.close();
+    this.kv?.close();
+    this.releaseHung();
+  }
+}
