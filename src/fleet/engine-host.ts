@@ -21,6 +21,7 @@ import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { HttpEngineClient } from '../engines/http.ts';
 import { GrpcEngineClient } from '../engines/grpc.ts';
+import { ZmqEngineClient } from '../engines/zmq.ts';
 import { controlOp, validateEnginePath } from '../control/engine-path.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
@@ -270,8 +271,15 @@ export class EngineHost {
         return new HttpEngineClient(worker.url.replace(/@\d+$/, ''), worker.apiKey);
       case 'grpc':
         return new GrpcEngineClient(worker.url);
-      default:
-        return new UnsupportedWireClient(worker);
+      case 'zmq': {
+        // The gateway binds the ZMQ lane and engines dial in; the handshake address can be pinned
+        // with a registration label when the derived one does not suit the deployment.
+        const labels = mergedLabels(worker);
+        return new ZmqEngineClient(worker.url, {
+          modelId: worker.modelId !== 'unknown' ? worker.modelId : undefined,
+          handshakeAddress: labels.zmq_handshake_address,
+        });
+      }
     }
   }
 
@@ -411,21 +419,4 @@ function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: number,
     clearTimeout(handle);
     ctrl?.abort();
   };
-}
-
-/** Placeholder until the gRPC and ZMQ clients land: discovery fails with a clear reason. */
-class UnsupportedWireClient implements EngineClient {
-  readonly mode;
-  readonly url;
-  constructor(w: Worker) {
-    this.mode = w.connectionMode;
-    this.url = w.url;
-  }
-  async discover(): Promise<never> {
-    throw new Error(`${this.mode} engines are not supported by this build yet`);
-  }
-  async probe(): Promise<never> {
-    throw new Error(`${this.mode} engines are not supported by this build yet`);
-  }
-  async close(): Promise<void> {}
 }

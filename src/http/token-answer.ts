@@ -38,8 +38,12 @@ export class TokenAnswer {
       c.completionTokens = ev.completionTokens ?? c.outputIds.length;
       if (ev.cachedTokens !== undefined) c.cachedTokens = ev.cachedTokens;
     } else {
-      c.outputIds = [...ev.outputIds];
-      if (ev.logprobs) c.logprobs = [...ev.logprobs];
+      // Streamed completes may repeat only the last step's ids (src/sim/NOTES.md): the chunks
+      // already delivered are the whole output when they are longer.
+      if (ev.outputIds.length >= c.outputIds.length) {
+        c.outputIds = [...ev.outputIds];
+        if (ev.logprobs) c.logprobs = [...ev.logprobs];
+      }
       c.promptTokens = ev.promptTokens;
       c.completionTokens = ev.completionTokens;
       c.cachedTokens = ev.cachedTokens;
