@@ -2,12 +2,24 @@
 // or a TokenSpeed control app): one deadline per call, no retries, body read up to BODY_CAP.
 // Knows nothing of routes, NATS or breakers: control calls never touch data-plane state.
 
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { Agent, errors as undiciErrors } from 'undici';
 import { BODY_CAP, decodeBody, type ControlCall, type ControlOutcome } from './control-call.ts';
+
+/** Per-worker HTTP client settings given at registration (`http_pool`). */
+export interface HttpPoolConfig {
+  /** PEM bundle of CAs to trust for an https control endpoint. */
+  ca_cert_path?: string;
+  /** Connections per control origin (default 64). */
+  max_connections?: number;
+}
 
 export interface ControlTarget {
   /** Registry URL: the one named in every message (spec §5 notes). */
   workerUrl: string;
+  /** The worker's own client settings; workers with equal settings share one client. */
+  pool?: HttpPoolConfig | null;
   /** Where the call goes: base_url for HTTP workers, the resolved rl.control_url otherwise. */
   controlUrl: string;
   /** The worker's own api key, sent as its bearer; never the caller's credentials. */
@@ -18,6 +30,28 @@ export class ControlClient {
   // Timeouts are ours (one deadline per call); undici's own header/body timeouts (300 s by
   // default) would cut a legitimate 600 s disk refit short.
   private readonly agent = new Agent({ headersTimeout: 0, bodyTimeout: 0, connections: 64, keepAliveTimeout: 30_000 });
+  /** One client per distinct pool configuration (spec §7.1); a configuration that cannot make a client keeps its reason. */
+  private readonly pools = new Map<string, Agent | Error>();
+
+  /**
+   * The reason no client can be built for this configuration, or null when one can. Calls for
+   * such a worker fail with `no_control_endpoint` and are never sent.
+   */
+  clientError(pool: HttpPoolConfig | null | undefined): string | null {
+    const client = this.clientFor(pool);
+    return client instanceof Error ? client.message : null;
+  }
+
+  private clientFor(pool: HttpPoolConfig | null | undefined): Agent | Error {
+    if (!pool || Object.keys(pool).length === 0) return this.agent;
+    const key = JSON.stringify(pool);
+    let client = this.pools.get(key);
+    if (!client) {
+      client = buildAgent(pool);
+      this.pools.set(key, client);
+    }
+    return client;
+  }
 
   async call(target: ControlTarget, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
     const started = performance.now();
@@ -46,7 +80,9 @@ export class ControlClient {
 
     try {
       const { origin, prefix } = this.originOf(base);
-      const res = await this.agent.request({
+      const agent = this.clientFor(target.pool);
+      if (agent instanceof Error) throw agent;
+      const res = await agent.request({
         origin,
         path: `${prefix}/${call.path}${call.query ? `?${call.query}` : ''}`,
         method: call.method,
@@ -95,8 +131,36 @@ export class ControlClient {
   }
 
   async close(): Promise<void> {
-    await this.agent.close();
+    await Promise.all([this.agent, ...[...this.pools.values()].filter((p): p is Agent => p instanceof Agent)].map((a) => a.close()));
   }
+}
+
+function buildAgent(pool: HttpPoolConfig): Agent | Error {
+  let ca: string | undefined;
+  if (pool.ca_cert_path !== undefined) {
+    try {
+      ca = readFileSync(pool.ca_cert_path, 'utf8');
+    } catch (err) {
+      return new Error(`cannot read CA bundle ${pool.ca_cert_path}: ${(err as Error).message}`);
+    }
+    // Node's TLS accepts a bundle with no certificate in it silently; check it ourselves.
+    const blocks = ca.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+    if (blocks.length === 0) return new Error(`bad CA bundle ${pool.ca_cert_path}: no PEM certificate in it`);
+    for (const block of blocks) {
+      try {
+        new X509Certificate(block);
+      } catch (err) {
+        return new Error(`bad CA bundle ${pool.ca_cert_path}: ${(err as Error).message}`);
+      }
+    }
+  }
+  return new Agent({
+    headersTimeout: 0,
+    bodyTimeout: 0,
+    connections: pool.max_connections ?? 64,
+    keepAliveTimeout: 30_000,
+    ...(ca ? { connect: { ca } } : {}),
+  });
 }
 
 async function readCapped(stream: AsyncIterable<Uint8Array> & { destroy(): void }): Promise<{ bytes: Buffer; truncated: boolean }> {

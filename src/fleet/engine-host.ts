@@ -326,7 +326,12 @@ export class EngineHost {
       const outcome: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpointMessage(worker), connectionMode: worker.connectionMode };
       return { outcome };
     }
-    const outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey }, call, signal);
+    const clientError = this.deps.control.clientError(worker.httpPool);
+    if (clientError) {
+      const message = `worker \`${worker.id}\` has no control endpoint: no HTTP client for the control endpoint: ${clientError}`;
+      return { outcome: { kind: 'no_control_endpoint', latencyMs: 0, message, connectionMode: worker.connectionMode } };
+    }
+    const outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool }, call, signal);
     this.deps.metrics.controlCall(controlOp(call.path), outcome);
     if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) return { outcome };
     const seen = observeControlCall(call.path, decodeBody(call.body));

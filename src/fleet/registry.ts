@@ -73,6 +73,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
       workerType: reg.worker_type?.trim() || 'regular',
       modelId: existing?.modelId ?? 'unknown',
       apiKey: reg.api_key ?? null,
+      httpPool: reg.http_pool ?? null,
       callerLabels: { ...(reg.labels ?? {}) },
       discoveredLabels: existing?.discoveredLabels ?? {},
       owner: existing?.owner ?? this.replicaId,

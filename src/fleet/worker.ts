@@ -1,6 +1,8 @@
 // The registry's unit: one registered engine endpoint (one DP rank of an engine when DP-aware).
 // Owns the Worker type and the pure facts derived from its URL; never does I/O.
 
+import type { HttpPoolConfig } from '../engines/control-client.ts';
+
 export type ConnectionMode = 'http' | 'grpc' | 'zmq';
 
 /** What a caller may send to `POST /workers`. */
@@ -11,6 +13,7 @@ export interface WorkerRegistration {
   worker_type?: string;
   labels?: Record<string, string>;
   bootstrap_port?: number;
+  http_pool?: HttpPoolConfig;
 }
 
 export type WorkerHealth = 'pending' | 'ready' | 'not_ready';
@@ -32,6 +35,8 @@ export interface Worker {
   modelId: string;
   /** Never serialised into any response, log line or event. */
   apiKey: string | null;
+  /** Control-client settings given at registration; null for the shared defaults. */
+  httpPool: HttpPoolConfig | null;
   /** Caller labels as given at registration (they win over discovered ones). */
   callerLabels: Record<string, string>;
   /** Labels discovered from the engine (server info, model info). */

@@ -20,7 +20,12 @@ const Registration = Type.Object(
     worker_type: Type.Optional(Type.String({ maxLength: 64 })),
     labels: Type.Optional(Type.Record(Type.String({ maxLength: 256 }), Type.String({ maxLength: 4096 }))),
     bootstrap_port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
-    http_pool: Type.Optional(Type.Unknown()),
+    http_pool: Type.Optional(
+      Type.Object(
+        { ca_cert_path: Type.Optional(Type.String({ minLength: 1, maxLength: 4096 })), max_connections: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096 })) },
+        { additionalProperties: true },
+      ),
+    ),
   },
   { additionalProperties: true },
 );
