@@ -4,7 +4,10 @@
 // is restarted with backoff) and stopped with it.
 
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
 import { createConnection } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ConfigError, helpText, loadConfig } from '../gateway/config.ts';
 import { startGateway, type Gateway } from '../gateway/gateway.ts';
 import { pickFreePort } from '../bus/server.ts';
@@ -16,7 +19,7 @@ const HELP = `usage: rlgate serve [--engines N] [--kind sglang|tokenspeed|zmq] [
 
   --engines N            engines to launch (default 2)
   --kind K               sglang (HTTP), tokenspeed (gRPC + HTTP control app) or zmq (default sglang)
-  --engine-cmd TEMPLATE  launch a real engine instead of a simulator; placeholders {port},
+  --engine-cmd TEMPLATE  launch a real engine instead of a simulator; placeholders {url}, {port},
                          {rl_control_port}, {index}, {model}, {tp_size}, {servicer_impl}, e.g.
                          'python -m smg_grpc_servicer.tokenspeed --model-path {model} --port {port}
                           --rl-control-port {rl_control_port} --servicer-impl {servicer_impl}'
@@ -91,7 +94,9 @@ export async function serveCommand(argv: string[]): Promise<number> {
         index: i,
         port,
         controlPort,
-        url: kind === 'sglang' ? `http://127.0.0.1:${port}` : kind === 'tokenspeed' ? `grpc://127.0.0.1:${port}` : `tcp://127.0.0.1:${port}`,
+        // ZMQ engines dial the gateway's lane: the worker URL names the lane's ipc path, and the
+        // port is the simulator's admin port.
+        url: kind === 'sglang' ? `http://127.0.0.1:${port}` : kind === 'tokenspeed' ? `grpc://127.0.0.1:${port}` : `ipc://${join(laneDir(), `engine-${i}`)}`,
         controlUrl: controlPort === null ? null : `http://127.0.0.1:${controlPort}`,
         restarts: 0,
       };
@@ -133,16 +138,21 @@ async function startSim(kind: string, slot: EngineSlot, own: Map<string, string>
   const args = ['--port', String(slot.port)];
   if (own.has('model')) args.push('--model', own.get('model')!);
   if (kind === 'sglang' && own.has('tp-size')) args.push('--tp-size', own.get('tp-size')!);
-  if (kind !== 'sglang') {
+  if (kind === 'tokenspeed') {
     args.push('--rl-control-port', String(slot.controlPort));
     if (own.has('tp-size')) args.push('--attn-tp-size', own.get('tp-size')!);
-    if (servicer && kind === 'tokenspeed') args.push('--servicer-impl', servicer);
+    if (servicer) args.push('--servicer-impl', servicer);
+  }
+  if (kind === 'zmq') {
+    args.push('--url', slot.url, '--rl-control-port', String(slot.controlPort));
+    if (own.has('tp-size')) args.push('--tp-size', own.get('tp-size')!);
   }
   return launchSim(kind, args, { stderr: 'inherit' });
 }
 
 async function startTemplate(template: string, slot: EngineSlot, own: Map<string, string>, servicer: string | undefined, readyMs: number): Promise<ChildProcess> {
   const vars: Record<string, string> = {
+    url: slot.url,
     port: String(slot.port),
     rl_control_port: String(slot.controlPort ?? ''),
     index: String(slot.index),
@@ -152,8 +162,16 @@ async function startTemplate(template: string, slot: EngineSlot, own: Map<string
   };
   const argv = splitCommand(template).map((a) => a.replace(/\{(\w+)\}/g, (m, k: string) => vars[k] ?? m));
   const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'inherit', 'inherit'] });
-  await waitForPort(slot.port, readyMs, child);
+  // A ZMQ engine listens on nothing (it dials the gateway's lane): registration shows its state.
+  if (!slot.url.startsWith('ipc://')) await waitForPort(slot.port, readyMs, child);
   return child;
+}
+
+let lanes: string | undefined;
+/** One private folder per serve process for the ZMQ lanes' ipc sockets. */
+function laneDir(): string {
+  lanes ??= mkdtempSync(join(tmpdir(), 'rlgate-serve-'));
+  return lanes;
 }
 
 /** Splits a command template on whitespace, honouring single and double quotes (no shell). */

@@ -63,3 +63,12 @@ export function proxyAnswer(w: Pick<Worker, 'id' | 'url'>, o: ControlOutcome): {
       throw new GatewayError('no_control_endpoint', o.message, { worker_id: w.id, url: w.url, connection_mode: o.connectionMode });
   }
 }
+
+/** Why a gRPC or ZMQ worker has no control endpoint, with what to do about it (spec §7.1). */
+export function noControlEndpoint(w: Pick<Worker, 'id' | 'connectionMode'>): string {
+  const fix =
+    w.connectionMode === 'zmq'
+      ? 'ZMQ engines advertise nothing: set the `rl.control_url` label when registering the worker'
+      : 'launch the engine with a routable --rl-control-host (a wildcard bind is not advertised), or set the `rl.control_url` label when registering the worker';
+  return `worker \`${w.id}\` uses connection mode \`${w.connectionMode}\` and has no \`rl.control_url\`: ${fix}`;
+}

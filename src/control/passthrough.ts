@@ -14,7 +14,7 @@ import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { Dispatcher, Leg } from './dispatch.ts';
 import { validateEnginePath, queryWithoutSelector } from './engine-path.ts';
-import { callOutcome, failedCall, isSuccess, proxyAnswer, type RlCallOutcome, type RlFailedCall } from './outcome.ts';
+import { callOutcome, failedCall, isSuccess, noControlEndpoint, proxyAnswer, type RlCallOutcome, type RlFailedCall } from './outcome.ts';
 
 export interface IncomingControl {
   method: ControlMethod;
@@ -103,7 +103,7 @@ export class Passthrough {
     const callable: Leg[] = [];
     for (const { worker, call } of legs) {
       if (controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker)) === null) {
-        record(worker.id, { kind: 'no_control_endpoint', latencyMs: 0, message: noEndpoint(worker), connectionMode: worker.connectionMode });
+        record(worker.id, { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpoint(worker), connectionMode: worker.connectionMode });
       } else {
         callable.push({ workerId: worker.id, call });
       }
@@ -138,7 +138,7 @@ export class Passthrough {
 
   private controlUrlOrThrow(w: Worker): string {
     const url = controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w));
-    if (url === null) throw new GatewayError('no_control_endpoint', noEndpoint(w), { worker_id: w.id, url: w.url, connection_mode: w.connectionMode });
+    if (url === null) throw new GatewayError('no_control_endpoint', noControlEndpoint(w), { worker_id: w.id, url: w.url, connection_mode: w.connectionMode });
     return url;
   }
 }
@@ -155,11 +155,4 @@ export function fanoutResponse(targets: Worker[], outcomes: Map<string, ControlO
     if (f) failed.push(f);
   }
   return { results, failed, total: targets.length, succeeded };
-}
-
-function noEndpoint(w: Worker): string {
-  return (
-    `worker \`${w.id}\` uses connection mode \`${w.connectionMode}\` and advertises no \`rl.control_url\`: ` +
-    'launch the engine with a routable --rl-control-host (a wildcard bind is not advertised) or set the `rl.control_url` label at registration'
-  );
 }

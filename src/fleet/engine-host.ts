@@ -26,6 +26,7 @@ import { controlOp, validateEnginePath } from '../control/engine-path.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { controlUrlFor } from './control-url.ts';
+import { noControlEndpoint } from '../control/outcome.ts';
 import { labelsFromFacts } from './discovery.ts';
 import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
@@ -234,7 +235,10 @@ export class EngineHost {
   private replaced(prev: Worker, next: Worker): void {
     const h = this.hosted.get(next.id);
     if (!h) return this.host(next);
-    if (prev.apiKey !== next.apiKey || prev.url !== next.url) {
+    // A ZMQ client binds its lane from labels (handshake address) and names its model: rebuilt
+    // when those change, like any client when the key or URL does.
+    const zmqChanged = next.connectionMode === 'zmq' && JSON.stringify(mergedLabels(prev)) !== JSON.stringify(mergedLabels(next));
+    if (prev.apiKey !== next.apiKey || prev.url !== next.url || zmqChanged) {
       void h.client.close();
       h.client = this.makeClient(next);
     }
@@ -323,7 +327,7 @@ export class EngineHost {
     }
     const controlUrl = controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker));
     if (!controlUrl) {
-      const outcome: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpointMessage(worker), connectionMode: worker.connectionMode };
+      const outcome: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpoint(worker), connectionMode: worker.connectionMode };
       return { outcome };
     }
     const clientError = this.deps.control.clientError(worker.httpPool);
@@ -390,13 +394,6 @@ function seedFrom(label: string | undefined): string | undefined {
   return checked.ok ? checked.value : undefined;
 }
 
-function noControlEndpointMessage(w: Worker): string {
-  return (
-    `worker \`${w.id}\` (${w.connectionMode}) has no control endpoint: it advertises no \`rl.control_url\`. ` +
-    'Launch the engine with a routable --rl-control-host (a wildcard bind is not advertised), ' +
-    'or set the `rl.control_url` label when registering it'
-  );
-}
 
 function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: number, sendBack: (e: { type: 'probe.ok' } | { type: 'probe.failed'; error: string }) => void) {
   if (intervalMs <= 0) return () => {};

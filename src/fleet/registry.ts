@@ -5,6 +5,7 @@
 import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { GatewayError } from '../http/errors.ts';
+import { laneAddresses } from '../engines/zmq/handshake.ts';
 import { baseUrlOf, connectionModeOf, mergedLabels, type Worker, type WorkerRegistration } from './worker.ts';
 
 export interface RegistryEvents {
@@ -53,12 +54,14 @@ export class Registry extends EventEmitter<RegistryEvents> {
     const url = normaliseUrl(reg.url);
     const mode = connectionModeOf(url);
     if (!mode) {
-      throw new GatewayError('invalid_request', `url \`${reg.url}\` must start with http://, https://, grpc://, grpcs:// or ipc://`, { field: 'url' });
+      throw new GatewayError('invalid_request', `url \`${reg.url}\` must start with http://, https://, grpc://, grpcs://, ipc:// or tcp://`, { field: 'url' });
     }
     try {
-      if (mode !== 'zmq') new URL(url.replace(/^grpcs?:/, 'http:').replace(/@\d+$/, ''));
-    } catch {
-      throw new GatewayError('invalid_request', `url \`${reg.url}\` is not a valid URL`, { field: 'url' });
+      if (mode === 'zmq') laneAddresses(url.replace(/@\d+$/, ''));
+      else new URL(url.replace(/^grpcs?:/, 'http:').replace(/@\d+$/, ''));
+    } catch (err) {
+      const why = mode === 'zmq' ? (err as Error).message : 'it is not a valid URL';
+      throw new GatewayError('invalid_request', `url \`${reg.url}\` cannot be used: ${why}`, { field: 'url' });
     }
     const { baseUrl, dpRank } = baseUrlOf(url);
     const existing = this.findByUrl(url);

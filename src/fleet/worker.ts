@@ -65,6 +65,6 @@ export function connectionModeOf(url: string): ConnectionMode | null {
   const scheme = url.slice(0, Math.max(0, url.indexOf('://'))).toLowerCase();
   if (scheme === 'http' || scheme === 'https') return 'http';
   if (scheme === 'grpc' || scheme === 'grpcs') return 'grpc';
-  if (scheme === 'ipc' || scheme === 'tcp' || scheme === 'zmq') return 'zmq';
+  if (scheme === 'ipc' || scheme === 'tcp') return 'zmq';
   return null;
 }

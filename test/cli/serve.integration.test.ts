@@ -97,3 +97,52 @@ describe('rlgate serve', () => {
     );
   });
 });
+
+describe.each(['tokenspeed', 'zmq'])('rlgate serve --kind %s', (kind) => {
+  let child: ChildProcess;
+  let serving: Serving;
+
+  beforeAll(async () => {
+    child = spawn(process.execPath, ['bin/rlgate.mjs', 'serve', '--kind', kind, '--engines', '2', '--tp-size', '1', '--port', '0', '--log-level', 'warn'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    serving = await new Promise<Serving>((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('serve did not start')), 30_000);
+      createInterface({ input: child.stdout! }).on('line', (l) => {
+        const m = JSON.parse(l) as Serving & { event: string };
+        if (m.event === 'serving') {
+          clearTimeout(t);
+          resolve(m);
+        }
+      });
+    });
+  });
+  afterAll(async () => {
+    if (child.exitCode === null) {
+      child.kill('SIGTERM');
+      await new Promise((resolve) => child.once('exit', resolve));
+    }
+  });
+
+  it('registers engines with their control endpoint, generates, and fans control calls out', async () => {
+    const rows = await until(
+      () => json(`${serving.url}/v1/rl/workers`),
+      (r) => r.body.total === 2 && r.body.workers.every((w: { health: string }) => w.health === 'ready'),
+    );
+    for (const w of rows.body.workers) {
+      expect(w.engine).toBe('tokenspeed');
+      expect(w.connection_mode).toBe(kind === 'zmq' ? 'zmq' : 'grpc');
+      expect(w.control_url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    }
+    const gen = await json(`${serving.url}/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ input_ids: [1, 2, 3], sampling_params: { max_new_tokens: 3 } }),
+    });
+    expect(gen.status).toBe(200);
+    expect(gen.body.output_ids).toHaveLength(3);
+    const flush = await json(`${serving.url}/v1/rl/engine/flush_cache?selector=worker_type%3Dregular`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    expect(flush.status).toBe(200);
+    expect(flush.body.succeeded).toBe(2);
+  });
+});
