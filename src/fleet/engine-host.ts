@@ -32,6 +32,7 @@ import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
 import type { Cancellations } from './cancellations.ts';
 import { checkVersion, compareVersions } from './versions.ts';
+import { probeLoop } from './probe-loop.ts';
 import { mergedLabels, type Worker } from './worker.ts';
 
 export interface EngineTimings {
@@ -392,33 +393,4 @@ function seedFrom(label: string | undefined): string | undefined {
   if (label === undefined || label.trim() === '' || label.trim() === 'default') return undefined;
   const checked = checkVersion(label);
   return checked.ok ? checked.value : undefined;
-}
-
-
-function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: number, sendBack: (e: { type: 'probe.ok' } | { type: 'probe.failed'; error: string }) => void) {
-  if (intervalMs <= 0) return () => {};
-  let stopped = false;
-  let ctrl: AbortController | undefined;
-  const tick = async () => {
-    if (stopped) return;
-    ctrl = new AbortController();
-    const timer = setTimeout(() => ctrl?.abort(), Math.max(1000, intervalMs));
-    try {
-      const client = clientOf();
-      if (!client) return;
-      await client.probe(ctrl.signal);
-      if (!stopped) sendBack({ type: 'probe.ok' });
-    } catch (err) {
-      if (!stopped) sendBack({ type: 'probe.failed', error: String((err as Error)?.message ?? err) });
-    } finally {
-      clearTimeout(timer);
-    }
-    if (!stopped) handle = setTimeout(tick, intervalMs);
-  };
-  let handle: NodeJS.Timeout | undefined = setTimeout(tick, intervalMs);
-  return () => {
-    stopped = true;
-    clearTimeout(handle);
-    ctrl?.abort();
-  };
 }

@@ -1,0 +1,38 @@
+// The liveness loop an engine actor runs while `serving`: one probe per interval through the
+// engine's current client, reported as `probe.ok` / `probe.failed`. Stops (and aborts a probe in
+// flight) when the actor leaves the state.
+
+import type { EngineClient } from '../engines/engine-client.ts';
+
+export type ProbeEvent = { type: 'probe.ok' } | { type: 'probe.failed'; error: string };
+
+export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: number, sendBack: (e: ProbeEvent) => void): () => void {
+  if (intervalMs <= 0) return () => {};
+  let stopped = false;
+  let ctrl: AbortController | undefined;
+  let handle: NodeJS.Timeout | undefined;
+  const tick = async () => {
+    if (stopped) return;
+    const client = clientOf();
+    if (client) {
+      ctrl = new AbortController();
+      // A probe that outlives its interval (SGLang's /health runs a generation) is a failure.
+      const timer = setTimeout(() => ctrl?.abort(), Math.max(1000, intervalMs));
+      try {
+        await client.probe(ctrl.signal);
+        if (!stopped) sendBack({ type: 'probe.ok' });
+      } catch (err) {
+        if (!stopped) sendBack({ type: 'probe.failed', error: String((err as Error)?.message ?? err) });
+      } finally {
+        clearTimeout(timer);
+      }
+    }
+    if (!stopped) handle = setTimeout(tick, intervalMs);
+  };
+  handle = setTimeout(tick, intervalMs);
+  return () => {
+    stopped = true;
+    clearTimeout(handle);
+    ctrl?.abort();
+  };
+}
