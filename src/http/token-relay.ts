@@ -1,7 +1,9 @@
 // /generate on a token engine (TokenSpeed gRPC, the ZMQ lane): maps the SGLang request onto a
 // TokenRequest, runs it, and answers SGLang's shape — one object for one prompt, SSE chunks when
 // streaming, a 200 abort partial when the engine aborts mid-generation (slime retries 5xx from
-// scratch). Always streams from the engine so partials survive an abort (slime §5.1).
+// scratch). Always streams from the engine so partials survive an abort (slime §5.1). With RL on
+// the answer carries the dispatch-time table version (spec §13.4) and, when buffered, the
+// mixed-version flag.
 
 import { randomUUID } from 'node:crypto';
 import { PassThrough } from 'node:stream';
@@ -12,6 +14,7 @@ import { mergedLabels } from '../fleet/worker.ts';
 import { GatewayError } from './errors.ts';
 import type { Services } from './services.ts';
 import { TokenAnswer } from './token-answer.ts';
+import { ROUTED_HEADER, isMixedBody, stampMixed, stampWeightVersion } from './stamping.ts';
 
 const SAMPLING_KEYS: ReadonlyArray<keyof TokenSampling> = [
   'max_new_tokens', 'min_new_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty',
@@ -67,7 +70,10 @@ export async function tokenRelay(
   reply.raw.on('close', () => {
     if (!reply.raw.writableFinished) abort.abort();
   });
-  reply.header('x-smg-routed-worker-id', worker.url);
+  reply.header(ROUTED_HEADER, worker.url);
+  // The header and the attributed `meta_info.weight_version` come from the same read.
+  const rl = services.config.rl.enabled;
+  if (rl) stampWeightVersion(reply, e.version);
   services.host.acquire(worker.id);
   let outcome: 'success' | 'failure' | 'neutral' = 'success';
   const events = engine.generate(req, abort.signal)[Symbol.asyncIterator]();
@@ -86,8 +92,13 @@ export async function tokenRelay(
         if (!verdict.partial) throw verdict.error;
         answer.abort(verdict.message);
       }
+      const out = answer.answer();
+      if (rl && isMixedBody(out, e.version)) {
+        stampMixed(reply);
+        services.metrics.mixedVersion();
+      }
       services.metrics.request('/generate', 200);
-      return reply.code(200).header('content-type', 'application/json').send(answer.answer());
+      return reply.code(200).header('content-type', 'application/json').send(out);
     }
 
     // Streamed: the first event decides between an error answer and a 200 stream.

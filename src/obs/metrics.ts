@@ -27,6 +27,9 @@ export class Metrics {
   private readonly controlState: Lazy<Gauge<'worker'>>;
   private readonly refits: Lazy<Counter<'result'>>;
   private readonly refitPhase: Lazy<Histogram<'phase'>>;
+  private readonly filtered: Lazy<Counter<'reason'>>;
+  private readonly unroutables: Lazy<Counter>;
+  private readonly mixed: Lazy<Counter>;
   private readonly requests: Counter<'route' | 'status_class'>;
   private readonly engineStates: Gauge<'worker' | 'state'>;
 
@@ -42,6 +45,9 @@ export class Metrics {
     this.controlState = lazy(() => new Gauge({ name: `${RL}worker_control_state`, help: 'Engine control state: 0 active, 1 paused, 2 asleep', labelNames: ['worker'] as const, registers }));
     this.refits = lazy(() => new Counter({ name: `${RL}refits_total`, help: 'Refit transactions by result', labelNames: ['result'] as const, registers }));
     this.refitPhase = lazy(() => new Histogram({ name: `${RL}refit_phase_duration_seconds`, help: 'Wall time of each refit phase', labelNames: ['phase'] as const, buckets: CONTROL_BUCKETS, registers }));
+    this.filtered = lazy(() => new Counter({ name: `${RL}candidates_filtered_total`, help: 'Routing candidates dropped by the version pre-filter, by reason', labelNames: ['reason'] as const, registers }));
+    this.unroutables = lazy(() => new Counter({ name: `${RL}requests_unroutable_total`, help: 'Selections whose eligible set became empty', registers }));
+    this.mixed = lazy(() => new Counter({ name: `${RL}mixed_version_total`, help: 'Buffered /generate responses flagged mixed-version', registers }));
     this.requests = new Counter({ name: `${PREFIX}requests_total`, help: 'Data-plane requests by route and status class', labelNames: ['route', 'status_class'] as const, registers });
     this.engineStates = new Gauge({ name: `${PREFIX}engine_state`, help: '1 for the lifecycle state each engine actor is in', labelNames: ['worker', 'state'] as const, registers });
   }
@@ -64,6 +70,21 @@ export class Metrics {
     if (!this.rl) return;
     this.refits().inc({ result });
     for (const [phase, ms] of Object.entries(phases)) this.refitPhase().observe({ phase }, ms / 1000);
+  }
+
+  /** A routing candidate dropped by the pre-filter (spec §13.3). */
+  candidateFiltered(reason: 'paused' | 'asleep' | 'stale' | 'unversioned'): void {
+    if (this.rl) this.filtered().inc({ reason });
+  }
+
+  /** A selection whose eligible set became empty although it had candidates (spec §13.3). */
+  unroutable(): void {
+    if (this.rl) this.unroutables().inc();
+  }
+
+  /** A buffered /generate answer flagged `x-smg-mixed-version` (spec §13.4). */
+  mixedVersion(): void {
+    if (this.rl) this.mixed().inc();
   }
 
   private readonly lastState = new Map<string, string>();
