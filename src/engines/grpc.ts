@@ -1,13 +1,16 @@
 // TokenSpeed engines over gRPC (`tokenspeed.grpc.scheduler.TokenSpeedScheduler`, proto/): discovery
 // through GetServerInfo + GetModelInfo, liveness through the HealthCheck RPC, and token-level
 // generation with the engine-stamped weight version. Control calls never come here: they go to
-// the engine's HTTP control app (control-client.ts). Knows nothing of routes or NATS.
+// the engine's HTTP control app (control-client.ts). Also hands over the engine's own tokenizer
+// (the GetTokenizer bundle, fetched once and cached). Knows nothing of routes or NATS.
 
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { EngineClient, EngineFacts } from './engine-client.ts';
 import { GenerationError, type FinishReason, type TokenEngine, type TokenEvent, type TokenRequest } from './generation.ts';
+import { TokenizerUnavailable, tokenizerFromBundle, type Tokenizer, type TokenizerSource } from './tokenizer.ts';
+import type { BundleChunk } from './tokenizer-bundle.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../proto/', import.meta.url));
 
@@ -18,7 +21,13 @@ interface SchedulerClient extends grpc.Client {
   Abort: Unary;
   GetModelInfo: Unary;
   GetServerInfo: Unary;
+  GetTokenizer(req: unknown, md: grpc.Metadata, opts?: grpc.CallOptions): grpc.ClientReadableStream<BundleChunk>;
 }
+
+/** How long one GetTokenizer stream may take (bundles are a few MB at most). */
+const TOKENIZER_DEADLINE_MS = 60_000;
+/** An engine that said it has no tokenizer is not asked again for this long. */
+const NO_TOKENIZER_RETRY_MS = 30_000;
 
 interface OutputLogProbs {
   token_logprobs?: number[];
@@ -75,9 +84,11 @@ export function grpcTarget(url: string): { address: string; tls: boolean } {
   return { address: m[2]!, tls: m[1] === 'grpcs' };
 }
 
-export class GrpcEngineClient implements EngineClient, TokenEngine {
+export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSource {
   readonly mode = 'grpc' as const;
   private readonly client: SchedulerClient;
+  private tokenizerLoad: Promise<Tokenizer> | undefined;
+  private noTokenizer: { until: number; error: TokenizerUnavailable } | undefined;
 
   constructor(readonly url: string) {
     const { address, tls } = grpcTarget(url);
@@ -127,6 +138,40 @@ export class GrpcEngineClient implements EngineClient, TokenEngine {
     }
   }
 
+  /**
+   * The engine's tokenizer from its GetTokenizer bundle, fetched once and shared by every caller
+   * (a caller's abort stops its wait, not the shared fetch). Rejects with TokenizerUnavailable.
+   */
+  tokenizer(signal: AbortSignal): Promise<Tokenizer> {
+    if (this.noTokenizer && Date.now() < this.noTokenizer.until) return Promise.reject(this.noTokenizer.error);
+    if (!this.tokenizerLoad) {
+      const load = this.fetchTokenizer();
+      this.tokenizerLoad = load;
+      // Failures are not cached as a load: the next caller asks again (after a pause when the
+      // engine said outright that it has none).
+      load.catch(() => {
+        if (this.tokenizerLoad === load) this.tokenizerLoad = undefined;
+      });
+    }
+    return untilAborted(this.tokenizerLoad, signal);
+  }
+
+  private async fetchTokenizer(): Promise<Tokenizer> {
+    const chunks: BundleChunk[] = [];
+    const call = this.client.GetTokenizer({}, new grpc.Metadata(), { deadline: Date.now() + TOKENIZER_DEADLINE_MS });
+    try {
+      for await (const c of call as AsyncIterable<BundleChunk>) chunks.push({ data: c.data ?? new Uint8Array(0), sha256: c.sha256 ?? '' });
+    } catch (err) {
+      const e = err as grpc.ServiceError;
+      const error = new TokenizerUnavailable(`GetTokenizer on ${this.url}: ${grpc.status[e.code] ?? e.code} ${e.details ?? e.message}`.trim());
+      if (e.code === grpc.status.FAILED_PRECONDITION || e.code === grpc.status.UNIMPLEMENTED || e.code === grpc.status.NOT_FOUND) {
+        this.noTokenizer = { until: Date.now() + NO_TOKENIZER_RETRY_MS, error };
+      }
+      throw error;
+    }
+    return tokenizerFromBundle(chunks);
+  }
+
   async close(): Promise<void> {
     this.client.close();
   }
@@ -143,6 +188,15 @@ export class GrpcEngineClient implements EngineClient, TokenEngine {
       signal.addEventListener('abort', onAbort, { once: true });
     });
   }
+}
+
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(new TokenizerUnavailable('cancelled by the client'));
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(new TokenizerUnavailable('cancelled by the client'));
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }
 
 function toProto(req: TokenRequest): Record<string, unknown> {

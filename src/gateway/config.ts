@@ -18,6 +18,10 @@ export interface GatewayConfig {
     versionPolicy: string;
   };
   maxBodyBytes: number;
+  /** Data-plane deadline of one relayed request, in seconds (SMG's request_timeout_secs). */
+  requestTimeoutSecs: number;
+  /** Data-plane GET /workers lists a gRPC/ZMQ worker's control-app URL as its `url` (slime §7). */
+  workersListControlUrls: boolean;
   probeIntervalSecs: number;
   probeFailureThreshold: number;
   retryIntervalSecs: number;
@@ -26,6 +30,8 @@ export interface GatewayConfig {
   replicaId: string | undefined;
   subjectRoot: string;
   logLevel: string;
+  /** Tokenizer directory for `text` on token engines without their own (ZMQ), and the gRPC fallback. */
+  tokenizerPath: string | undefined;
 }
 
 type Kind = 'string' | 'int' | 'bool' | 'list';
@@ -49,6 +55,8 @@ export const SETTINGS: Setting[] = [
   { flag: 'rl-control-timeout-secs', key: 'rl.controlTimeoutSecs', kind: 'int', help: 'deadline of one engine control call (default 600)' },
   { flag: 'rl-fanout-concurrency', key: 'rl.fanoutConcurrency', kind: 'int', help: 'engine calls in flight per fan-out (default 32)' },
   { flag: 'rl-version-policy', key: 'rl.versionPolicy', kind: 'string', help: 'any | latest-only | min-version:<v> | max-staleness:<k> (default any)' },
+  { flag: 'request-timeout-secs', key: 'requestTimeoutSecs', kind: 'int', help: 'deadline of one data-plane request (default 14400)' },
+  { flag: 'workers-list-control-urls', key: 'workersListControlUrls', kind: 'bool', help: 'GET /workers lists gRPC/ZMQ workers by their control-app URL, for slime\'s abort flow (default off)' },
   { flag: 'max-body-bytes', key: 'maxBodyBytes', kind: 'int', help: 'largest request body accepted (default 67108864)' },
   { flag: 'health-check-interval-secs', key: 'probeIntervalSecs', kind: 'int', help: 'engine liveness probe period; 0 turns probes off (default 5)' },
   { flag: 'health-failure-threshold', key: 'probeFailureThreshold', kind: 'int', help: 'failed probes in a row before an engine is unreachable (default 3)' },
@@ -57,6 +65,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'cb-timeout-duration-secs', key: 'breakerCooldownSecs', kind: 'int', help: 'open breaker cool-down before half-open (default 30)' },
   { flag: 'replica-id', key: 'replicaId', kind: 'string', help: 'this gateway replica\'s id on the bus (default: random)' },
   { flag: 'subject-root', key: 'subjectRoot', kind: 'string', help: 'root token of every NATS subject (default rl)' },
+  { flag: 'tokenizer-path', key: 'tokenizerPath', kind: 'string', help: 'tokenizer directory (tokenizer.json) for `text` prompts on ZMQ workers, and on gRPC workers without GetTokenizer (default unset)' },
   { flag: 'log-level', key: 'logLevel', kind: 'string', help: 'pino level: trace|debug|info|warn|error|silent (default info)' },
 ];
 
@@ -69,6 +78,8 @@ export function defaultConfig(): GatewayConfig {
     workerUrls: [],
     rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: 32, versionPolicy: 'any' },
     maxBodyBytes: 64 * 1024 * 1024,
+    requestTimeoutSecs: 14400,
+    workersListControlUrls: false,
     probeIntervalSecs: 5,
     probeFailureThreshold: 3,
     retryIntervalSecs: 2,
@@ -77,6 +88,7 @@ export function defaultConfig(): GatewayConfig {
     replicaId: undefined,
     subjectRoot: 'rl',
     logLevel: 'info',
+    tokenizerPath: undefined,
   };
 }
 
@@ -103,6 +115,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
 /** The startup errors of spec §1, with SMG's exact messages. */
 export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   if (!Number.isInteger(cfg.port) || cfg.port < 0 || cfg.port > 65535) throw new ConfigError('port must be 0..65535');
+  if (!(cfg.requestTimeoutSecs >= 1)) throw new ConfigError('request_timeout_secs must be >= 1');
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
     if (policy !== 'any') throw new ConfigError('rl.version_policy requires rl.enabled');
@@ -210,6 +223,9 @@ const FILE_ALIASES: Record<string, string> = {
   nats_url: 'natsUrl',
   admin_key: 'adminKey',
   worker_urls: 'workerUrls',
+  tokenizer_path: 'tokenizerPath',
+  request_timeout_secs: 'requestTimeoutSecs',
+  workers_list_control_urls: 'workersListControlUrls',
 };
 
 function applyObject(cfg: GatewayConfig, obj: Record<string, unknown>, prefix = ''): void {

@@ -1,6 +1,7 @@
 // Builds SGLang-shaped /generate answers (spec/slime-data-plane.md §5.1) from the token events of
 // a non-HTTP engine: one object per choice, cumulative while streaming, an abort partial with
-// `finish_reason.type: "abort"` when the engine aborts mid-stream. Pure: no I/O, no routing.
+// `finish_reason.type: "abort"` when the engine aborts mid-stream, `text` detokenized when the
+// engine's tokenizer is known. Pure: no I/O, no routing.
 
 import type { FinishReason, TokenEvent } from '../engines/generation.ts';
 
@@ -9,6 +10,7 @@ export interface AnswerContext {
   /** The version attributed at dispatch (table, else label, else "default"): used when the engine stamps none. */
   dispatchVersion: string;
   returnLogprob: boolean;
+  /** The engine tokenizer's decode (skip_special_tokens applied); absent: `text` is "". */
   detokenize?: (ids: number[]) => string;
   startedAt: number;
 }
@@ -21,6 +23,8 @@ interface Choice {
   cachedTokens: number;
   weightVersion: string | undefined;
   finish: FinishReason | null;
+  /** The last decode, reused while no token arrives (a streamed event may only bump counters). */
+  decoded: { ids: number; text: string } | undefined;
 }
 
 export class TokenAnswer {
@@ -42,6 +46,7 @@ export class TokenAnswer {
       // already delivered are the whole output when they are longer.
       if (ev.outputIds.length >= c.outputIds.length) {
         c.outputIds = [...ev.outputIds];
+        c.decoded = undefined;
         if (ev.logprobs) c.logprobs = [...ev.logprobs];
       }
       c.promptTokens = ev.promptTokens;
@@ -79,7 +84,18 @@ export class TokenAnswer {
     if (this.ctx.returnLogprob) {
       meta.output_token_logprobs = c.outputIds.map((id, i) => [c.logprobs[i] ?? null, id, null]);
     }
-    return { text: this.ctx.detokenize ? this.ctx.detokenize(c.outputIds) : '', output_ids: c.outputIds, meta_info: meta };
+    return { text: this.text(c), output_ids: c.outputIds, meta_info: meta };
+  }
+
+  /**
+   * The cumulative text of a choice. Until it finishes, a trailing U+FFFD (a character whose
+   * bytes have not all arrived) is held back, as SGLang's incremental detokenizer does, so each
+   * streamed `text` extends the one before.
+   */
+  private text(c: Choice): string {
+    if (!this.ctx.detokenize) return '';
+    if (c.decoded?.ids !== c.outputIds.length) c.decoded = { ids: c.outputIds.length, text: this.ctx.detokenize(c.outputIds) };
+    return c.finish === null ? c.decoded.text.replace(/\uFFFD+$/, '') : c.decoded.text;
   }
 
   /** The buffered answer: one object for one choice, a list for n > 1 (SGLang's rule). */
@@ -92,7 +108,7 @@ export class TokenAnswer {
   private choice(index: number): Choice {
     let c = this.choices.get(index);
     if (!c) {
-      c = { outputIds: [], logprobs: [], promptTokens: 0, completionTokens: 0, cachedTokens: 0, weightVersion: undefined, finish: null };
+      c = { outputIds: [], logprobs: [], promptTokens: 0, completionTokens: 0, cachedTokens: 0, weightVersion: undefined, finish: null, decoded: undefined };
       this.choices.set(index, c);
     }
     return c;

@@ -3,12 +3,14 @@
 // streaming, a 200 abort partial when the engine aborts mid-generation (slime retries 5xx from
 // scratch). Always streams from the engine so partials survive an abort (slime §5.1). With RL on
 // the answer carries the dispatch-time table version (spec §13.4) and, when buffered, the
-// mixed-version flag.
+// mixed-version flag. A `text` prompt is tokenized, and `text` in the answer detokenized, with the
+// engine's tokenizer: its own GetTokenizer bundle (gRPC), else the gateway's `--tokenizer-path`.
 
 import { randomUUID } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import { GenerationError, type TokenEngine, type TokenRequest, type TokenSampling } from '../engines/generation.ts';
+import { isTokenizerSource, loadTokenizerPath, type Tokenizer } from '../engines/tokenizer.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { mergedLabels } from '../fleet/worker.ts';
 import { GatewayError } from './errors.ts';
@@ -22,12 +24,28 @@ const SAMPLING_KEYS: ReadonlyArray<keyof TokenSampling> = [
   'spaces_between_special_tokens', 'no_stop_trim', 'n', 'sampling_seed', 'json_schema', 'regex', 'ebnf',
 ];
 
-/** Refuses what a token engine cannot honour, before any engine is called (spec slime §8.4). */
-export function tokenRequestOf(body: Record<string, unknown>): TokenRequest {
-  if (body.text !== undefined && body.text !== null) {
-    throw new GatewayError('invalid_request', 'gRPC and ZMQ engines take `input_ids`; `text` needs the engine tokenizer, which this build does not load yet', { field: '/text' });
+const NO_TOKENIZER_FIX = 'start the engine with a tokenizer (gRPC engines serve theirs through GetTokenizer) or start the gateway with `--tokenizer-path DIR`';
+
+function hasText(body: Record<string, unknown>): boolean {
+  return body.text !== undefined && body.text !== null;
+}
+
+/**
+ * Refuses what a token engine cannot honour, before any engine is called (spec slime §8.4). A
+ * `text` prompt is tokenized with `tokenizer`; without one it is refused, saying how to get one.
+ */
+export function tokenRequestOf(body: Record<string, unknown>, tokenizer?: Tokenizer, whyNoTokenizer?: string): TokenRequest {
+  let ids = body.input_ids;
+  if (hasText(body)) {
+    if (typeof body.text !== 'string') throw new GatewayError('invalid_request', '`text` must be one string: gRPC and ZMQ engines take one prompt per request', { field: '/text' });
+    if (ids !== undefined && ids !== null) throw new GatewayError('invalid_request', 'give either `text` or `input_ids`, not both', { field: '/text' });
+    if (!tokenizer) {
+      const why = whyNoTokenizer ? ` (${whyNoTokenizer})` : '';
+      throw new GatewayError('invalid_request', `\`text\` needs the engine's tokenizer and none is available for this worker${why}: send \`input_ids\`, ${NO_TOKENIZER_FIX}`, { field: '/text' });
+    }
+    ids = tokenizer.encode(body.text);
+    if ((ids as number[]).length === 0) throw new GatewayError('invalid_request', '`text` tokenized to no tokens', { field: '/text' });
   }
-  const ids = body.input_ids;
   if (!Array.isArray(ids) || ids.length === 0) throw new GatewayError('invalid_request', '`input_ids` must be a non-empty list of token ids', { field: '/input_ids' });
   if (Array.isArray(ids[0])) throw new GatewayError('invalid_request', 'gRPC and ZMQ engines take one prompt per request: `input_ids` must be a flat list', { field: '/input_ids' });
   if (body.return_routed_experts === true) {
@@ -57,18 +75,23 @@ export async function tokenRelay(
   body: Record<string, unknown>,
   reply: FastifyReply,
 ): Promise<FastifyReply> {
-  const req = tokenRequestOf(body);
+  const startedAt = performance.now();
+  const abort = new AbortController();
+  reply.raw.on('close', () => {
+    if (!reply.raw.writableFinished) abort.abort();
+  });
+  // `text` in needs the tokenizer; `input_ids` in only wants it for `text` out (best effort).
+  const { tokenizer, why } = await tokenizerFor(services, engine, abort.signal);
+  const req = tokenRequestOf(body, tokenizer, why);
   const streamToCaller = body.stream === true;
   const e = services.view.engine(worker);
+  const skipSpecialTokens = req.sampling.skip_special_tokens !== false;
   const answer = new TokenAnswer({
     rid: req.rid,
     dispatchVersion: e.version ?? mergedLabels(worker).weight_version ?? 'default',
     returnLogprob: req.returnLogprob,
-    startedAt: performance.now(),
-  });
-  const abort = new AbortController();
-  reply.raw.on('close', () => {
-    if (!reply.raw.writableFinished) abort.abort();
+    startedAt,
+    ...(tokenizer ? { detokenize: (ids: number[]) => tokenizer.decode(ids, { skipSpecialTokens }) } : {}),
   });
   reply.header(ROUTED_HEADER, worker.url);
   // The header and the attributed `meta_info.weight_version` come from the same read.
@@ -133,6 +156,32 @@ export async function tokenRelay(
   } finally {
     if (!streamToCaller) services.host.release(worker.id, outcome);
   }
+}
+
+/**
+ * The worker's tokenizer: the engine's own (GetTokenizer), else `--tokenizer-path`. Never throws:
+ * without one, `why` says what was tried, for the refusal of a `text` prompt.
+ */
+async function tokenizerFor(services: Services, engine: TokenEngine, signal: AbortSignal): Promise<{ tokenizer?: Tokenizer; why?: string }> {
+  const tried: string[] = [];
+  if (isTokenizerSource(engine)) {
+    try {
+      return { tokenizer: await engine.tokenizer(signal) };
+    } catch (err) {
+      tried.push((err as Error).message);
+    }
+  }
+  const path = services.config.tokenizerPath;
+  if (path) {
+    try {
+      return { tokenizer: await loadTokenizerPath(path) };
+    } catch (err) {
+      tried.push((err as Error).message);
+    }
+  } else {
+    tried.push('no --tokenizer-path is set');
+  }
+  return { why: tried.join('; ') };
 }
 
 /** An engine-side abort becomes a partial answer; anything else an error of ours. */
