@@ -19,6 +19,8 @@ export interface RoutingCounts {
 export interface PickOptions {
   modes?: ReadonlySet<string>;
   exclude?: ReadonlySet<string>;
+  /** Only workers serving this model (the request's resolved model; slime §8.2). */
+  modelId?: string;
   /** RL on: this request's version policy. Absent (RL off): no pre-filter is installed. */
   policy?: VersionPolicy;
   counts?: RoutingCounts;
@@ -28,6 +30,9 @@ export interface PickOptions {
 // asleep engines are candidates so that their drop is counted; refitting ones are not (a refit
 // in progress is the gateway's own doing, not a routing decision).
 const CANDIDATE_STATES = new Set(['serving', 'paused', 'asleep']);
+
+/** The model id untagged workers are registered under; never a real model. */
+export const UNKNOWN_MODEL_ID = 'unknown';
 
 export class Router {
   private cursor = 0;
@@ -46,6 +51,7 @@ export class Router {
     for (const w of this.deps.registry.all()) {
       if (opts.modes && !opts.modes.has(w.connectionMode)) continue;
       if (opts.exclude?.has(w.id)) continue;
+      if (opts.modelId !== undefined && w.modelId !== opts.modelId) continue;
       const e = this.deps.view.engine(w);
       if (e.breaker === 'open') continue;
       if (!policy) {
@@ -58,7 +64,7 @@ export class Router {
       if (e.control !== 'active') reason = e.control;
       else if (policy.kind === 'any') reason = null;
       else {
-        // The request's model is the single served model for now: the candidate's own model.
+        // Fleet maximum of the candidate's own model (the request's, when it names or resolves one).
         if (maxModel !== w.modelId) {
           maxModel = w.modelId;
           max = this.deps.view.fleetMax(w.modelId);
@@ -73,6 +79,16 @@ export class Router {
       if (e.state === 'serving') out.push(w);
     }
     if (policy && out.length === 0 && candidates > 0) counts?.unroutable();
+    return out;
+  }
+
+  /**
+   * The real models the registry serves: every worker's model id except the `unknown`
+   * placeholder of untagged workers (slime §8.2), whatever their state.
+   */
+  models(): Set<string> {
+    const out = new Set<string>();
+    for (const w of this.deps.registry.all()) if (w.modelId !== UNKNOWN_MODEL_ID) out.add(w.modelId);
     return out;
   }
 

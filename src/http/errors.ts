@@ -12,6 +12,7 @@ export const ErrorStatus = {
   invalid_body: 400,
   invalid_version_policy: 400,
   invalid_request: 400,
+  invalid_request_shape: 422,
   unsupported_connection_mode: 422,
   no_control_endpoint: 422,
   upstream_unreachable: 502,

@@ -1,8 +1,11 @@
 // The minimal data plane: SGLang-native /generate and OpenAI-shaped /v1/chat/completions and
-// /v1/completions, routed among eligible engines. HTTP engines are relayed as they answer
-// (streamed bytes are piped, never re-parsed; the caller's bytes go upstream untouched); the one
-// exception is a buffered JSON /generate with RL on, read whole so the mixed-version check can
-// see it (and sent byte for byte). Token engines (gRPC, ZMQ) go through token-relay.ts.
+// /v1/completions, routed among eligible engines of the request's model (a model-less request
+// resolves to the single real model served, slime §8.2). HTTP engines are relayed as they answer
+// (streamed bytes are piped, never re-parsed; the caller's bytes go upstream untouched, so no
+// `model` is ever added); the one exception is a buffered JSON /generate with RL on, read whole
+// so the mixed-version check can see it (and sent byte for byte). An HTTP engine that fails before
+// its first response byte is retried once on another engine; one deadline bounds the request.
+// Token engines (gRPC, ZMQ) go through token-relay.ts.
 
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Readable } from 'node:stream';
@@ -11,7 +14,10 @@ import { GatewayError } from './errors.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { checkDataPlaneBody, type DataPlanePath } from './data-plane-input.ts';
 import type { RouteOptions, Services } from './services.ts';
-import { tokenRelay } from './token-relay.ts';
+import { tokenRelay, tokenRequestOf } from './token-relay.ts';
+import type { Dispatcher } from 'undici';
+import type { Worker } from '../fleet/worker.ts';
+import { UNKNOWN_MODEL_ID } from '../fleet/router.ts';
 import type { TokenEngine } from '../engines/generation.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
@@ -37,40 +43,108 @@ export const generateRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
 async function relay(services: Services, path: DataPlanePath, req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const body = rawBody(req.body);
   const parsed = checkDataPlaneBody(path, body);
+  // slime §8.4: the gateway's request type has `text` as one string; SGLang's batch form is a
+  // shape we do not take, on any engine path.
+  if (path === '/generate' && Array.isArray(parsed.text)) {
+    services.metrics.request(path, 422);
+    throw new GatewayError('invalid_request_shape', '`text` must be one string: batched `text` lists are not accepted; send one prompt per request', { field: '/text' });
+  }
   const rl = services.config.rl.enabled;
   const policy = rl ? requestPolicy(services.config.rl.versionPolicy, req) : undefined;
+  const modelId = resolveModel(services, path, parsed.model);
 
-  // OpenAI-shaped routes need a chat template and tokenizer on token engines: HTTP engines only.
-  const worker = services.router.pick({ modes: path === '/generate' ? undefined : HTTP_ONLY, policy, counts: services.metrics });
+  // OpenAI-shaped routes need a chat template and tokenizer on token engines, and a batch of
+  // `input_ids` is one prompt per call on gRPC/ZMQ: both go to HTTP engines only.
+  const batch = path === '/generate' && isIdBatch(parsed.input_ids);
+  const modes = path !== '/generate' || batch ? HTTP_ONLY : undefined;
+  let worker = services.router.pick({ modes, modelId, policy, counts: services.metrics });
+  // A token-engine-only fleet answers a batch with token-relay's own 400 (spec §18 line 44).
+  if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);
   if (!worker) {
     services.metrics.request(path, 503);
     throw new GatewayError('no_available_workers', 'no available workers: every engine is paused, refitting, unreachable or breaker-open; retry', { retryable: true });
   }
-  const client = services.host.client(worker.id);
-  if (client && isTokenEngine(client)) return tokenRelay(services, worker, client, parsed, reply);
-  if (!(client instanceof HttpEngineClient)) throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
 
-  const abort = new AbortController();
+  // One deadline for the whole request, every attempt included (SMG's request_timeout_secs).
+  const caller = new AbortController();
+  const deadline = new AbortController();
+  const timeoutSecs = services.config.requestTimeoutSecs;
+  const timer = setTimeout(() => deadline.abort(), timeoutSecs * 1000).unref();
   reply.raw.on('close', () => {
-    if (!reply.raw.writableFinished) abort.abort();
+    clearTimeout(timer);
+    if (!reply.raw.writableFinished) caller.abort();
   });
+  const signal = AbortSignal.any([caller.signal, deadline.signal]);
+
+  const tried = new Set<string>();
+  for (;;) {
+    tried.add(worker.id);
+    const client = services.host.client(worker.id);
+    if (client && isTokenEngine(client)) return tokenRelay(services, worker, client, parsed, reply);
+    if (!(client instanceof HttpEngineClient)) throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
+    const sent = await httpRelay(services, path, parsed, body, worker, client, reply, { signal, caller: caller.signal, deadline: deadline.signal });
+    if (sent.kind === 'answered') return sent.reply;
+    if (sent.kind === 'deadline') {
+      services.metrics.request(path, 504);
+      throw new GatewayError('upstream_timeout', `request to \`${worker.url}\` timed out after ${timeoutSecs}s`, { worker_id: worker.id, url: worker.url });
+    }
+    // Nothing reached the caller yet: one more engine may take it (issue 4 item 6).
+    const next = tried.size === 1 ? services.router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics }) : undefined;
+    if (!next) {
+      services.metrics.request(path, 502);
+      throw new GatewayError('upstream_unreachable', `upstream \`${worker.url}\` unreachable: ${sent.error.message}`, { worker_id: worker.id, url: worker.url });
+    }
+    services.log.warn({ worker_id: worker.id, url: worker.url, next: next.url, err: sent.error.message }, 'data-plane upstream failed before the first byte; retrying once');
+    worker = next;
+  }
+}
+
+type Sent =
+  | { kind: 'answered'; reply: FastifyReply }
+  /** The upstream failed before any response byte: the caller has seen nothing, a retry is safe. */
+  | { kind: 'unsent'; error: Error }
+  | { kind: 'deadline' };
+
+/** One attempt on one HTTP engine: the caller's bytes go up untouched, the answer is relayed. */
+async function httpRelay(
+  services: Services,
+  path: DataPlanePath,
+  parsed: Record<string, unknown>,
+  body: Buffer | null,
+  worker: Worker,
+  client: HttpEngineClient,
+  reply: FastifyReply,
+  signals: { signal: AbortSignal; caller: AbortSignal; deadline: AbortSignal },
+): Promise<Sent> {
+  const rl = services.config.rl.enabled;
   services.host.acquire(worker.id);
   let released = false;
+  // A caller that goes away says nothing about the engine: neither success nor failure. A
+  // request that outlives the deadline counts against the engine.
+  const interrupted = (): 'neutral' | 'failure' => (signals.caller.aborted ? 'neutral' : 'failure');
   const release = (outcome: 'success' | 'failure' | 'neutral') => {
     if (released) return;
     released = true;
     services.host.release(worker.id, outcome);
   };
 
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (worker.apiKey) headers.authorization = `Bearer ${worker.apiKey}`;
+  let upstream: Dispatcher.ResponseData;
   try {
-    const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (worker.apiKey) headers.authorization = `Bearer ${worker.apiKey}`;
-    const upstream = await client.pool.request({ path, method: 'POST', headers, body, signal: abort.signal });
+    upstream = await client.pool.request({ path, method: 'POST', headers, body, signal: signals.signal });
+  } catch (err) {
+    release(interrupted());
+    if (signals.caller.aborted) throw new GatewayError('invalid_request', 'client went away');
+    if (signals.deadline.aborted) return { kind: 'deadline' };
+    return { kind: 'unsent', error: err as Error };
+  }
+
+  try {
     const outcome = upstream.statusCode >= 500 ? 'failure' : 'success';
-    // A caller that goes away mid-stream says nothing about the engine: neither success nor failure.
     upstream.body.on('end', () => release(outcome));
-    upstream.body.on('close', () => release(abort.signal.aborted ? 'neutral' : outcome));
-    upstream.body.on('error', () => release(abort.signal.aborted ? 'neutral' : 'failure'));
+    upstream.body.on('close', () => release(signals.signal.aborted ? interrupted() : outcome));
+    upstream.body.on('error', () => release(signals.signal.aborted ? interrupted() : 'failure'));
     // Streams are never inspected (§13.4): only a buffered 2xx JSON /generate is read whole.
     const inspect =
       rl && path === '/generate' && parsed.stream !== true && upstream.statusCode >= 200 && upstream.statusCode < 300 &&
@@ -94,13 +168,41 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       }
     }
     services.metrics.request(path, upstream.statusCode);
-    return reply.send(payload);
+    return { kind: 'answered', reply: reply.send(payload) };
   } catch (err) {
-    release(abort.signal.aborted ? 'neutral' : 'failure');
+    release(signals.signal.aborted ? interrupted() : 'failure');
+    if (signals.caller.aborted) throw new GatewayError('invalid_request', 'client went away');
+    if (signals.deadline.aborted) return { kind: 'deadline' };
     services.metrics.request(path, 502);
-    if (abort.signal.aborted) throw new GatewayError('invalid_request', 'client went away');
     throw new GatewayError('upstream_unreachable', `upstream \`${worker.url}\` unreachable: ${(err as Error).message}`, { worker_id: worker.id, url: worker.url });
   }
+}
+
+/** `input_ids` as a list of lists: SGLang's batch form. */
+function isIdBatch(ids: unknown): boolean {
+  return Array.isArray(ids) && ids.length > 0 && Array.isArray(ids[0]);
+}
+
+/**
+ * The model a request is routed for (slime §8.2): a named model must be served by some worker;
+ * an unnamed one (or the placeholder itself) resolves to the fleet's single real model. Workers
+ * registered as `unknown` serve no real model. The name is only a routing filter: nothing about
+ * it is sent upstream (§8.3: HTTP bodies go up as received, token engines have no model field).
+ */
+function resolveModel(services: Services, path: DataPlanePath, named: unknown): string {
+  const name = typeof named === 'string' ? named.trim() : '';
+  const models = services.router.models();
+  if (name && name !== UNKNOWN_MODEL_ID) {
+    if (models.has(name)) return name;
+    services.metrics.request(path, 404);
+    throw new GatewayError('model_not_found', `model \`${name}\` is not served by any registered worker`, { model: name });
+  }
+  if (models.size === 1) return models.values().next().value!;
+  // No worker registered at all is an empty fleet, not a model question: the retryable 503 below.
+  if (models.size === 0 && services.registry.all().length === 0) return UNKNOWN_MODEL_ID;
+  services.metrics.request(path, 404);
+  const why = models.size === 0 ? 'no registered worker serves a known model yet' : `the fleet serves ${models.size} models (${[...models].sort().join(', ')}); name one in \`model\``;
+  throw new GatewayError('model_not_found', `the request names no model and ${why}`, { model: null });
 }
 
 /**

@@ -11,6 +11,7 @@ import { bearerMatches } from './admin-auth.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { healthOf } from '../fleet/fleet-view.ts';
+import { controlUrlFor } from '../fleet/control-url.ts';
 
 const Registration = Type.Object(
   {
@@ -81,7 +82,7 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     const workers = registry
       .all()
       .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
-      .map((w) => workerJson(w, view));
+      .map((w) => listedRow(w, view, services.config.workersListControlUrls));
     return { workers, total: workers.length };
   });
 
@@ -117,6 +118,20 @@ function strictValidator(schema: TSchema, part: string) {
     const first = check.Errors(data).First();
     return { error: new Error(`${part}${first?.path ?? ''} ${first?.message ?? 'is invalid'}`) };
   };
+}
+
+/**
+ * A listing row. slime's end-of-rollout abort calls `<url>/abort_request` and `<url>/v1/loads`
+ * on every listed URL (slime §7), which a `grpc://` or ZMQ URL cannot serve. With
+ * `--workers-list-control-urls` such a worker with a control app is listed by that app's URL,
+ * and its registry URL moves to `registry_url` (docs/decisions.md). Without a control app, or
+ * with the setting off, the row is the registry's.
+ */
+function listedRow(w: Worker, view: FleetView, controlUrls: boolean) {
+  const row = workerJson(w, view);
+  if (!controlUrls || w.connectionMode === 'http') return row;
+  const control = controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w));
+  return control ? { ...row, url: control, registry_url: w.url } : row;
 }
 
 /** The SMG-shaped data-plane row; slime reads `id` and `url`. */

@@ -132,8 +132,9 @@ describe('lines 56, 57: one SGLang simulator', () => {
     expectNoMixed(await gen({ weight_version: 9 }), 'a number equal to the table version');
     expectMixed(await gen({ weight_version: 'default' }), '"default" differs from "9"');
     expectNoMixed(await gen({ weight_version: '9', weight_versions: [{ version: '9' }] }), 'one span');
-    // An array body is mixed when any element is (two prompts, both merged with the mock).
-    const batch = await gen({ weight_version: '7' }, { text: ['a', 'b'] });
+    // An array body is mixed when any element is (two prompts, both merged with the mock). A
+    // batch goes as input_ids: a `text` list is refused with 422 (spec line 44).
+    const batch = await gen({ weight_version: '7' }, { text: undefined, input_ids: [[1, 2], [3]] });
     expect(batch.status).toBe(200);
     expect(Array.isArray(batch.json)).toBe(true);
     expectMixed(batch, 'array body');
