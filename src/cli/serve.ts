@@ -119,6 +119,8 @@ export async function serveCommand(argv: string[]): Promise<number> {
     for (const slot of slots) {
       const labels: Record<string, string> = {};
       if (slot.controlUrl) labels['rl.control_url'] = slot.controlUrl;
+      // The ZMQ handshake names no model: say which one, so model-less requests resolve to it.
+      if (kind === 'zmq') labels.model_id = own.get('model') ?? (template ? 'unknown' : 'sim-model');
       gw.services.registry.register({ url: slot.url, runtime_type: kind === 'sglang' ? 'sglang' : 'tokenspeed', labels });
     }
     process.stdout.write(
