@@ -17,8 +17,12 @@ export class Tokenizer {
   private readonly hf: HfTokenizer;
 
   /** `source` says where it came from (a path or `bundle:<sha256>`), for messages only. */
+  /** tokenizer_config.json as shipped (chat_template, bos/eos tokens, ...); {} when absent. */
+  readonly config: Record<string, unknown>;
+
   constructor(tokenizerJson: object, tokenizerConfig: object | undefined, readonly source: string) {
-    this.hf = new HfTokenizer(tokenizerJson, tokenizerConfig ?? {});
+    this.config = (tokenizerConfig ?? {}) as Record<string, unknown>;
+    this.hf = new HfTokenizer(tokenizerJson, this.config);
   }
 
   /** SGLang's `tokenizer.encode(text)`: special tokens added as the tokenizer's post-processor says. */

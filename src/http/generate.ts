@@ -5,7 +5,7 @@
 // `model` is ever added); the one exception is a buffered JSON /generate with RL on, read whole
 // so the mixed-version check can see it (and sent byte for byte). An HTTP engine that fails before
 // its first response byte is retried once on another engine; one deadline bounds the request.
-// Token engines (gRPC, ZMQ) go through token-relay.ts.
+// Token engines (gRPC, ZMQ) go through token-relay.ts (/generate) and openai-tokens.ts (OpenAI paths).
 
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Readable } from 'node:stream';
@@ -15,6 +15,7 @@ import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { checkDataPlaneBody, type DataPlanePath } from './data-plane-input.ts';
 import type { RouteOptions, Services } from './services.ts';
 import { tokenRelay, tokenRequestOf } from './token-relay.ts';
+import { openAiTokenRelay } from './openai-tokens.ts';
 import type { Dispatcher } from 'undici';
 import type { Worker } from '../fleet/worker.ts';
 import { UNKNOWN_MODEL_ID } from '../fleet/router.ts';
@@ -53,10 +54,9 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   const policy = rl ? requestPolicy(services.config.rl.versionPolicy, req) : undefined;
   const modelId = resolveModel(services, path, parsed.model);
 
-  // OpenAI-shaped routes need a chat template and tokenizer on token engines, and a batch of
-  // `input_ids` is one prompt per call on gRPC/ZMQ: both go to HTTP engines only.
+  // A batch of `input_ids` is one prompt per call on gRPC/ZMQ: it goes to HTTP engines only.
   const batch = path === '/generate' && isIdBatch(parsed.input_ids);
-  const modes = path !== '/generate' || batch ? HTTP_ONLY : undefined;
+  const modes = batch ? HTTP_ONLY : undefined;
   let worker = services.router.pick({ modes, modelId, policy, counts: services.metrics });
   // A token-engine-only fleet answers a batch with token-relay's own 400 (spec §18 line 44).
   if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);
@@ -80,7 +80,9 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   for (;;) {
     tried.add(worker.id);
     const client = services.host.client(worker.id);
-    if (client && isTokenEngine(client)) return tokenRelay(services, worker, client, parsed, reply);
+    if (client && isTokenEngine(client)) {
+      return path === '/generate' ? tokenRelay(services, worker, client, parsed, reply) : openAiTokenRelay(services, path, worker, client, parsed, reply);
+    }
     if (!(client instanceof HttpEngineClient)) throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
     const sent = await httpRelay(services, path, parsed, body, worker, client, reply, { signal, caller: caller.signal, deadline: deadline.signal });
     if (sent.kind === 'answered') return sent.reply;

@@ -162,7 +162,7 @@ export async function tokenRelay(
  * The worker's tokenizer: the engine's own (GetTokenizer), else `--tokenizer-path`. Never throws:
  * without one, `why` says what was tried, for the refusal of a `text` prompt.
  */
-async function tokenizerFor(services: Services, engine: TokenEngine, signal: AbortSignal): Promise<{ tokenizer?: Tokenizer; why?: string }> {
+export async function tokenizerFor(services: Services, engine: TokenEngine, signal: AbortSignal): Promise<{ tokenizer?: Tokenizer; why?: string }> {
   const tried: string[] = [];
   if (isTokenizerSource(engine)) {
     try {
@@ -185,7 +185,7 @@ async function tokenizerFor(services: Services, engine: TokenEngine, signal: Abo
 }
 
 /** An engine-side abort becomes a partial answer; anything else an error of ours. */
-function failure(err: unknown, beforeFirst: boolean): { partial: boolean; outcome: 'failure' | 'neutral'; message: string; error: GatewayError } {
+export function failure(err: unknown, beforeFirst: boolean): { partial: boolean; outcome: 'failure' | 'neutral'; message: string; error: GatewayError } {
   if (err instanceof GenerationError) {
     if (err.code === 'aborted') return { partial: true, outcome: 'neutral', message: err.message, error: new GatewayError('internal_error', err.message) };
     if (err.code === 'invalid_argument') {

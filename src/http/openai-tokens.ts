@@ -1,0 +1,285 @@
+// /v1/chat/completions and /v1/completions on a token engine (TokenSpeed gRPC, the ZMQ lane): the
+// OpenAI request becomes one TokenRequest (chat messages through the tokenizer's jinja
+// `chat_template`), the token events fold into OpenAI answers, buffered or as SSE chunks ending
+// `data: [DONE]`. `system_fingerprint` follows spec §12.1 (engine-reported > table > label >
+// "default") on the answer and on every chunk. It never routes and never talks to HTTP engines.
+
+import { randomUUID } from 'node:crypto';
+import { PassThrough } from 'node:stream';
+import type { FastifyReply } from 'fastify';
+import { Template } from '@huggingface/jinja';
+import type { TokenEngine, TokenRequest, TokenSampling } from '../engines/generation.ts';
+import type { Tokenizer } from '../engines/tokenizer.ts';
+import { mergedLabels, type Worker } from '../fleet/worker.ts';
+import { GatewayError } from './errors.ts';
+import type { Services } from './services.ts';
+import { TokenAnswer } from './token-answer.ts';
+import { failure, tokenizerFor } from './token-relay.ts';
+import { ROUTED_HEADER, stampWeightVersion } from './stamping.ts';
+
+export type OpenAiPath = '/v1/chat/completions' | '/v1/completions';
+
+const NO_TOKENIZER_FIX = 'gRPC engines serve theirs through GetTokenizer; otherwise start the gateway with `--tokenizer-path DIR`';
+/** SGLang extensions of its OpenAI server that map one to one onto the wire's sampling fields. */
+const EXTRA_SAMPLING: ReadonlyArray<keyof TokenSampling> = [
+  'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'ignore_eos', 'skip_special_tokens',
+  'spaces_between_special_tokens', 'no_stop_trim', 'stop_token_ids',
+];
+
+function bad(message: string, field: string): GatewayError {
+  return new GatewayError('invalid_request', message, { field });
+}
+
+/** The sampling of an OpenAI request; refuses what the token path cannot honour yet. */
+function samplingOf(body: Record<string, unknown>): TokenSampling {
+  const s: TokenSampling = {};
+  const max = body.max_completion_tokens ?? body.max_tokens;
+  if (typeof max === 'number') s.max_new_tokens = max;
+  if (typeof body.temperature === 'number') s.temperature = body.temperature;
+  if (typeof body.top_p === 'number') s.top_p = body.top_p;
+  if (typeof body.n === 'number') {
+    if (body.n < 1) throw bad('`n` must be at least 1', '/n');
+    s.n = body.n;
+  }
+  if (body.seed !== undefined && body.seed !== null) {
+    if (!Number.isInteger(body.seed)) throw bad('`seed` must be an integer', '/seed');
+    s.sampling_seed = body.seed as number;
+  }
+  if (typeof body.min_tokens === 'number') s.min_new_tokens = body.min_tokens;
+  for (const k of EXTRA_SAMPLING) if (body[k] !== undefined && body[k] !== null) (s as Record<string, unknown>)[k] = body[k];
+  if (s.stop_token_ids !== undefined && (!Array.isArray(s.stop_token_ids) || !s.stop_token_ids.every(Number.isInteger))) {
+    throw bad('`stop_token_ids` must be a list of token ids', '/stop_token_ids');
+  }
+  // String stops need the engine-side detokenizer SGLang's HTTP server has; the wire takes ids.
+  const stop = body.stop;
+  if (typeof stop === 'string' ? stop !== '' : Array.isArray(stop) && stop.length > 0) {
+    throw bad('string `stop` sequences are not supported on gRPC/ZMQ engines yet: send `stop_token_ids` (token id lists)', '/stop');
+  }
+  const lp = body.logprobs;
+  if (lp === true || (typeof lp === 'number' && lp > 0) || (typeof body.top_logprobs === 'number' && body.top_logprobs > 0)) {
+    throw bad('`logprobs` are not supported on gRPC/ZMQ engines by this route yet', '/logprobs');
+  }
+  if (Array.isArray(body.tools) && body.tools.length > 0) throw bad('`tools` are not supported on gRPC/ZMQ engines yet', '/tools');
+  s.skip_special_tokens ??= true;
+  s.spaces_between_special_tokens ??= true;
+  return s;
+}
+
+
+const templates = new WeakMap<Tokenizer, Template>();
+
+function chatTemplate(t: Tokenizer): Template {
+  const cached = templates.get(t);
+  if (cached) return cached;
+  let source = t.config.chat_template;
+  // HF also allows a list of named templates; `default` is the one apply_chat_template uses.
+  if (Array.isArray(source)) source = (source as Array<{ name?: string; template?: string }>).find((x) => x?.name === 'default')?.template;
+  if (typeof source !== 'string' || !source) {
+    throw bad(`the engine's tokenizer (${t.source}) has no \`chat_template\`: use /v1/completions or /generate`, '/messages');
+  }
+  let tpl: Template;
+  try {
+    tpl = new Template(source);
+  } catch (err) {
+    throw new GatewayError('invalid_request', `the tokenizer's chat_template does not parse: ${(err as Error).message}`);
+  }
+  templates.set(t, tpl);
+  return tpl;
+}
+
+function specialToken(v: unknown): string {
+  if (typeof v === 'string') return v;
+  if (v && typeof v === 'object' && typeof (v as { content?: unknown }).content === 'string') return (v as { content: string }).content;
+  return '';
+}
+
+/** Content parts become one string (text parts only); what the template sees is plain messages. */
+function templateMessages(messages: Array<Record<string, unknown>>): Array<Record<string, unknown>> {
+  return messages.map((m, i) => {
+    let content = m.content ?? '';
+    if (Array.isArray(content)) {
+      content = content.map((p: { type?: string; text?: unknown }, j) => {
+        if (p?.type !== 'text' || typeof p.text !== 'string') throw bad('only text content parts are supported on gRPC/ZMQ engines', `/messages/${i}/content/${j}`);
+        return p.text;
+      }).join('');
+    } else if (typeof content !== 'string') {
+      throw bad('message `content` must be a string or a list of text parts', `/messages/${i}/content`);
+    }
+    return { ...m, content };
+  });
+}
+
+function promptIds(path: OpenAiPath, body: Record<string, unknown>, t: Tokenizer): number[] {
+  let ids: number[];
+  if (path === '/v1/chat/completions') {
+    const cfg = t.config;
+    let text: string;
+    try {
+      text = chatTemplate(t).render({
+        messages: templateMessages(body.messages as Array<Record<string, unknown>>),
+        add_generation_prompt: true,
+        bos_token: specialToken(cfg.bos_token),
+        eos_token: specialToken(cfg.eos_token),
+      });
+    } catch (err) {
+      if (err instanceof GatewayError) throw err;
+      throw bad(`the chat template failed on these messages: ${(err as Error).message}`, '/messages');
+    }
+    ids = t.encode(text);
+  } else {
+    let prompt = body.prompt;
+    // One prompt per engine call: a one-element list is that prompt, a longer list a batch.
+    if (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) prompt = prompt[0];
+    if (typeof prompt === 'string') ids = t.encode(prompt);
+    else if (Array.isArray(prompt) && prompt.every((x) => typeof x === 'number')) ids = prompt as number[];
+    else throw bad('gRPC and ZMQ engines take one prompt per request: `prompt` must be one string or one list of token ids', '/prompt');
+  }
+  if (ids.length === 0) throw bad('the prompt tokenized to no tokens', path === '/v1/completions' ? '/prompt' : '/messages');
+  return ids;
+}
+
+/** The worker's tokenizer (token-relay's rule), or a 400 saying what was tried. */
+async function requireTokenizer(services: Services, engine: TokenEngine, signal: AbortSignal): Promise<Tokenizer> {
+  const { tokenizer, why } = await tokenizerFor(services, engine, signal);
+  if (tokenizer) return tokenizer;
+  throw new GatewayError('invalid_request', `OpenAI routes on this worker need the engine's tokenizer and none is available (${why}): ${NO_TOKENIZER_FIX}`);
+}
+
+const FINISH: Record<string, string> = { stop: 'stop', length: 'length', abort: 'abort' };
+
+export async function openAiTokenRelay(
+  services: Services,
+  path: OpenAiPath,
+  worker: Worker,
+  engine: TokenEngine,
+  body: Record<string, unknown>,
+  reply: FastifyReply,
+): Promise<FastifyReply> {
+  const startedAt = performance.now();
+  const abort = new AbortController();
+  reply.raw.on('close', () => {
+    if (!reply.raw.writableFinished) abort.abort();
+  });
+  const chat = path === '/v1/chat/completions';
+  const sampling = samplingOf(body);
+  const tokenizer = await requireTokenizer(services, engine, abort.signal);
+  const rid = randomUUID().replace(/-/g, '');
+  const req: TokenRequest = { rid, inputIds: promptIds(path, body, tokenizer), sampling, returnLogprob: false, topLogprobsNum: 0, stream: true };
+
+  const e = services.view.engine(worker);
+  const skipSpecialTokens = sampling.skip_special_tokens !== false;
+  const answer = new TokenAnswer({
+    rid,
+    dispatchVersion: e.version ?? mergedLabels(worker).weight_version ?? 'default',
+    returnLogprob: false,
+    startedAt,
+    detokenize: (ids) => tokenizer.decode(ids, { skipSpecialTokens }),
+  });
+  const head = {
+    id: `${chat ? 'chatcmpl' : 'cmpl'}-${rid}`,
+    created: Math.floor(Date.now() / 1000),
+    model: typeof body.model === 'string' && body.model.trim() ? body.model : worker.modelId,
+  };
+  /** Per choice, what the answer says so far: text, finish, version, token counts. */
+  const view = (index: number) => {
+    const o = answer.object(index) as { text: string; meta_info: { finish_reason: { type: string } | null; weight_version: string; prompt_tokens: number; completion_tokens: number } };
+    return { text: o.text, finish: o.meta_info.finish_reason ? FINISH[o.meta_info.finish_reason.type] ?? 'stop' : null, version: o.meta_info.weight_version, prompt: o.meta_info.prompt_tokens, completion: o.meta_info.completion_tokens };
+  };
+  const n = sampling.n ?? 1;
+  const usage = () => {
+    const all = Array.from({ length: n }, (_, i) => view(i));
+    const completion = all.reduce((sum, c) => sum + c.completion, 0);
+    return { prompt_tokens: all[0]!.prompt, completion_tokens: completion, total_tokens: all[0]!.prompt + completion };
+  };
+
+  reply.header(ROUTED_HEADER, worker.url);
+  if (services.config.rl.enabled) stampWeightVersion(reply, e.version);
+  services.host.acquire(worker.id);
+  let outcome: 'success' | 'failure' | 'neutral' = 'success';
+  const events = engine.generate(req, abort.signal)[Symbol.asyncIterator]();
+  const streamToCaller = body.stream === true;
+
+  try {
+    if (!streamToCaller) {
+      let got = 0;
+      try {
+        for (let r = await events.next(); !r.done; r = await events.next()) {
+          answer.push(r.value);
+          got++;
+        }
+      } catch (err) {
+        const verdict = failure(err, got === 0);
+        outcome = verdict.outcome;
+        if (!verdict.partial) throw verdict.error;
+        answer.abort(verdict.message);
+      }
+      const choices = Array.from({ length: n }, (_, index) => {
+        const c = view(index);
+        return chat
+          ? { index, message: { role: 'assistant', content: c.text }, logprobs: null, finish_reason: c.finish ?? 'abort' }
+          : { index, text: c.text, logprobs: null, finish_reason: c.finish ?? 'abort' };
+      });
+      services.metrics.request(path, 200);
+      return reply.code(200).header('content-type', 'application/json').send({
+        ...head, object: chat ? 'chat.completion' : 'text_completion', system_fingerprint: view(0).version, choices, usage: usage(),
+      });
+    }
+
+    // Streamed: the first event decides between an error answer and a 200 stream.
+    let first: IteratorResult<Parameters<TokenAnswer['push']>[0]>;
+    try {
+      first = await events.next();
+    } catch (err) {
+      const verdict = failure(err, true);
+      outcome = verdict.outcome;
+      if (!verdict.partial) throw verdict.error;
+      answer.abort(verdict.message);
+      first = { done: true, value: undefined };
+    }
+    const out = new PassThrough();
+    reply.code(200).header('content-type', 'text/event-stream').header('cache-control', 'no-cache');
+    const sent = new Map<number, { text: string; finished: boolean }>();
+    const object = chat ? 'chat.completion.chunk' : 'text_completion';
+    const write = (choice: Record<string, unknown>, version: string) =>
+      out.write(`data: ${JSON.stringify({ ...head, object, system_fingerprint: version, choices: [choice] })}\n\n`);
+    /** Emits what choice `index` gained since its last chunk (a role chunk first, for chat). */
+    const emit = (index: number) => {
+      const c = view(index);
+      let s = sent.get(index);
+      if (!s) {
+        s = { text: '', finished: false };
+        sent.set(index, s);
+        if (chat) write({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, c.version);
+      }
+      if (s.finished) return;
+      const delta = c.text.startsWith(s.text) ? c.text.slice(s.text.length) : c.text;
+      if (!delta && !c.finish) return;
+      s.text = c.text;
+      s.finished = c.finish !== null;
+      write(chat ? { index, delta: delta ? { content: delta } : {}, logprobs: null, finish_reason: c.finish } : { index, text: delta, logprobs: null, finish_reason: c.finish }, c.version);
+    };
+    void (async () => {
+      try {
+        if (!first.done) emit(answer.push(first.value));
+        for (let r = await events.next(); !r.done; r = await events.next()) emit(answer.push(r.value));
+      } catch (err) {
+        const verdict = failure(err, false);
+        outcome = verdict.outcome;
+        answer.abort(verdict.message);
+      }
+      // Choices the engine never finished (or never started) end as aborts.
+      for (let i = 0; i < n; i++) answer.object(i);
+      if (!answer.done) answer.abort('the engine ended the stream without finishing');
+      for (let i = 0; i < n; i++) emit(i);
+      const opts = body.stream_options as { include_usage?: unknown } | undefined;
+      if (opts?.include_usage === true) {
+        out.write(`data: ${JSON.stringify({ ...head, object, system_fingerprint: view(0).version, choices: [], usage: usage() })}\n\n`);
+      }
+      out.end('data: [DONE]\n\n');
+    })().finally(() => services.host.release(worker.id, outcome));
+    services.metrics.request(path, 200);
+    return reply.send(out);
+  } finally {
+    if (!streamToCaller) services.host.release(worker.id, outcome);
+  }
+}
