@@ -7,8 +7,12 @@ import { assign, emit, enqueueActions, fromCallback, fromPromise, raise, setup, 
 
 export type ControlState = 'active' | 'paused' | 'asleep';
 export type VersionSource = 'registration' | 'passthrough' | 'api';
-/** What a command does to the lifecycle while it runs; `refit` makes the engine `refitting`. */
-export type CommandOp = 'refit' | 'other';
+/**
+ * What a command does to the lifecycle while it runs: `refit` makes the engine `refitting`,
+ * `pause` makes it `pausing` (out of routing from the moment the pause is sent, not from its
+ * answer), `other` leaves it alone.
+ */
+export type CommandOp = 'refit' | 'pause' | 'other';
 
 export interface EngineCommand {
   /** Correlates the emitted `command.done` with whoever queued the command. */
@@ -96,11 +100,12 @@ export const engineMachine = setup({
     cancelsCurrent: ({ context, event }) => event.type === 'cmd.cancel' && context.current?.token === event.token,
     resultOfCurrent: ({ context, event }) => event.type === 'cmd.result' && context.current?.token === event.token,
     isRefitOp: ({ event }) => event.type === 'cmd.started' && event.op === 'refit',
+    isPauseOp: ({ event }) => event.type === 'cmd.started' && event.op === 'pause',
     probeThresholdReached: ({ context }) => context.probeFailures + 1 >= context.probeFailureThreshold,
     // A planned pause or refit suspends the breaker: failures then say nothing about health.
-    unplanned: ({ context }) => context.control === 'active' && context.current?.op !== 'refit',
+    unplanned: ({ context }) => context.control === 'active' && (context.current?.op ?? 'other') === 'other',
     breakerTrips: ({ context }) =>
-      context.control === 'active' && context.current?.op !== 'refit' && context.breakerFailures + 1 >= context.breakerThreshold,
+      context.control === 'active' && (context.current?.op ?? 'other') === 'other' && context.breakerFailures + 1 >= context.breakerThreshold,
   },
   delays: {
     retryInterval: ({ context }) => context.retryIntervalMs,
@@ -110,7 +115,7 @@ export const engineMachine = setup({
     start: enqueueActions(({ enqueue }, command: EngineCommand) => {
       enqueue.assign({ current: command });
       enqueue.emit({ type: 'command.run', command });
-      if (command.op === 'refit') enqueue.raise({ type: 'cmd.started', op: 'refit' });
+      if (command.op !== 'other') enqueue.raise({ type: 'cmd.started', op: command.op });
     }),
     // Ends the current command and starts the next. What the command taught us travels as the
     // same events an API write would send, so the lifecycle region re-resolves its resting
@@ -118,12 +123,12 @@ export const engineMachine = setup({
     finish: enqueueActions(({ context, enqueue }, result: Partial<CommandResult>) => {
       if (result.version !== undefined) enqueue.raise({ type: 'version.set', version: result.version, source: 'passthrough' });
       if (result.control !== undefined) enqueue.raise({ type: 'control.set', control: result.control });
-      if (context.current?.op === 'refit') enqueue.raise({ type: 'cmd.finished' });
+      if (context.current && context.current.op !== 'other') enqueue.raise({ type: 'cmd.finished' });
       const [next, ...rest] = context.queue;
       enqueue.assign({ current: next, queue: rest });
       if (next) {
         enqueue.emit({ type: 'command.run', command: next });
-        if (next.op === 'refit') enqueue.raise({ type: 'cmd.started', op: 'refit' });
+        if (next.op !== 'other') enqueue.raise({ type: 'cmd.started', op: next.op });
       }
     }),
   },
@@ -174,7 +179,10 @@ export const engineMachine = setup({
           on: {
             // Every resting state reacts alike: a refit command makes the engine `refitting`,
             // a control write re-resolves the resting state (refitting overrides it below).
-            'cmd.started': { guard: 'isRefitOp', target: '.refitting' },
+            'cmd.started': [
+              { guard: 'isRefitOp', target: '.refitting' },
+              { guard: 'isPauseOp', target: '.pausing' },
+            ],
             'control.set': { target: '.resolving', actions: assign({ control: ({ event }) => event.control }) },
             'probe.ok': { actions: assign({ probeFailures: 0 }) },
             'probe.failed': [
@@ -202,6 +210,11 @@ export const engineMachine = setup({
             },
             paused: {},
             asleep: {},
+            // A pause is on its way to the engine: no new request may be routed to it. Its
+            // answer's control.set (or, if it failed, cmd.finished) decides where it rests.
+            pausing: {
+              on: { 'cmd.finished': 'resolving' },
+            },
             refitting: {
               on: {
                 'cmd.finished': 'resolving',

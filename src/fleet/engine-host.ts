@@ -67,6 +67,9 @@ const REFIT_PATHS = new Set([
   'destroy_weights_update_group',
 ]);
 
+/** Commands that stop generation: the engine leaves routing when they are sent (spec §12.6 paths). */
+const PAUSE_PATHS = new Set(['pause_generation', 'pause', 'release_memory_occupation', 'sleep']);
+
 interface Hosted {
   actor: EngineActor;
   client: EngineClient;
@@ -151,7 +154,8 @@ export class EngineHost {
     if (!h) return Promise.reject(new Error(`engine ${id} is not hosted by this replica`));
     if (signal?.aborted) return Promise.reject(new Error('cancelled'));
     const token = randomUUID();
-    const command: EngineCommand = { token, op: REFIT_PATHS.has(call.path) ? 'refit' : 'other', payload: call };
+    const op = REFIT_PATHS.has(call.path) ? 'refit' : PAUSE_PATHS.has(call.path) ? 'pause' : 'other';
+    const command: EngineCommand = { token, op, payload: call };
     return new Promise((resolve, reject) => {
       const onAbort = () => h.actor.send({ type: 'cmd.cancel', token });
       signal?.addEventListener('abort', onAbort, { once: true });

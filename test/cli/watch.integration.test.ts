@@ -39,13 +39,13 @@ describe('rlgate watch', () => {
     const r = await t.http('POST', '/v1/rl/refits', { body: { weight_version: '9', source: { kind: 'disk', model_path: '/m' } } });
     expect(r.status).toBe(200);
     const deadline = Date.now() + 10_000;
-    while (out.trim().split('\n').length < 4 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
+    while (out.trim().split('\n').length < 5 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
     const states = out
       .trim()
       .split('\n')
       .filter((l) => l.includes(sim.url))
       .map((l) => l.split(/\s+/)[2]);
-    expect(states).toEqual(['paused', 'refitting', 'paused', 'serving']);
+    expect(states).toEqual(['pausing', 'paused', 'refitting', 'paused', 'serving']);
     expect(out).toContain('version=9');
   });
 });

@@ -74,8 +74,8 @@ describe('refit transaction', () => {
     await new Promise((res) => setTimeout(res, 200)); // let the last publishes arrive
     sub.unsubscribe();
     for (const id of ids) {
-      // serving → paused (pause) → refitting (update) → paused → serving (continue)
-      expect(seen.get(id)).toEqual(['paused', 'refitting', 'paused', 'serving']);
+      // serving → pausing (pause sent) → paused (answered) → refitting (update) → paused → serving (continue)
+      expect(seen.get(id)).toEqual(['pausing', 'paused', 'refitting', 'paused', 'serving']);
     }
   });
 
