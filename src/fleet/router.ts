@@ -1,8 +1,8 @@
-// Data-plane worker selection: which engine serves the next request, round-robin among the
-// eligible ones. With RL off only `serving`, breaker-not-open, control-active engines are
-// eligible. With RL on the version pre-filter of spec §13.3 runs over the candidates (online
-// engines whose breaker is not open) and counts its drops. Never reads HTTP headers: the caller
-// hands the request's policy in.
+// Data-plane worker selection: which engine serves the next request. Among the eligible ones the
+// least in-flight wins (ties round-robin), or, with a routing key, the rendezvous-hash winner.
+// With RL off only `serving`, breaker-not-open, control-active engines are eligible. With RL on
+// the version pre-filter of spec §13.3 runs over the candidates (online engines whose breaker is
+// not open) and counts its drops. Never reads HTTP headers: the caller hands policy and key in.
 
 import type { EngineHost } from './engine-host.ts';
 import type { FleetView } from './fleet-view.ts';
@@ -24,6 +24,11 @@ export interface PickOptions {
   /** RL on: this request's version policy. Absent (RL off): no pre-filter is installed. */
   policy?: VersionPolicy;
   counts?: RoutingCounts;
+  /**
+   * Session affinity (slime's `X-SMG-Routing-Key`): the same key goes to the same eligible
+   * engine, whatever its load; removing an engine moves only the keys it held.
+   */
+  routingKey?: string;
 }
 
 // Lifecycle states of an engine that is up: the candidates the pre-filter judges. Paused and
@@ -94,8 +99,67 @@ export class Router {
 
   pick(opts: PickOptions = {}): Worker | undefined {
     const candidates = this.eligible(opts);
-    if (candidates.length === 0) return undefined;
+    const n = candidates.length;
+    if (n === 0) return undefined;
+    if (opts.routingKey !== undefined) return rendezvous(opts.routingKey, candidates);
+    // One pass from a rotating start: the first engine with the fewest requests in flight wins,
+    // so equal loads (an idle fleet) still spread round-robin. No sort on the hot path.
     this.cursor = (this.cursor + 1) % 1_000_000_007;
-    return candidates[this.cursor % candidates.length];
+    const start = this.cursor % n;
+    const { host } = this.deps;
+    let best = candidates[start]!;
+    let bestLoad = host.load(best.id);
+    for (let i = 1; i < n && bestLoad > 0; i++) {
+      const w = candidates[(start + i) % n]!;
+      const load = host.load(w.id);
+      if (load < bestLoad) {
+        best = w;
+        bestLoad = load;
+      }
+    }
+    return best;
   }
+}
+
+/**
+ * Rendezvous (highest-random-weight) hashing: each engine scores hash(key, engine id) and the
+ * highest wins. Removing an engine moves only the keys it won; adding one takes keys only onto
+ * itself. The key's hash state is computed once, then continued per engine.
+ */
+export function rendezvous<T extends { id: string }>(key: string, candidates: readonly T[]): T | undefined {
+  // A separator byte after the key keeps ("ab","c") and ("a","bc") apart.
+  const seed = Math.imul(fnv1a(key, FNV_OFFSET) ^ 0xff, FNV_PRIME) >>> 0;
+  let best: T | undefined;
+  let bestScore = -1;
+  for (const w of candidates) {
+    const score = fmix32(fnv1a(w.id, seed));
+    // Ties (astronomically rare) go to the smaller id, so the answer never depends on order.
+    if (score > bestScore || (score === bestScore && best !== undefined && w.id < best.id)) {
+      best = w;
+      bestScore = score;
+    }
+  }
+  return best;
+}
+
+const FNV_OFFSET = 0x811c9dc5;
+const FNV_PRIME = 0x01000193;
+
+/** 32-bit FNV-1a over UTF-16 code units, continuing from `h`. */
+function fnv1a(s: string, h: number): number {
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, FNV_PRIME);
+  }
+  return h >>> 0;
+}
+
+/** MurmurHash3's finaliser: FNV alone avalanches poorly on the last characters (ids ending in 0-9). */
+function fmix32(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
 }

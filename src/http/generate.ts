@@ -57,7 +57,10 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   // A batch of `input_ids` is one prompt per call on gRPC/ZMQ: it goes to HTTP engines only.
   const batch = path === '/generate' && isIdBatch(parsed.input_ids);
   const modes = batch ? HTTP_ONLY : undefined;
-  let worker = services.router.pick({ modes, modelId, policy, counts: services.metrics });
+  // slime under consistent hashing sends its session id here: same key, same engine.
+  const key = req.headers['x-smg-routing-key'];
+  const routingKey = typeof key === 'string' && key !== '' ? key : undefined;
+  let worker = services.router.pick({ modes, modelId, policy, routingKey, counts: services.metrics });
   // A token-engine-only fleet answers a batch with token-relay's own 400 (spec §18 line 44).
   if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);
   if (!worker) {
