@@ -90,6 +90,8 @@ interface Hosted {
 export class EngineHost {
   private readonly hosted = new Map<string, Hosted>();
   private readonly waiters = new Map<string, (r: CommandResult | { error: string }) => void>();
+  /** Last version seen per engine base URL: DP ranks change together, counted once (spec §12.3). */
+  private readonly engineVersions = new Map<string, string | undefined>();
 
   constructor(
     private readonly deps: {
@@ -270,7 +272,9 @@ export class EngineHost {
     }
     const url = h.actor.getSnapshot().context.url;
     // The engine's gauges go only when no DP rank of it is left.
-    this.deps.metrics.forget(url, this.deps.registry.siblings(url.replace(/@\d+$/, '')).length === 0);
+    const engineGone = this.deps.registry.siblings(url.replace(/@\d+$/, '')).length === 0;
+    if (engineGone) this.engineVersions.delete(url.replace(/@\d+$/, ''));
+    this.deps.metrics.forget(url, engineGone);
     await h.client.close();
   }
 
@@ -361,6 +365,17 @@ export class EngineHost {
     this.hosted.get(id)?.actor.send({ type: 'version.set', version, source: 'passthrough' });
   }
 
+  /** The first sighting of an engine records its version; a later change with load counts. */
+  private noteVersion(url: string, version: string | undefined): void {
+    const base = url.replace(/@\d+$/, '');
+    const known = this.engineVersions.has(base);
+    if (known && this.engineVersions.get(base) === version) return;
+    this.engineVersions.set(base, version);
+    if (!known) return;
+    const inflight = this.deps.registry.siblings(base).reduce((sum, w) => sum + this.load(w.id), 0);
+    if (inflight > 0) this.deps.metrics.versionChangeWithInflight();
+  }
+
   private publish(id: string, h: Hosted, snap: EngineSnapshot): void {
     const c = snap.context;
     const state = lifecycleOf(snap);
@@ -383,6 +398,7 @@ export class EngineHost {
       time: new Date().toISOString(),
     };
     this.deps.metrics.engineState(c.url, event);
+    this.noteVersion(c.url, c.version);
     if (prevState !== state) this.deps.log.info({ worker_id: id, url: c.url, from: prevState || null, to: state }, 'engine transition');
     try {
       this.deps.bus.publish(this.deps.subjects.engineState(id), event);

@@ -32,6 +32,8 @@ export interface GatewayConfig {
   logLevel: string;
   /** Tokenizer directory for `text` on token engines without their own (ZMQ), and the gRPC fallback. */
   tokenizerPath: string | undefined;
+  /** `return_logprob` on a token engine without logprobs answers 0.0 per token instead of failing (slime §5.1). */
+  synthesizeLogprobs: boolean;
 }
 
 type Kind = 'string' | 'int' | 'bool' | 'list';
@@ -66,6 +68,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'replica-id', key: 'replicaId', kind: 'string', help: 'this gateway replica\'s id on the bus (default: random)' },
   { flag: 'subject-root', key: 'subjectRoot', kind: 'string', help: 'root token of every NATS subject (default rl)' },
   { flag: 'tokenizer-path', key: 'tokenizerPath', kind: 'string', help: 'tokenizer directory (tokenizer.json) for `text` prompts on ZMQ workers, and on gRPC workers without GetTokenizer (default unset)' },
+  { flag: 'synthesize-logprobs', key: 'synthesizeLogprobs', kind: 'bool', help: 'answer `return_logprob` with 0.0 per token when a token engine returns no logprobs (only safe when the trainer recomputes them); default off: such requests fail with 502 logprobs_unavailable' },
   { flag: 'log-level', key: 'logLevel', kind: 'string', help: 'pino level: trace|debug|info|warn|error|silent (default info)' },
 ];
 
@@ -89,6 +92,7 @@ export function defaultConfig(): GatewayConfig {
     subjectRoot: 'rl',
     logLevel: 'info',
     tokenizerPath: undefined,
+    synthesizeLogprobs: false,
   };
 }
 
@@ -226,6 +230,7 @@ const FILE_ALIASES: Record<string, string> = {
   tokenizer_path: 'tokenizerPath',
   request_timeout_secs: 'requestTimeoutSecs',
   workers_list_control_urls: 'workersListControlUrls',
+  synthesize_logprobs: 'synthesizeLogprobs',
 };
 
 function applyObject(cfg: GatewayConfig, obj: Record<string, unknown>, prefix = ''): void {

@@ -14,6 +14,10 @@ import { generateRoutes } from './generate.ts';
 import { metricsRoutes } from './metrics.ts';
 
 const RL_PREFIX = '/v1/rl';
+const EXPOSED_HEADERS = [
+  'x-smg-weight-version', 'x-smg-mixed-version', 'x-smg-routed-worker-id',
+  'x-rl-weight-version', 'x-rl-mixed-version', 'x-rl-routed-worker-id', 'x-request-id',
+].join(', ');
 
 export async function buildApp(services: Services): Promise<FastifyInstance> {
   const { config } = services;
@@ -49,6 +53,12 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     if (config.adminKey && !bearerMatches(req.headers.authorization, config.adminKey)) {
       throw new GatewayError('unauthorized', 'missing or wrong admin bearer token');
     }
+  });
+
+  // Spec §13.4: browsers may read the stamping headers of a cross-origin answer. Exposure only:
+  // whether an origin may call at all (allow-origin) is left to the deployment's proxy.
+  app.addHook('onSend', async (req, reply) => {
+    if (req.headers.origin !== undefined) reply.header('access-control-expose-headers', EXPOSED_HEADERS);
   });
 
   app.setErrorHandler((err: FastifyError | GatewayError, req, reply) => {

@@ -17,6 +17,7 @@ export const ErrorStatus = {
   no_control_endpoint: 422,
   upstream_unreachable: 502,
   upstream_timeout: 504,
+  logprobs_unavailable: 502,
   unauthorized: 401,
   not_found: 404,
   method_not_allowed: 405,

@@ -10,6 +10,8 @@ export interface AnswerContext {
   /** The version attributed at dispatch (table, else label, else "default"): used when the engine stamps none. */
   dispatchVersion: string;
   returnLogprob: boolean;
+  /** Tokens the engine gave no logprob for answer 0.0 (`--synthesize-logprobs`); else see `lacksLogprobs`. */
+  synthesizeLogprobs?: boolean;
   /** The engine tokenizer's decode (skip_special_tokens applied); absent: `text` is "". */
   detokenize?: (ids: number[]) => string;
   startedAt: number;
@@ -64,6 +66,16 @@ export class TokenAnswer {
     for (const c of this.choices.values()) c.finish ??= { type: 'abort', message };
   }
 
+  /**
+   * `return_logprob` was asked, the engine gave tokens without logprobs (TokenSpeed without
+   * `--enable-output-logprobs`) and synthesis is off: the answer cannot be honest (slime §5.1).
+   */
+  get lacksLogprobs(): boolean {
+    if (!this.ctx.returnLogprob || this.ctx.synthesizeLogprobs) return false;
+    for (const c of this.choices.values()) if (c.logprobs.length < c.outputIds.length) return true;
+    return false;
+  }
+
   get done(): boolean {
     return this.choices.size > 0 && [...this.choices.values()].every((c) => c.finish !== null);
   }
@@ -82,7 +94,8 @@ export class TokenAnswer {
       e2e_latency: (performance.now() - this.ctx.startedAt) / 1000,
     };
     if (this.ctx.returnLogprob) {
-      meta.output_token_logprobs = c.outputIds.map((id, i) => [c.logprobs[i] ?? null, id, null]);
+      // Without synthesis the relay never answers a choice that lacks logprobs (lacksLogprobs).
+      meta.output_token_logprobs = c.outputIds.map((id, i) => [c.logprobs[i] ?? 0.0, id, null]);
     }
     return { text: this.text(c), output_ids: c.outputIds, meta_info: meta };
   }

@@ -90,6 +90,7 @@ export async function tokenRelay(
     rid: req.rid,
     dispatchVersion: e.version ?? mergedLabels(worker).weight_version ?? 'default',
     returnLogprob: req.returnLogprob,
+    synthesizeLogprobs: services.config.synthesizeLogprobs,
     startedAt,
     ...(tokenizer ? { detokenize: (ids: number[]) => tokenizer.decode(ids, { skipSpecialTokens }) } : {}),
   });
@@ -108,12 +109,18 @@ export async function tokenRelay(
         for (let r = await events.next(); !r.done; r = await events.next()) {
           answer.push(r.value);
           got++;
+          if (answer.lacksLogprobs) break;
         }
       } catch (err) {
         const verdict = failure(err, got === 0);
         outcome = verdict.outcome;
         if (!verdict.partial) throw verdict.error;
         answer.abort(verdict.message);
+      }
+      if (answer.lacksLogprobs) {
+        outcome = 'neutral';
+        stopEngine(abort, events);
+        throw logprobsUnavailable();
       }
       const out = answer.answer();
       if (rl && isMixedBody(out, e.version)) {
@@ -139,9 +146,26 @@ export async function tokenRelay(
     reply.code(200).header('content-type', 'text/event-stream').header('cache-control', 'no-cache');
     void (async () => {
       const emit = (index: number) => out.write(`data: ${JSON.stringify(answer.object(index))}\n\n`);
+      // The first chunk without logprobs ends the stream with an error event (the 200 is sent).
+      const emitOrRefuse = (index: number): boolean => {
+        if (!answer.lacksLogprobs) return emit(index), true;
+        outcome = 'neutral';
+        stopEngine(abort, events);
+        const e = logprobsUnavailable();
+        out.write(`data: ${JSON.stringify({ error: { object: 'error', type: e.code, code: e.status, message: e.message } })}\n\n`);
+        return false;
+      };
       try {
-        if (!first.done) emit(answer.push(first.value as Parameters<TokenAnswer['push']>[0]));
-        for (let r = await events.next(); !r.done; r = await events.next()) emit(answer.push(r.value));
+        let going = first.done || emitOrRefuse(answer.push(first.value as Parameters<TokenAnswer['push']>[0]));
+        while (going) {
+          const r = await events.next();
+          if (r.done) break;
+          going = emitOrRefuse(answer.push(r.value));
+        }
+        if (!going) {
+          out.end('data: [DONE]\n\n');
+          return;
+        }
       } catch (err) {
         const verdict = failure(err, false);
         outcome = verdict.outcome;
@@ -182,6 +206,20 @@ export async function tokenizerFor(services: Services, engine: TokenEngine, sign
     tried.push('no --tokenizer-path is set');
   }
   return { why: tried.join('; ') };
+}
+
+/** The refusal of `return_logprob` on an engine that gives no logprobs, naming both ways out. */
+export function logprobsUnavailable(): GatewayError {
+  return new GatewayError(
+    'logprobs_unavailable',
+    '`return_logprob` was requested but the engine returned no logprobs: start the engine with `--enable-output-logprobs`, or start the gateway with `--synthesize-logprobs` to answer 0.0 per token (only safe when the trainer recomputes logprobs)',
+  );
+}
+
+/** Cancels the engine-side generation we stopped reading. */
+function stopEngine(abort: AbortController, events: AsyncIterator<unknown>): void {
+  abort.abort();
+  void events.return?.(undefined)?.catch(() => undefined);
 }
 
 /** An engine-side abort becomes a partial answer; anything else an error of ours. */

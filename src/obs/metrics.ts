@@ -30,6 +30,7 @@ export class Metrics {
   private readonly filtered: Lazy<Counter<'reason'>>;
   private readonly unroutables: Lazy<Counter>;
   private readonly mixed: Lazy<Counter>;
+  private readonly inflightChanges: Lazy<Counter>;
   private readonly requests: Counter<'route' | 'status_class'>;
   private readonly engineStates: Gauge<'worker' | 'state'>;
 
@@ -48,6 +49,7 @@ export class Metrics {
     this.filtered = lazy(() => new Counter({ name: `${RL}candidates_filtered_total`, help: 'Routing candidates dropped by the version pre-filter, by reason', labelNames: ['reason'] as const, registers }));
     this.unroutables = lazy(() => new Counter({ name: `${RL}requests_unroutable_total`, help: 'Selections whose eligible set became empty', registers }));
     this.mixed = lazy(() => new Counter({ name: `${RL}mixed_version_total`, help: 'Buffered /generate responses flagged mixed-version', registers }));
+    this.inflightChanges = lazy(() => new Counter({ name: `${RL}version_change_with_inflight_total`, help: 'Engine weight-version changes while the engine had data-plane requests in flight', registers }));
     this.requests = new Counter({ name: `${PREFIX}requests_total`, help: 'Data-plane requests by route and status class', labelNames: ['route', 'status_class'] as const, registers });
     this.engineStates = new Gauge({ name: `${PREFIX}engine_state`, help: '1 for the lifecycle state each engine actor is in', labelNames: ['worker', 'state'] as const, registers });
   }
@@ -85,6 +87,11 @@ export class Metrics {
   /** A buffered /generate answer flagged `x-smg-mixed-version` (spec §13.4). */
   mixedVersion(): void {
     if (this.rl) this.mixed().inc();
+  }
+
+  /** An engine's version changed while it had data-plane requests in flight (spec §12.3). */
+  versionChangeWithInflight(): void {
+    if (this.rl) this.inflightChanges().inc();
   }
 
   private readonly lastState = new Map<string, string>();
