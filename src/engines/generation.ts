@@ -14,6 +14,8 @@ export interface TokenSampling {
   frequency_penalty?: number;
   presence_penalty?: number;
   repetition_penalty?: number;
+  /** String stop sequences: carried by gRPC (SamplingParams.stop, field 10); the ZMQ wire has none. */
+  stop?: string[];
   stop_token_ids?: number[];
   ignore_eos?: boolean;
   skip_special_tokens?: boolean;

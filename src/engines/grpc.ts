@@ -205,7 +205,7 @@ function toProto(req: TokenRequest): Record<string, unknown> {
     skip_special_tokens: s.skip_special_tokens ?? true,
     spaces_between_special_tokens: s.spaces_between_special_tokens ?? true,
   };
-  for (const k of ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'max_new_tokens', 'min_new_tokens', 'stop_token_ids', 'ignore_eos', 'no_stop_trim', 'n', 'sampling_seed', 'regex', 'json_schema'] as const) {
+  for (const k of ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'max_new_tokens', 'min_new_tokens', 'stop', 'stop_token_ids', 'ignore_eos', 'no_stop_trim', 'n', 'sampling_seed', 'regex', 'json_schema'] as const) {
     if (s[k] !== undefined) sampling[k] = s[k];
   }
   if (s.ebnf !== undefined) sampling.ebnf_grammar = s.ebnf;

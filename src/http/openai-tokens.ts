@@ -14,7 +14,7 @@ import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import { GatewayError } from './errors.ts';
 import type { Services } from './services.ts';
 import { TokenAnswer } from './token-answer.ts';
-import { failure, tokenizerFor } from './token-relay.ts';
+import { TokenDeadline, failure, tokenizerFor } from './token-relay.ts';
 import { ROUTED_HEADER, stampWeightVersion } from './stamping.ts';
 
 export type OpenAiPath = '/v1/chat/completions' | '/v1/completions';
@@ -162,9 +162,18 @@ export async function openAiTokenRelay(
   });
   const chat = path === '/v1/chat/completions';
   const sampling = samplingOf(body);
-  const tokenizer = await requireTokenizer(services, engine, abort.signal);
+  const deadline = new TokenDeadline(services.config.requestTimeoutSecs, abort);
+  let tokenizer: Tokenizer;
+  let req: TokenRequest;
   const rid = randomUUID().replace(/-/g, '');
-  const req: TokenRequest = { rid, inputIds: promptIds(path, body, tokenizer), sampling, returnLogprob: false, topLogprobsNum: 0, stream: true };
+  try {
+    tokenizer = await requireTokenizer(services, engine, abort.signal);
+    if (deadline.expired) throw deadline.timeout(services, path, worker);
+    req = { rid, inputIds: promptIds(path, body, tokenizer), sampling, returnLogprob: false, topLogprobsNum: 0, stream: true };
+  } catch (err) {
+    deadline.clear();
+    throw err;
+  }
 
   const e = services.view.engine(worker);
   const skipSpecialTokens = sampling.skip_special_tokens !== false;
@@ -196,7 +205,8 @@ export async function openAiTokenRelay(
   if (services.config.rl.enabled) stampWeightVersion(reply, e.version);
   services.host.acquire(worker.id);
   let outcome: 'success' | 'failure' | 'neutral' = 'success';
-  const events = engine.generate(req, abort.signal)[Symbol.asyncIterator]();
+  let streaming = false;
+  const events = deadline.race(engine.generate(req, abort.signal)[Symbol.asyncIterator]());
   const streamToCaller = body.stream === true;
 
   try {
@@ -208,10 +218,16 @@ export async function openAiTokenRelay(
           got++;
         }
       } catch (err) {
-        const verdict = failure(err, got === 0);
-        outcome = verdict.outcome;
-        if (!verdict.partial) throw verdict.error;
-        answer.abort(verdict.message);
+        if (deadline.expired) {
+          outcome = 'failure';
+          if (got === 0) throw deadline.timeout(services, path, worker);
+          answer.abort(deadline.message);
+        } else {
+          const verdict = failure(err, got === 0);
+          outcome = verdict.outcome;
+          if (!verdict.partial) throw verdict.error;
+          answer.abort(verdict.message);
+        }
       }
       const choices = Array.from({ length: n }, (_, index) => {
         const c = view(index);
@@ -230,6 +246,10 @@ export async function openAiTokenRelay(
     try {
       first = await events.next();
     } catch (err) {
+      if (deadline.expired) {
+        outcome = 'failure';
+        throw deadline.timeout(services, path, worker);
+      }
       const verdict = failure(err, true);
       outcome = verdict.outcome;
       if (!verdict.partial) throw verdict.error;
@@ -237,6 +257,7 @@ export async function openAiTokenRelay(
       first = { done: true, value: undefined };
     }
     const out = new PassThrough();
+    streaming = true;
     reply.code(200).header('content-type', 'text/event-stream').header('cache-control', 'no-cache');
     const sent = new Map<number, { text: string; finished: boolean }>();
     const object = chat ? 'chat.completion.chunk' : 'text_completion';
@@ -263,7 +284,7 @@ export async function openAiTokenRelay(
         if (!first.done) emit(answer.push(first.value));
         for (let r = await events.next(); !r.done; r = await events.next()) emit(answer.push(r.value));
       } catch (err) {
-        const verdict = failure(err, false);
+        const verdict = deadline.expired ? deadline.verdict() : failure(err, false);
         outcome = verdict.outcome;
         answer.abort(verdict.message);
       }
@@ -276,10 +297,17 @@ export async function openAiTokenRelay(
         out.write(`data: ${JSON.stringify({ ...head, object, system_fingerprint: view(0).version, choices: [], usage: usage() })}\n\n`);
       }
       out.end('data: [DONE]\n\n');
-    })().finally(() => services.host.release(worker.id, outcome));
+    })().finally(() => {
+      deadline.clear();
+      services.host.release(worker.id, outcome);
+    });
     services.metrics.request(path, 200);
     return reply.send(out);
   } finally {
-    if (!streamToCaller) services.host.release(worker.id, outcome);
+    // A stream hands the release to its writer; an answer (or error) before it releases here.
+    if (!streaming) {
+      deadline.clear();
+      services.host.release(worker.id, outcome);
+    }
   }
 }

@@ -5,11 +5,14 @@
 // the answer carries the dispatch-time table version (spec §13.4) and, when buffered, the
 // mixed-version flag. A `text` prompt is tokenized, and `text` in the answer detokenized, with the
 // engine's tokenizer: its own GetTokenizer bundle (gRPC), else the gateway's `--tokenizer-path`.
+// `--request-timeout-secs` bounds it as it bounds the HTTP relay (TokenDeadline, shared with the
+// OpenAI routes).
 
 import { randomUUID } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import { GenerationError, type TokenEngine, type TokenRequest, type TokenSampling } from '../engines/generation.ts';
+import { GrpcEngineClient } from '../engines/grpc.ts';
 import { isTokenizerSource, loadTokenizerPath, type Tokenizer } from '../engines/tokenizer.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { mergedLabels } from '../fleet/worker.ts';
@@ -55,6 +58,8 @@ export function tokenRequestOf(body: Record<string, unknown>, tokenizer?: Tokeni
   if (Array.isArray(sp)) throw new GatewayError('invalid_request', 'one prompt takes one `sampling_params` object', { field: '/sampling_params' });
   const sampling: TokenSampling = {};
   for (const k of SAMPLING_KEYS) if (sp[k] !== undefined && sp[k] !== null) (sampling as Record<string, unknown>)[k] = sp[k];
+  const stop = stopStringsOf(sp.stop);
+  if (stop) sampling.stop = stop;
   // proto3 plain bools: SGLang's defaults must be sent explicitly (slime sends false).
   sampling.skip_special_tokens ??= true;
   sampling.spaces_between_special_tokens ??= true;
@@ -80,9 +85,21 @@ export async function tokenRelay(
   reply.raw.on('close', () => {
     if (!reply.raw.writableFinished) abort.abort();
   });
+  const deadline = new TokenDeadline(services.config.requestTimeoutSecs, abort);
   // `text` in needs the tokenizer; `input_ids` in only wants it for `text` out (best effort).
   const { tokenizer, why } = await tokenizerFor(services, engine, abort.signal);
-  const req = tokenRequestOf(body, tokenizer, why);
+  if (deadline.expired) throw deadline.timeout(services, '/generate', worker);
+  let req: TokenRequest;
+  try {
+    req = tokenRequestOf(body, tokenizer, why);
+    // Only the gRPC wire carries string stops (SamplingParams.stop); the ZMQ lane has no field.
+    if (req.sampling.stop && !(engine instanceof GrpcEngineClient)) {
+      throw new GatewayError('invalid_request', 'string `stop` sequences are not supported on ZMQ engines (the wire carries token ids only): send `stop_token_ids`', { field: '/sampling_params/stop' });
+    }
+  } catch (err) {
+    deadline.clear();
+    throw err;
+  }
   const streamToCaller = body.stream === true;
   const e = services.view.engine(worker);
   const skipSpecialTokens = req.sampling.skip_special_tokens !== false;
@@ -100,7 +117,8 @@ export async function tokenRelay(
   if (rl) stampWeightVersion(reply, e.version);
   services.host.acquire(worker.id);
   let outcome: 'success' | 'failure' | 'neutral' = 'success';
-  const events = engine.generate(req, abort.signal)[Symbol.asyncIterator]();
+  let streaming = false;
+  const events = deadline.race(engine.generate(req, abort.signal)[Symbol.asyncIterator]());
 
   try {
     if (!streamToCaller) {
@@ -112,10 +130,16 @@ export async function tokenRelay(
           if (answer.lacksLogprobs) break;
         }
       } catch (err) {
-        const verdict = failure(err, got === 0);
-        outcome = verdict.outcome;
-        if (!verdict.partial) throw verdict.error;
-        answer.abort(verdict.message);
+        if (deadline.expired) {
+          outcome = 'failure';
+          if (got === 0) throw deadline.timeout(services, '/generate', worker);
+          answer.abort(deadline.message);
+        } else {
+          const verdict = failure(err, got === 0);
+          outcome = verdict.outcome;
+          if (!verdict.partial) throw verdict.error;
+          answer.abort(verdict.message);
+        }
       }
       if (answer.lacksLogprobs) {
         outcome = 'neutral';
@@ -136,6 +160,10 @@ export async function tokenRelay(
     try {
       first = await events.next();
     } catch (err) {
+      if (deadline.expired) {
+        outcome = 'failure';
+        throw deadline.timeout(services, '/generate', worker);
+      }
       const verdict = failure(err, true);
       outcome = verdict.outcome;
       if (!verdict.partial) throw verdict.error;
@@ -143,6 +171,7 @@ export async function tokenRelay(
       first = { done: true, value: undefined };
     }
     const out = new PassThrough();
+    streaming = true;
     reply.code(200).header('content-type', 'text/event-stream').header('cache-control', 'no-cache');
     void (async () => {
       const emit = (index: number) => out.write(`data: ${JSON.stringify(answer.object(index))}\n\n`);
@@ -167,19 +196,88 @@ export async function tokenRelay(
           return;
         }
       } catch (err) {
-        const verdict = failure(err, false);
+        const verdict = deadline.expired ? deadline.verdict() : failure(err, false);
         outcome = verdict.outcome;
         answer.abort(verdict.message);
         emit(0);
       }
       if (first.done && !answer.done) emit(0);
       out.end('data: [DONE]\n\n');
-    })().finally(() => services.host.release(worker.id, outcome));
+    })().finally(() => {
+      deadline.clear();
+      services.host.release(worker.id, outcome);
+    });
     services.metrics.request('/generate', 200);
     return reply.send(out);
   } finally {
-    if (!streamToCaller) services.host.release(worker.id, outcome);
+    // A stream hands the release to its writer; an answer (or error) before it releases here.
+    if (!streaming) {
+      deadline.clear();
+      services.host.release(worker.id, outcome);
+    }
   }
+}
+
+/**
+ * The request's deadline on a token engine (`--request-timeout-secs`, as the HTTP relay keeps
+ * it): when it passes, the engine request is cancelled (its abort signal) and any pending read of
+ * the event stream rejects at once, so a stalled engine cannot hold the caller. Before the first
+ * event that is a 504; after it, an abort partial. Either way the engine is charged a failure.
+ */
+export class TokenDeadline {
+  expired = false;
+  private readonly timer: NodeJS.Timeout;
+  private readonly fired: Promise<never>;
+
+  constructor(readonly secs: number, abort: AbortController) {
+    let fire!: (err: Error) => void;
+    this.fired = new Promise<never>((_, reject) => (fire = reject));
+    this.fired.catch(() => undefined);
+    this.timer = setTimeout(() => {
+      this.expired = true;
+      fire(new Error(this.message));
+      abort.abort();
+    }, secs * 1000).unref();
+  }
+
+  get message(): string {
+    return `timed out after ${this.secs}s`;
+  }
+
+  clear(): void {
+    clearTimeout(this.timer);
+  }
+
+  /** `it` whose reads give up when the deadline passes (the engine is cancelled separately). */
+  race<T>(it: AsyncIterator<T>): AsyncIterator<T> {
+    return {
+      next: () => (this.expired ? this.fired : Promise.race([it.next(), this.fired])),
+      return: (v?: unknown) => it.return?.(v) ?? Promise.resolve({ done: true, value: undefined }),
+    };
+  }
+
+  /** The 504 for a deadline that passed before any event (counted like the HTTP relay's). */
+  timeout(services: Services, path: string, worker: Worker): GatewayError {
+    this.clear();
+    services.metrics.request(path, 504);
+    return new GatewayError('upstream_timeout', `request to \`${worker.url}\` ${this.message}`, { worker_id: worker.id, url: worker.url });
+  }
+
+  /** After the first event: an abort partial, and a failure against the engine. */
+  verdict(): { outcome: 'failure'; message: string } {
+    return { outcome: 'failure', message: this.message };
+  }
+}
+
+/** SGLang's `stop`: one string or a list of them; empty means none. */
+function stopStringsOf(stop: unknown): string[] | undefined {
+  if (stop === undefined || stop === null) return undefined;
+  const list = typeof stop === 'string' ? [stop] : stop;
+  if (!Array.isArray(list) || !list.every((x) => typeof x === 'string')) {
+    throw new GatewayError('invalid_request', '`sampling_params.stop` must be a string or a list of strings', { field: '/sampling_params/stop' });
+  }
+  const kept = list.filter((x) => x !== '');
+  return kept.length > 0 ? kept : undefined;
 }
 
 /**
