@@ -4,9 +4,9 @@
 // so slime's abort loop reaches the engines. ZMQ workers need an operator registration (lane,
 // `rl.control_url` and model labels) that slime itself would never send.
 
-import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
+import { inFlight, slimeAbortFlow, slimeCount, slimeGet, until } from '../fixtures/slime-client.ts';
 import { spawnTokenspeedSim } from '../fixtures/tokenspeed-sim.ts';
 import { spawnZmqSim, tempIpcUrl } from '../fixtures/zmq-sim.ts';
 import { ZmqEngineClient } from '../../src/engines/zmq.ts';
@@ -72,68 +72,6 @@ async function startFleet(wire: Wire): Promise<Fleet> {
   };
 }
 
-async function until<T>(what: string, f: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await f();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-/** slime's request count over a `/v1/loads` answer (slime §7 step 2, the per-field fallback). */
-function slimeCount(loads: any): number {
-  const int = (v: unknown) => (Number.isInteger(v) ? (v as number) : undefined);
-  let total = 0;
-  for (const e of loads.loads ?? []) {
-    const direct = int(e.num_reqs) ?? int(e.num_total_reqs) ?? int(e.total_reqs);
-    if (direct !== undefined) { total += direct; continue; }
-    const running = 'num_running_reqs' in e ? e.num_running_reqs : e.total_running_reqs;
-    const waiting = 'num_waiting_reqs' in e ? e.num_waiting_reqs : e.total_waiting_reqs;
-    total += (int(running) ?? 0) + (int(waiting) ?? 0);
-  }
-  return total;
-}
-
-/** slime's `get()`: one attempt, a non-2xx or non-JSON body raises. */
-async function slimeGet(url: string): Promise<any> {
-  const r = await request(url);
-  const text = await r.body.text();
-  if (r.statusCode < 200 || r.statusCode >= 300) throw new Error(`GET ${url} → ${r.statusCode}: ${text}`);
-  return JSON.parse(text);
-}
-
-async function slimePost(url: string, body: unknown): Promise<number> {
-  const r = await request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  await r.body.text();
-  return r.statusCode;
-}
-
-/** slime §7 for every listed URL: abort_all, then poll loads until the count is ≤ 0. */
-async function slimeAbortFlow(gatewayUrl: string): Promise<string[]> {
-  const { workers } = await slimeGet(`${gatewayUrl}/workers`);
-  const urls = (workers as Array<{ url: string }>).map((w) => w.url);
-  await Promise.all(
-    urls.map(async (url) => {
-      for (;;) {
-        expect(await slimePost(`${url}/abort_request`, { abort_all: true })).toBe(200);
-        if (slimeCount(await slimeGet(`${url}/v1/loads`)) <= 0) return;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }),
-  );
-  return urls;
-}
-
-/** A /generate through the gateway, started now and read in the background. */
-function inFlight(gatewayUrl: string, body: unknown): { headers: Promise<number>; done: Promise<{ status: number; text: string }> } {
-  const res = request(`${gatewayUrl}/generate`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  return {
-    headers: res.then((r) => r.statusCode),
-    done: res.then(async (r) => ({ status: r.statusCode, text: await r.body.text() })),
-  };
-}
 
 function sseDatas(text: string): string[] {
   return text.split('\n\n').map((b) => b.trim()).filter((b) => b.startsWith('data: ')).map((b) => b.slice(6));
