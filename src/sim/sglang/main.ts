@@ -3,10 +3,10 @@
 // simulator, print one `listening` JSON line, and stop cleanly on SIGTERM/SIGINT. It holds no
 // engine behaviour of its own.
 
-import { pathToFileURL } from 'node:url';
 import type { JoinGroup } from '../broadcast/types.ts';
 import { HELP, parseArgs, type Transport } from './options.ts';
 import { startSglangSim } from './server.ts';
+import { runAsMain, runUntilStopped } from '../lifetime.ts';
 
 /** The TCP broadcast transport, when its module is present and loads; null otherwise. */
 async function loadTransport(transport: Transport): Promise<JoinGroup | null> {
@@ -45,33 +45,7 @@ export async function sglangSimCommand(argv: string[]): Promise<void> {
   process.stdout.write(
     `${JSON.stringify({ event: 'listening', url: sim.url, port: sim.port, transport: joinGroup ? 'tcp' : 'metadata' })}\n`,
   );
-  await new Promise<void>((resolve) => {
-    let stopping = false;
-    const stop = (): void => {
-      if (stopping) return;
-      stopping = true;
-      process.off('SIGTERM', stop);
-      process.off('SIGINT', stop);
-      if (cli.exitOnStdinClose) process.stdin.destroy();
-      sim.close().then(resolve, resolve);
-    };
-    process.on('SIGTERM', stop);
-    process.on('SIGINT', stop);
-    if (cli.exitOnStdinClose) {
-      process.stdin.on('end', stop);
-      process.stdin.on('close', stop);
-      process.stdin.on('error', stop);
-      process.stdin.resume();
-    }
-  });
+  await runUntilStopped(() => sim.close(), cli.exitOnStdinClose);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  sglangSimCommand(process.argv.slice(2)).then(
-    () => process.exit(0),
-    (err: unknown) => {
-      process.stderr.write(`sglang-sim: ${(err as Error)?.message ?? String(err)}\n`);
-      process.exit(2);
-    },
-  );
-}
+runAsMain(import.meta.url, 'sglang-sim', sglangSimCommand);

@@ -3,11 +3,11 @@
 // simulator with the TCP broadcast transport, print one `listening` JSON line, and stop cleanly
 // on SIGTERM/SIGINT (or stdin EOF when asked). It holds no engine behaviour of its own.
 
-import { pathToFileURL } from 'node:url';
 import { joinGroup } from '../broadcast/member.ts';
 import { HELP, parseArgs } from './cli.ts';
 import { IMPL_ENV, implLogLine, resolveServicerImpl, ServicerImplError } from './profile.ts';
 import { startTokenspeedSim } from './server.ts';
+import { runAsMain, runUntilStopped } from '../lifetime.ts';
 
 /**
  * Runs one simulator until SIGTERM/SIGINT (or an `exit` fault / POST /_sim/exit, which exit the
@@ -42,33 +42,7 @@ export async function tokenspeedSimCommand(argv: string[]): Promise<void> {
     servicer_impl: impl,
     servicer_impl_source: source,
   })}\n`);
-  await new Promise<void>((resolve) => {
-    let stopping = false;
-    const stop = (): void => {
-      if (stopping) return;
-      stopping = true;
-      process.off('SIGTERM', stop);
-      process.off('SIGINT', stop);
-      if (cli.exitOnStdinClose) process.stdin.destroy();
-      sim.shutdown().then(resolve, resolve);
-    };
-    process.on('SIGTERM', stop);
-    process.on('SIGINT', stop);
-    if (cli.exitOnStdinClose) {
-      process.stdin.on('end', stop);
-      process.stdin.on('close', stop);
-      process.stdin.on('error', stop);
-      process.stdin.resume();
-    }
-  });
+  await runUntilStopped(() => sim.shutdown(), cli.exitOnStdinClose);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  tokenspeedSimCommand(process.argv.slice(2)).then(
-    () => process.exit(0),
-    (err: unknown) => {
-      process.stderr.write(`tokenspeed-sim: ${(err as Error)?.message ?? String(err)}\n`);
-      process.exit(err instanceof ServicerImplError ? err.exitCode : 2);
-    },
-  );
-}
+runAsMain(import.meta.url, 'tokenspeed-sim', tokenspeedSimCommand, (err) => (err instanceof ServicerImplError ? err.exitCode : 2));

@@ -2,10 +2,10 @@
 // with the TCP broadcast transport, print one `listening` JSON line, and stop cleanly on
 // SIGTERM/SIGINT (or stdin EOF with --exit-on-stdin-close). No engine behaviour of its own.
 
-import { pathToFileURL } from 'node:url';
 import { joinGroup } from '../broadcast/member.ts';
 import { HELP, parseArgs } from './options.ts';
 import { startZmqSim } from './server.ts';
+import { runAsMain, runUntilStopped } from '../lifetime.ts';
 
 /**
  * Runs one simulator until a signal (or an `exit` fault / POST /_sim/exit, which exit the process
@@ -27,33 +27,7 @@ export async function zmqSimCommand(argv: string[]): Promise<void> {
     admin_url: sim.adminUrl,
     port: sim.port,
   })}\n`);
-  await new Promise<void>((resolve) => {
-    let stopping = false;
-    const stop = (): void => {
-      if (stopping) return;
-      stopping = true;
-      process.off('SIGTERM', stop);
-      process.off('SIGINT', stop);
-      if (cli.exitOnStdinClose) process.stdin.destroy();
-      sim.close().then(resolve, resolve);
-    };
-    process.on('SIGTERM', stop);
-    process.on('SIGINT', stop);
-    if (cli.exitOnStdinClose) {
-      process.stdin.on('end', stop);
-      process.stdin.on('close', stop);
-      process.stdin.on('error', stop);
-      process.stdin.resume();
-    }
-  });
+  await runUntilStopped(() => sim.close(), cli.exitOnStdinClose);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  zmqSimCommand(process.argv.slice(2)).then(
-    () => process.exit(0),
-    (err: unknown) => {
-      process.stderr.write(`zmq-sim: ${(err as Error)?.message ?? String(err)}\n`);
-      process.exit(2);
-    },
-  );
-}
+runAsMain(import.meta.url, 'zmq-sim', zmqSimCommand);
