@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { GatewayError } from '../http/errors.ts';
 import { laneAddresses } from '../engines/zmq/handshake.ts';
-import { baseUrlOf, connectionModeOf, mergedLabels, type Worker, type WorkerRegistration } from './worker.ts';
+import { baseUrlOf, connectionModeOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker, type WorkerRegistration } from './worker.ts';
 
 export interface RegistryEvents {
   added: [Worker];
@@ -74,7 +74,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
       connectionMode: mode,
       engine: reg.runtime_type?.trim() || defaultEngine(mode),
       workerType: reg.worker_type?.trim() || 'regular',
-      modelId: existing?.modelId ?? 'unknown',
+      modelId: existing?.modelId ?? UNKNOWN_MODEL_ID,
       apiKey: reg.api_key ?? null,
       httpPool: reg.http_pool ?? null,
       callerLabels: { ...(reg.labels ?? {}) },
@@ -83,7 +83,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
       registeredAt: existing?.registeredAt ?? Date.now(),
     };
     worker.modelId = modelIdOf(worker);
-    this.byId.set(worker.id, worker);
+    this.store(existing, worker);
     this.byUrl.set(url, worker.id);
     let ranks = this.byBase.get(baseUrl);
     if (!ranks) this.byBase.set(baseUrl, (ranks = new Set()));
@@ -104,7 +104,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
       engine: patch.runtime_type?.trim() || prev.engine,
     };
     next.modelId = modelIdOf(next);
-    this.byId.set(id, next);
+    this.store(prev, next);
     this.emit('replaced', prev, next);
     return next;
   }
@@ -115,7 +115,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
     if (!w) return undefined;
     const next: Worker = { ...w, discoveredLabels: labels };
     next.modelId = modelIdOf(next);
-    this.byId.set(id, next);
+    this.store(w, next);
     this.emit('discovered', next);
     return next;
   }
@@ -123,12 +123,43 @@ export class Registry extends EventEmitter<RegistryEvents> {
   remove(id: string): Worker {
     const w = this.require(id);
     this.byId.delete(id);
+    this.countModel(w.modelId, -1);
     this.byUrl.delete(w.url);
     const ranks = this.byBase.get(w.baseUrl);
     ranks?.delete(id);
     if (ranks?.size === 0) this.byBase.delete(w.baseUrl);
     this.emit('removed', w);
     return w;
+  }
+
+  /**
+   * Real model ids served by at least one worker (`unknown` excluded): what a model-less request
+   * resolves against. Kept on every write, so the /generate hot path reads it without a scan.
+   */
+  models(): ReadonlySet<string> {
+    return this.modelSet;
+  }
+
+  private readonly modelCounts = new Map<string, number>();
+  private readonly modelSet = new Set<string>();
+
+  private store(prev: Worker | undefined, next: Worker): void {
+    this.byId.set(next.id, next);
+    if (prev?.modelId === next.modelId) return;
+    if (prev) this.countModel(prev.modelId, -1);
+    this.countModel(next.modelId, +1);
+  }
+
+  private countModel(model: string, delta: number): void {
+    if (model === UNKNOWN_MODEL_ID) return;
+    const n = (this.modelCounts.get(model) ?? 0) + delta;
+    if (n > 0) {
+      this.modelCounts.set(model, n);
+      this.modelSet.add(model);
+    } else {
+      this.modelCounts.delete(model);
+      this.modelSet.delete(model);
+    }
   }
 
   /** Every registry worker of one engine (all DP ranks sharing a base_url). */
@@ -150,7 +181,7 @@ function normaliseUrl(url: string): string {
 function defaultEngine(mode: string): string {
   if (mode === 'http') return 'sglang';
   if (mode === 'grpc' || mode === 'zmq') return 'tokenspeed';
-  return 'unknown';
+  return UNKNOWN_MODEL_ID;
 }
 
 function modelIdOf(w: Worker): string {
@@ -160,7 +191,7 @@ function modelIdOf(w: Worker): string {
     nonEmpty(labels.served_model_name) ??
     nonEmpty(labels.model) ??
     nonEmpty(labels.model_path) ??
-    'unknown'
+    UNKNOWN_MODEL_ID
   );
 }
 

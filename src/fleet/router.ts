@@ -37,7 +37,6 @@ export interface PickOptions {
 const CANDIDATE_STATES = new Set(['serving', 'paused', 'asleep']);
 
 /** The model id untagged workers are registered under; never a real model. */
-export const UNKNOWN_MODEL_ID = 'unknown';
 
 export class Router {
   private cursor = 0;
@@ -91,10 +90,8 @@ export class Router {
    * The real models the registry serves: every worker's model id except the `unknown`
    * placeholder of untagged workers (slime §8.2), whatever their state.
    */
-  models(): Set<string> {
-    const out = new Set<string>();
-    for (const w of this.deps.registry.all()) if (w.modelId !== UNKNOWN_MODEL_ID) out.add(w.modelId);
-    return out;
+  models(): ReadonlySet<string> {
+    return this.deps.registry.models();
   }
 
   pick(opts: PickOptions = {}): Worker | undefined {

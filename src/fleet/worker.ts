@@ -3,6 +3,9 @@
 
 import type { HttpPoolConfig } from '../engines/control-client.ts';
 
+/** The placeholder model of workers whose model is not known; never a real model (slime §8.2). */
+export const UNKNOWN_MODEL_ID = 'unknown';
+
 export type ConnectionMode = 'http' | 'grpc' | 'zmq';
 
 /** What a caller may send to `POST /workers`. */

@@ -18,7 +18,7 @@ import { tokenRelay, tokenRequestOf } from './token-relay.ts';
 import { openAiTokenRelay } from './openai-tokens.ts';
 import type { Dispatcher } from 'undici';
 import type { Worker } from '../fleet/worker.ts';
-import { UNKNOWN_MODEL_ID } from '../fleet/router.ts';
+import { UNKNOWN_MODEL_ID } from '../fleet/worker.ts';
 import type { TokenEngine } from '../engines/generation.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
