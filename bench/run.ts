@@ -1,43 +1,53 @@
-// `npm run bench [-- --sizes 2,12,64,256 ...]`: the fan-out benchmark run. For each fleet size
-// it starts the engines (one sim-fleet child) and a gateway (one `rlgate gateway` child with its
-// embedded nats-server), registers the engines, measures (fanout.ts), stops both, and writes
-// bench/results/fanout-<date>.{json,md} and latest.md. Every child dies with the run, also on
-// error, SIGINT/SIGTERM, or (via setpriv's parent-death signal) a SIGKILLed run.
+// `npm run bench [-- flags]`: the benchmark run, two suites in one process tree.
+// fanout: for each fleet size, an engine fleet (one sim-fleet child) and a gateway (one `rlgate
+// gateway` child with its embedded nats-server), the fan-out measured by fanout.ts.
+// generate: one engine behind nginx, a bare fastify + undici hop and the gateway, the /generate
+// data plane measured by generate.ts against the engine itself, in the same run.
+// Writes bench/results/<suite>-<date>.{json,md} and latest.md (the newest run's tables). Every
+// child dies with the run, also on error, SIGINT/SIGTERM, or (setpriv) a SIGKILLed run.
 
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, closeSync, constants, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
-import { request } from 'undici';
+import { join } from 'node:path';
 import { defaultConfig } from '../src/gateway/config.ts';
+import { Child, childEnv, cpuSampler, live, loadavg, machineFacts, procStat, registerAll, ROOT, startFleet, startGateway } from './children.ts';
 import { fanoutMarkdown, measureFanout, ROUTE, SELECTOR, type SizeResult } from './fanout.ts';
+import { generateMarkdown, GENERATE_TARGETS, measureLatency, measureStreams, measureThroughput, type GenerateResult, type Target } from './generate.ts';
+import { NGINX, startNginx, type NginxProxy } from './nginx.ts';
 import type { TagStats } from './sim-fleet.ts';
 import { profileSummary, type CpuProfile } from './stats.ts';
+import { WRK } from './wrk.ts';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => {
-  try {
-    accessSync(p, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-});
 const HELP = `usage: npm run bench -- [flags]
+  --suites fanout,generate the suites to run (default both)
+ fanout:
   --sizes 2,12,64          fleet sizes (engines), each in a fresh fleet and gateway (max 1024)
   --iterations N           measured fan-outs per size and client (default 300 up to 12 engines, 150 up to 64, 100 above)
   --warmup N               unmeasured fan-outs per size and client first (default 50, 20 above 64 engines)
   --fanout-concurrency K   the gateway's --rl-fanout-concurrency (default: the gateway's own default)
+ generate:
+  --latency-rounds N       rounds of one /generate per hop at one connection (default 2000)
+  --throughput-seconds S   length of each wrk run at 64 connections (default 5)
+  --streams N              concurrent streams (default 256)
+  --stream-tokens T        tokens per stream (default 128)
+  --stream-token-rate R    the engine's tokens/s per stream (default 50)
+ both:
   --log-level L            the gateway's log level (default info, as shipped)
   --max-seconds S          time budget of the whole run (default 300)
   --profile                run the gateway under --cpu-prof and print its top frames (latest.md untouched)
   --out DIR                where results go (default bench/results)
 `;
 
+type Suite = 'fanout' | 'generate';
+
 interface Args {
+  suites: Suite[];
   sizes: number[];
+  latencyRounds: number;
+  throughputSeconds: number;
+  streams: number;
+  streamTokens: number;
+  streamTokenRate: number;
   iterations: number | undefined;
   warmup: number | undefined;
   fanoutConcurrency: number | undefined;
@@ -48,7 +58,7 @@ interface Args {
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { sizes: [2, 12, 64], iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, logLevel: 'info', maxSeconds: 300, profile: false, out: join(ROOT, 'bench/results') };
+  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 5, streams: 256, streamTokens: 128, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, logLevel: 'info', maxSeconds: 300, profile: false, out: join(ROOT, 'bench/results') };
   const int = (flag: string, v: string | undefined, min: number, max: number) => {
     const n = Number(v);
     if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${flag} needs an integer ${min}..${max}, got ${v}`);
@@ -58,6 +68,18 @@ function parseArgs(argv: string[]): Args {
     const [flag, inline] = argv[i]!.includes('=') ? (argv[i]!.split(/=(.*)/s, 2) as [string, string]) : [argv[i]!, undefined];
     const value = () => inline ?? argv[++i];
     switch (flag) {
+      case '--suites': {
+        const names = (value() ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+        const bad = names.filter((x) => x !== 'fanout' && x !== 'generate');
+        if (bad.length || names.length === 0) throw new Error(`--suites takes fanout and/or generate, got ${bad.join(',') || 'nothing'}`);
+        a.suites = names as Suite[];
+        break;
+      }
+      case '--latency-rounds': a.latencyRounds = int(flag, value(), 10, 1_000_000); break;
+      case '--throughput-seconds': a.throughputSeconds = int(flag, value(), 1, 600); break;
+      case '--streams': a.streams = int(flag, value(), 1, 4096); break;
+      case '--stream-tokens': a.streamTokens = int(flag, value(), 1, 100_000); break;
+      case '--stream-token-rate': a.streamTokenRate = int(flag, value(), 1, 100_000); break;
       case '--sizes': a.sizes = (value() ?? '').split(',').map((s) => int('--sizes', s.trim(), 1, 1024)); break;
       case '--iterations': a.iterations = int(flag, value(), 1, 100_000); break;
       case '--warmup': a.warmup = int(flag, value(), 0, 10_000); break;
@@ -73,209 +95,50 @@ function parseArgs(argv: string[]): Args {
   return a;
 }
 
-/** A child process that speaks JSON lines on stdout; stderr goes to a log file. */
-class Child {
-  private readonly proc: ChildProcess;
-  private readonly events: Array<Record<string, unknown>> = [];
-  private wake: (() => void) | undefined;
-  private readonly exited: Promise<void>;
-  private exitNote = '';
-
-  constructor(readonly name: string, args: string[], readonly logPath: string, env: NodeJS.ProcessEnv) {
-    const fd = openSync(logPath, 'a');
-    const [cmd, argv] = SETPRIV ? [SETPRIV, ['--pdeathsig', 'TERM', process.execPath, ...args]] : [process.execPath, args];
-    this.proc = spawn(cmd, argv, { cwd: ROOT, env, stdio: ['pipe', 'pipe', fd] });
-    closeSync(fd);
-    createInterface({ input: this.proc.stdout! }).on('line', (line) => {
-      try {
-        this.events.push(JSON.parse(line) as Record<string, unknown>);
-      } catch {
-        return; // not ours (a stray print); the log file has stderr
-      }
-      this.wake?.();
-    });
-    this.exited = new Promise((resolve) =>
-      this.proc.once('exit', (code, signal) => {
-        this.exitNote = `${this.name} exited (${signal ?? code}); see ${this.logPath}`;
-        this.wake?.();
-        resolve();
-      }),
-    );
-  }
-
-  /** The next line whose `event` is `event`, waiting at most timeoutMs. */
-  async next(event: string, timeoutMs: number): Promise<Record<string, unknown>> {
-    const until = Date.now() + timeoutMs;
-    for (;;) {
-      const i = this.events.findIndex((e) => e.event === event);
-      if (i >= 0) return this.events.splice(i, 1)[0]!;
-      if (this.exitNote) throw new Error(this.exitNote);
-      const left = until - Date.now();
-      if (left <= 0) throw new Error(`${this.name}: no ${event} line within ${timeoutMs} ms; see ${this.logPath}`);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.wake = () => { clearTimeout(t); resolve(); };
-      });
-    }
-  }
-
-  get pid(): number | undefined {
-    return this.proc.pid;
-  }
-
-  send(line: unknown): void {
-    this.proc.stdin?.write(`${JSON.stringify(line)}\n`);
-  }
-
-  /** SIGTERM, then SIGKILL after a grace; resolves once the process is gone. */
-  async stop(graceMs = 10_000): Promise<void> {
-    if (this.proc.exitCode === null && this.proc.signalCode === null) {
-      this.proc.kill('SIGTERM');
-      const t = setTimeout(() => this.proc.kill('SIGKILL'), graceMs);
-      await this.exited;
-      clearTimeout(t);
-    }
-    this.proc.stdin?.destroy();
-  }
-}
-
-const live = new Set<Child>();
-
-function childEnv(): NodeJS.ProcessEnv {
-  // A gateway setting left in the caller's environment must not change what is measured.
-  return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('RLGATE_') || k === 'RLGATE_NATS_SERVER'));
-}
-
-async function startFleet(count: number, logDir: string): Promise<{ child: Child; urls: string[] }> {
-  const child = new Child(`sim-fleet(${count})`, ['--import', 'tsx', 'bench/sim-fleet.ts', '--count', String(count)], join(logDir, `fleet-${count}.log`), childEnv());
-  live.add(child);
-  const line = await child.next('listening', 30_000 + count * 50);
-  return { child, urls: line.urls as string[] };
-}
-
-async function startGateway(args: Args, logDir: string, profileDir: string | undefined, size: number): Promise<{ child: Child; url: string }> {
-  const node = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-  const flags = ['--host', '127.0.0.1', '--port', '0', '--enable-rl', '--log-level', args.logLevel];
-  if (args.fanoutConcurrency) flags.push('--rl-fanout-concurrency', String(args.fanoutConcurrency));
-  const child = new Child('gateway', [...node, '--import', 'tsx', 'src/cli/main.ts', 'gateway', ...flags], join(logDir, `gateway-${size}.log`), childEnv());
-  live.add(child);
-  const line = await child.next('listening', 60_000);
-  return { child, url: line.url as string };
-}
-
-async function registerAll(gatewayUrl: string, urls: string[]): Promise<void> {
-  for (const url of urls) {
-    const res = await request(`${gatewayUrl}/workers`, { method: 'POST', body: JSON.stringify({ url }), headers: { 'content-type': 'application/json' } });
-    const text = await res.body.text();
-    if (res.statusCode !== 202) throw new Error(`POST /workers ${url} answered ${res.statusCode}: ${text}`);
-  }
-  const until = Date.now() + 30_000 + urls.length * 200;
-  let last = '';
-  while (Date.now() < until) {
-    const res = await request(`${gatewayUrl}/v1/rl/workers`);
-    const body = (await res.body.json()) as { workers?: Array<{ health: string }> };
-    const rows = body.workers ?? [];
-    const ready = rows.filter((r) => r.health === 'ready').length;
-    if (rows.length === urls.length && ready === urls.length) return;
-    last = `${ready}/${rows.length} ready of ${urls.length}`;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`engines not ready in time: ${last}`);
-}
-
-function machineFacts() {
-  const git = (args: string[]) => {
-    try {
-      return execFileSync('git', args, { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
-    } catch {
-      return '';
-    }
-  };
-  const commit = git(['rev-parse', '--short', 'HEAD']) || 'unknown';
-  const dirty = git(['status', '--porcelain', '--untracked-files=no']) !== '';
-  const cpus = os.cpus();
-  return {
-    cores: cpus.length,
-    cpu_model: cpus[0]?.model.trim() ?? 'unknown',
-    total_mem_gib: Math.round(os.totalmem() / 2 ** 30),
-    os: `${os.type()} ${os.release()}`,
-    node: process.version,
-    commit: dirty ? `${commit} (with uncommitted changes)` : commit,
-    loadavg_start: loadavg(),
-  };
-}
-
-const CLK_TCK = (() => {
-  try {
-    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-  } catch {
-    return 100;
-  }
-})();
-
-/** user + system CPU of a process from /proc (Linux), ms; the fields after `(comm)`. */
-function procStat(pid: number): { ppid: number; cpuMs: number } | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return { ppid: Number(f[1]), cpuMs: ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK };
-  } catch {
-    return undefined;
-  }
-}
-
-/** CPU ms so far of the gateway, its nats-server (its child), the fleet and this client. */
-function cpuSampler(gatewayPid: number | undefined, fleetPid: number | undefined): () => Record<string, number> {
-  let natsPid: number | undefined;
-  try {
-    natsPid = readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number).find((p) => p !== gatewayPid && procStat(p)?.ppid === gatewayPid);
-  } catch {
-    natsPid = undefined;
-  }
-  return () => {
-    const out: Record<string, number> = {};
-    const add = (name: string, pid: number | undefined) => {
-      const s = pid === undefined ? undefined : procStat(pid);
-      if (s) out[name] = s.cpuMs;
-    };
-    add('gateway', gatewayPid);
-    add('nats_server', natsPid);
-    add('engines', fleetPid);
-    const own = process.cpuUsage();
-    out.client = (own.user + own.system) / 1000;
-    return out;
-  };
-}
-
-function loadavg(): number[] {
-  return os.loadavg().map((v) => Math.round(v * 100) / 100);
-}
-
 function defaultIterations(size: number): number {
   return size <= 12 ? 300 : size <= 64 ? 150 : 100;
 }
 
-async function main(args: Args): Promise<void> {
-  const started = performance.now();
-  const runDeadline = started + args.maxSeconds * 1000;
-  const date = new Date();
-  const stamp = date.toISOString().replace(/:/g, '-').replace(/\.\d+Z$/, 'Z');
-  const logDir = mkdtempSync(join(os.tmpdir(), 'rlgate-bench-'));
-  const profileDir = args.profile ? join(logDir, 'profiles') : undefined;
-  const machine = machineFacts();
-  const concurrency = args.fanoutConcurrency ?? defaultConfig().rl.fanoutConcurrency;
-  process.stdout.write(`bench: child logs in ${logDir} (removed after a clean run)\n`);
+interface RunContext {
+  args: Args;
+  date: Date;
+  stamp: string;
+  logDir: string;
+  profileDir: string | undefined;
+  machine: ReturnType<typeof machineFacts>;
+}
 
+function machineLine(ctx: RunContext): string {
+  const m = ctx.machine;
+  return `Machine: ${m.cores} cores (${m.cpu_model}), ${m.total_mem_gib} GiB, ${m.os}, Node ${m.node}; ` +
+    `load average (1/5/15 min) at start ${m.loadavg_start.join(' ')}, at end ${loadavg().join(' ')}; commit ${m.commit}; ${ctx.date.toISOString()}.`;
+}
+
+/** Indented for reading, but number arrays (samples, load averages) stay on one line each. */
+function writeResult(ctx: RunContext, suite: Suite, json: Record<string, unknown>, md: string): void {
+  mkdirSync(ctx.args.out, { recursive: true });
+  const text = JSON.stringify(json, null, 1).replace(/\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]/g, (_m, body: string) => `[${body.replace(/\s+/g, '')}]`);
+  writeFileSync(join(ctx.args.out, `${suite}-${ctx.stamp}.json`), `${text}\n`);
+  writeFileSync(join(ctx.args.out, `${suite}-${ctx.stamp}.md`), md);
+  process.stdout.write(`\n${md}\nbench: wrote ${join(ctx.args.out, `${suite}-${ctx.stamp}`)}.{json,md}\n`);
+}
+
+async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
+  const { args, logDir, profileDir } = ctx;
+  const started = performance.now();
+  const concurrency = args.fanoutConcurrency ?? defaultConfig().rl.fanoutConcurrency;
   const results: SizeResult[] = [];
   const skipped: number[] = [];
   for (const [k, size] of args.sizes.entries()) {
-    const remaining = runDeadline - performance.now() - 15_000;
+    const remaining = deadline - performance.now() - 15_000;
     if (remaining < 10_000) {
       skipped.push(size);
       continue;
     }
     const fleet = await startFleet(size, logDir);
-    const gw = await startGateway(args, logDir, profileDir, size);
+    const flags = ['--log-level', args.logLevel];
+    if (args.fanoutConcurrency) flags.push('--rl-fanout-concurrency', String(args.fanoutConcurrency));
+    const gw = await startGateway(flags, logDir, profileDir, String(size));
     try {
       await registerAll(gw.url, fleet.urls);
       const iterations = args.iterations ?? defaultIterations(size);
@@ -298,10 +161,7 @@ async function main(args: Args): Promise<void> {
       const d = result.direct.overhead;
       process.stdout.write(`bench: ${size} engines: gateway overhead p50 ${g.p50} p99 ${g.p99} ms, direct p50 ${d.p50} p99 ${d.p99} ms (${result.wall_seconds} s)\n`);
     } finally {
-      await gw.child.stop();
-      await fleet.child.stop();
-      live.delete(gw.child);
-      live.delete(fleet.child);
+      await stopChildren(gw.child, fleet.child);
     }
   }
 
@@ -311,35 +171,151 @@ async function main(args: Args): Promise<void> {
     `process with its embedded nats-server, log level ${args.logLevel}, fanout_concurrency ${concurrency}, defaults otherwise ` +
     '(health probes every 5 s). Engines: SGLang simulators, all N in one separate process (bench/sim-fleet.ts). ' +
     `Client (this process): undici, keep-alive.${args.profile ? ' **Gateway under --cpu-prof: timings inflated.**' : ''}`;
-  const machineLine =
-    `Machine: ${machine.cores} cores (${machine.cpu_model}), ${machine.total_mem_gib} GiB, ${machine.os}, Node ${machine.node}; ` +
-    `load average (1/5/15 min) at start ${machine.loadavg_start.join(' ')}, at end ${loadavg().join(' ')}; commit ${machine.commit}; ${date.toISOString()}.`;
-  const md = fanoutMarkdown(results, { date: date.toISOString().slice(0, 10), machine: machineLine, setup: setupLine }) +
+  const md = fanoutMarkdown(results, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine }) +
     (skipped.length ? `\nSkipped for the time budget: ${skipped.join(', ')} engines.\n` : '');
-  const json = {
+  writeResult(ctx, 'fanout', {
     benchmark: 'fanout',
-    date: date.toISOString(),
-    machine: { ...machine, loadavg_end: loadavg() },
+    date: ctx.date.toISOString(),
+    machine: { ...ctx.machine, loadavg_end: loadavg() },
     setup: { route: ROUTE, selector: SELECTOR, gateway: { process: 'rlgate gateway CLI child', nats: 'embedded', log_level: args.logLevel, fanout_concurrency: concurrency, profiled: args.profile }, engines: 'sglang simulators, one sim-fleet child process', client: 'undici in the bench process, sequential, alternating' },
     targets: { issue_overhead_p99_ms: { 12: 1, 256: 3 }, spec_overhead_ms: 5 },
     results,
     skipped,
     wall_seconds: Math.round(performance.now() - started) / 1000,
+  }, md);
+  return md;
+}
+
+async function stopChildren(...children: Child[]): Promise<void> {
+  for (const c of children) {
+    await c.stop();
+    live.delete(c);
+  }
+}
+
+/** One engine and every hop in front of it: nginx (when installed), the bare Node hop, the gateway. */
+async function startHops(ctx: RunContext, label: string, tokenRate: number): Promise<{ targets: Target[]; pids: Record<string, number | undefined>; gatewayPid: number | undefined; fleetPid: number | undefined; nginx: NginxProxy | undefined; stop(): Promise<void> }> {
+  const { args, logDir, profileDir } = ctx;
+  const fleet = await startFleet(1, logDir, ['--token-rate', String(tokenRate)], label);
+  const children: Child[] = [fleet.child];
+  let nginx: NginxProxy | undefined;
+  const stop = async () => {
+    await nginx?.stop();
+    await stopChildren(...children.reverse());
   };
-  mkdirSync(args.out, { recursive: true });
-  // Indented for reading, but number arrays (samples, load averages) stay on one line each.
-  const text = JSON.stringify(json, null, 1).replace(/\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]/g, (_m, body: string) => `[${body.replace(/\s+/g, '')}]`);
-  writeFileSync(join(args.out, `fanout-${stamp}.json`), `${text}\n`);
-  writeFileSync(join(args.out, `fanout-${stamp}.md`), md);
-  if (!args.profile) writeFileSync(join(args.out, 'latest.md'), md);
-  process.stdout.write(`\n${md}\nbench: wrote ${join(args.out, `fanout-${stamp}`)}.{json,md}${args.profile ? '' : ' and latest.md'}\n`);
-  if (profileDir) {
-    for (const f of readdirSync(profileDir).filter((f) => f.endsWith('.cpuprofile'))) {
-      process.stdout.write(`\nprofile ${join(profileDir, f)}\n${profileSummary(JSON.parse(readFileSync(join(profileDir, f), 'utf8')) as CpuProfile, 25)}\n`);
+  try {
+    const engine = fleet.urls[0]!;
+    const gw = await startGateway(['--log-level', args.logLevel], logDir, profileDir, `generate-${label}`);
+    children.push(gw.child);
+    await registerAll(gw.url, [engine]);
+    const hop = new Child('node-hop', ['--import', 'tsx', 'bench/node-hop.ts', '--upstream', engine], join(logDir, `node-hop-${label}.log`), childEnv());
+    live.add(hop);
+    children.push(hop);
+    const hopUrl = (await hop.next('listening', 30_000)).url as string;
+    if (NGINX) nginx = await startNginx(engine, join(logDir, `nginx-${label}`));
+    const targets: Target[] = [{ name: 'direct', url: engine }];
+    if (nginx) targets.push({ name: 'nginx', url: nginx.url });
+    targets.push({ name: 'node_hop', url: hopUrl }, { name: 'gateway', url: gw.url });
+    // nginx's work happens in its worker, a child of the master.
+    const nginxWorker = nginx ? childPids(nginx.pid)[0] : undefined;
+    return { targets, pids: { nginx: nginxWorker, node_hop: hop.pid }, gatewayPid: gw.child.pid, fleetPid: fleet.child.pid, nginx, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+function childPids(parent: number | undefined): number[] {
+  if (parent === undefined) return [];
+  return readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number).filter((p) => procStat(p)?.ppid === parent);
+}
+
+async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
+  const { args } = ctx;
+  const started = performance.now();
+  const notes: string[] = [];
+  if (!NGINX) notes.push('nginx is not installed: no nginx column, and the throughput target is unchecked (apt-get install nginx).');
+  if (!WRK) notes.push('wrk is not installed: the throughput part was skipped (apt-get install wrk).');
+
+  process.stdout.write('bench: generate: one instant engine behind every hop...\n');
+  const instant = await startHops(ctx, 'instant', 0);
+  let latency: GenerateResult['latency'];
+  let throughput: GenerateResult['throughput'] = null;
+  try {
+    latency = await measureLatency(instant.targets, args.latencyRounds, 200, deadline);
+    process.stdout.write(`bench: generate: latency p50 by hop ${JSON.stringify(Object.fromEntries(Object.entries(latency.by_target).map(([k, v]) => [k, v.p50])))} ms\n`);
+    if (WRK) {
+      throughput = await measureThroughput(instant.targets, 64, args.throughputSeconds, ctx.logDir, cpuSampler(instant.gatewayPid, instant.fleetPid, instant.pids));
+      process.stdout.write(`bench: generate: requests/s at 64 connections ${JSON.stringify(throughput.requests_per_s)}\n`);
+    }
+  } finally {
+    await instant.stop();
+  }
+
+  process.stdout.write(`bench: generate: ${args.streams} streams against an engine paced at ${args.streamTokenRate} tokens/s...\n`);
+  const paced = await startHops(ctx, 'paced', args.streamTokenRate);
+  let streams: GenerateResult['streams'];
+  try {
+    streams = await measureStreams(paced.targets, args.streams, args.streamTokens, args.streamTokenRate);
+    process.stdout.write(`bench: generate: tokens/s ${JSON.stringify(streams.tokens_per_s)}\n`);
+  } finally {
+    await paced.stop();
+  }
+
+  const result: GenerateResult = { latency, throughput, streams, notes };
+  const setupLine =
+    'Set-up: one SGLang simulator (bench/sim-fleet.ts, its own process) answering `POST /generate`; in front of it, each in ' +
+    `its own process: ${instant.nginx ? `${instant.nginx.version} (\`proxy_pass\`, one worker, upstream keepalive, unbuffered)` : 'no nginx'}, ` +
+    'a bare fastify + undici relay (bench/node-hop.ts), and the `rlgate gateway` CLI (RL on, the engine registered with ' +
+    `\`POST /workers\`, its embedded nats-server, log level ${args.logLevel}). "direct" calls the simulator itself. ` +
+    'Latency and stream clients: undici in this process; throughput client: wrk, one thread. For latency and throughput ' +
+    'the engine answers at once (8 tokens, `--token-rate 0`); for streams it is paced per stream, as a GPU is.';
+  const md = generateMarkdown(result, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine });
+  writeResult(ctx, 'generate', {
+    benchmark: 'generate',
+    date: ctx.date.toISOString(),
+    machine: { ...ctx.machine, loadavg_end: loadavg() },
+    setup: { engine: 'sglang simulator, one sim-fleet child', hops: instant.targets.map((t) => t.name), nginx: instant.nginx?.version ?? null, gateway: { rl: true, log_level: args.logLevel, profiled: args.profile } },
+    targets: GENERATE_TARGETS,
+    ...result,
+    wall_seconds: Math.round(performance.now() - started) / 1000,
+  }, md);
+  return md;
+}
+
+/** What the generate suite needs of the budget: latency rounds, 8 wrk runs, 8 stream rounds, start-ups. */
+function generateBudgetMs(args: Args): number {
+  const streamRound = (args.streamTokens / args.streamTokenRate + 2) * 1000;
+  return 40_000 + args.latencyRounds * 4 * 0.5 + (WRK ? 12 * args.throughputSeconds * 1000 : 0) + 10 * streamRound;
+}
+
+async function main(args: Args): Promise<void> {
+  const started = performance.now();
+  const runDeadline = started + args.maxSeconds * 1000;
+  const date = new Date();
+  const ctx: RunContext = {
+    args,
+    date,
+    stamp: date.toISOString().replace(/:/g, '-').replace(/\.\d+Z$/, 'Z'),
+    logDir: mkdtempSync(join(os.tmpdir(), 'rlgate-bench-')),
+    profileDir: undefined,
+    machine: machineFacts(),
+  };
+  ctx.profileDir = args.profile ? join(ctx.logDir, 'profiles') : undefined;
+  process.stdout.write(`bench: child logs in ${ctx.logDir} (removed after a clean run)\n`);
+
+  const parts: string[] = [];
+  const generateShare = args.suites.includes('generate') ? generateBudgetMs(args) : 0;
+  if (args.suites.includes('fanout')) parts.push(await runFanout(ctx, runDeadline - generateShare));
+  if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline));
+  if (!args.profile) writeFileSync(join(args.out, 'latest.md'), parts.join('\n'));
+  if (ctx.profileDir) {
+    for (const f of readdirSync(ctx.profileDir).filter((f) => f.endsWith('.cpuprofile'))) {
+      process.stdout.write(`\nprofile ${join(ctx.profileDir, f)}\n${profileSummary(JSON.parse(readFileSync(join(ctx.profileDir, f), 'utf8')) as CpuProfile, 25)}\n`);
     }
   } else {
     // Logs matter only when something failed (then this line is never reached).
-    rmSync(logDir, { recursive: true, force: true });
+    rmSync(ctx.logDir, { recursive: true, force: true });
   }
 }
 

@@ -3,7 +3,7 @@
 // `?bench=<tag>` (headers parsed → last byte handed to the socket) through node:http's
 // diagnostics channels, without touching the simulator. It never talks to the gateway.
 //
-//   node --import tsx bench/sim-fleet.ts --count N
+//   node --import tsx bench/sim-fleet.ts --count N [--token-rate R]
 //   stdout: {"event":"listening","urls":[...],"pid":...}   (one line, when all N listen)
 //   stdin:  {"cmd":"stats"} → {"event":"stats","tags":{...}} (and forgets them); {"cmd":"stop"}
 // It stops on {"cmd":"stop"}, stdin EOF (the parent went away), SIGTERM or SIGINT.
@@ -81,12 +81,25 @@ function round(v: number): number {
   return Math.round(v * 1000) / 1000;
 }
 
+function flag(argv: string[], name: string): string | undefined {
+  const i = argv.indexOf(name);
+  return i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith(`${name}=`))?.slice(name.length + 1);
+}
+
 function parseCount(argv: string[]): number {
-  const i = argv.indexOf('--count');
-  const raw = i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith('--count='))?.slice(8);
+  const raw = flag(argv, '--count');
   const n = Number(raw);
   if (!Number.isInteger(n) || n < 1 || n > MAX_FLEET) throw new Error(`--count must be an integer 1..${MAX_FLEET}, got ${raw}`);
   return n;
+}
+
+/** Tokens/s per request (the simulator's --token-rate); 0 = as fast as possible. Absent: its default. */
+function parseTokenRate(argv: string[]): number | undefined {
+  const raw = flag(argv, '--token-rate');
+  if (raw === undefined) return undefined;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`--token-rate must be a number >= 0, got ${raw}`);
+  return n === 0 ? Infinity : n;
 }
 
 function emit(line: unknown): void {
@@ -95,6 +108,7 @@ function emit(line: unknown): void {
 
 async function main(): Promise<void> {
   const count = parseCount(process.argv.slice(2));
+  const tokenRate = parseTokenRate(process.argv.slice(2));
   const clock = new ServiceClock();
   clock.listen();
   const sims: SglangSim[] = [];
@@ -108,7 +122,7 @@ async function main(): Promise<void> {
 
   try {
     // Recording off: the request log is for tests and would only cost the benchmark memory.
-    for (let i = 0; i < count; i++) sims.push(await startSglangSim({ host: '127.0.0.1', port: 0, recordLimit: 0 }));
+    for (let i = 0; i < count; i++) sims.push(await startSglangSim({ host: '127.0.0.1', port: 0, recordLimit: 0, ...(tokenRate !== undefined ? { tokenRate } : {}) }));
   } catch (err) {
     process.stderr.write(`sim-fleet: ${(err as Error).message}\n`);
     await stop(1);

@@ -1,0 +1,295 @@
+// The data-plane benchmark proper (issue 4): SGLang-native `POST /generate` straight to a
+// simulator ("direct"), through nginx `proxy_pass`, through a bare fastify + undici hop, and
+// through the rlgate gateway, in the same run against the same engine. Three measures: added
+// latency at one connection, throughput at 64 connections (wrk), streamed tokens/s of 256
+// concurrent slime-like streams. It owns the loops and the result shape; run.ts starts processes.
+
+import { Client, Pool } from 'undici';
+import { ms, rounded, summarize, type Summary } from './stats.ts';
+import { runWrk, writePostScript, type WrkResult } from './wrk.ts';
+
+export type TargetName = 'direct' | 'nginx' | 'node_hop' | 'gateway';
+
+export interface Target {
+  name: TargetName;
+  url: string;
+  /** The process serving this target's hop (CPU accounting); none for direct. */
+  cpuName?: string;
+}
+
+const PROMPT = Array.from({ length: 32 }, (_, i) => 1000 + i * 7);
+
+/** slime's rollout call (slime-data-plane.md §3): one prompt as ids, no model, logprobs on. */
+export const BUFFERED_BODY = JSON.stringify({
+  input_ids: PROMPT,
+  sampling_params: { max_new_tokens: 8, temperature: 1.0, top_p: 1.0, top_k: -1, skip_special_tokens: false, no_stop_trim: true, ignore_eos: true },
+  return_logprob: true,
+});
+
+/** The same call streamed: the rollout's tokens as the engine makes them. */
+export function streamBody(tokens: number): string {
+  return JSON.stringify({
+    input_ids: PROMPT,
+    sampling_params: { max_new_tokens: tokens, temperature: 1.0, top_p: 1.0, top_k: -1, skip_special_tokens: false, no_stop_trim: true, ignore_eos: true },
+    stream: true,
+  });
+}
+
+const HEADERS = { 'content-type': 'application/json' };
+
+// ---- latency at one connection ------------------------------------------------------------
+
+export interface LatencyResult {
+  iterations: number;
+  warmup: number;
+  truncated: boolean;
+  /** Client-observed wall time of one buffered /generate, by target. */
+  by_target: Partial<Record<TargetName, Summary>>;
+  /** target − direct, paired by round (same moment, same engine state), by target. */
+  added: Partial<Record<TargetName, Summary>>;
+}
+
+export async function measureLatency(targets: Target[], iterations: number, warmup: number, deadline: number): Promise<LatencyResult> {
+  const clients = targets.map((t) => new Client(t.url, { pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 30_000, bodyTimeout: 30_000 }));
+  const one = async (k: number): Promise<number> => {
+    const t0 = performance.now();
+    const res = await clients[k]!.request({ path: '/generate', method: 'POST', headers: HEADERS, body: BUFFERED_BODY });
+    const text = await res.body.text();
+    const took = performance.now() - t0;
+    // Checked after the clock stopped: checking is the benchmark's cost, not the hop's.
+    if (res.statusCode !== 200 || !text.includes('"meta_info"')) throw new Error(`${targets[k]!.name} answered ${res.statusCode}: ${text.slice(0, 200)}`);
+    return took;
+  };
+  try {
+    for (let i = 0; i < warmup; i++) for (let k = 0; k < targets.length; k++) await one(k);
+    const samples = targets.map(() => [] as number[]);
+    let done = 0;
+    for (; done < iterations && performance.now() < deadline; done++) {
+      // Rotate who goes first, so no hop always runs right after another's work.
+      for (let j = 0; j < targets.length; j++) {
+        const k = (done + j) % targets.length;
+        samples[k]!.push(await one(k));
+      }
+    }
+    const d = targets.findIndex((t) => t.name === 'direct');
+    const result: LatencyResult = { iterations: done, warmup, truncated: done < iterations, by_target: {}, added: {} };
+    targets.forEach((t, k) => {
+      result.by_target[t.name] = rounded(summarize(samples[k]!));
+      if (k !== d) result.added[t.name] = rounded(summarize(samples[k]!.map((v, i) => v - samples[d]![i]!)));
+    });
+    return result;
+  } finally {
+    await Promise.allSettled(clients.map((c) => c.close()));
+  }
+}
+
+// ---- throughput at 64 connections ---------------------------------------------------------
+
+export interface ThroughputResult {
+  connections: number;
+  seconds_per_run: number;
+  /** Every wrk run, in the order run (each target twice: forward then backward order). */
+  runs: Array<{ target: TargetName } & WrkResult & { cpu_us_per_request: Record<string, number> }>;
+  /** Mean requests/s of a target's runs. */
+  requests_per_s: Partial<Record<TargetName, number>>;
+}
+
+export async function measureThroughput(
+  targets: Target[],
+  connections: number,
+  seconds: number,
+  scriptDir: string,
+  cpuTimes: () => Record<string, number>,
+): Promise<ThroughputResult> {
+  const script = writePostScript(scriptDir, 'generate', '/generate', BUFFERED_BODY);
+  const runs: ThroughputResult['runs'] = [];
+  // A short warm-up per target (JIT, connection pools), then A B C D D C B A.
+  for (const t of targets) await runWrk(t.url, script, connections, 1);
+  for (const t of [...targets, ...[...targets].reverse()]) {
+    const before = cpuTimes();
+    const r = await runWrk(t.url, script, connections, seconds);
+    const after = cpuTimes();
+    const cpu: Record<string, number> = {};
+    for (const [k, v] of Object.entries(after)) if (before[k] !== undefined && r.requests > 0) cpu[k] = Math.round(((v - before[k]!) * 1000) / r.requests * 10) / 10;
+    runs.push({ target: t.name, ...r, cpu_us_per_request: cpu });
+  }
+  const requests_per_s: ThroughputResult['requests_per_s'] = {};
+  for (const t of targets) {
+    const mine = runs.filter((r) => r.target === t.name);
+    requests_per_s[t.name] = Math.round(mine.reduce((s, r) => s + r.requests_per_s, 0) / mine.length);
+  }
+  return { connections, seconds_per_run: seconds, runs, requests_per_s };
+}
+
+// ---- 256 concurrent streams -----------------------------------------------------------------
+
+export interface StreamRun {
+  target: TargetName;
+  streams: number;
+  /** Streams that did not end 200 with a final chunk of the asked length. */
+  failed: number;
+  tokens: number;
+  seconds: number;
+  tokens_per_s: number;
+  /** Send → first body chunk, per stream. */
+  first_chunk_ms: Summary;
+  /** Send → end of stream, per stream. */
+  stream_ms: Summary;
+}
+
+export interface StreamResult {
+  streams: number;
+  tokens_per_stream: number;
+  engine_token_rate: number;
+  runs: StreamRun[];
+  /** Mean tokens/s of a target's runs. */
+  tokens_per_s: Partial<Record<TargetName, number>>;
+}
+
+/** One round: `streams` streamed /generate calls at once; tokens counted from each final chunk. */
+async function streamRound(target: Target, streams: number, tokens: number): Promise<StreamRun> {
+  const pool = new Pool(target.url, { connections: streams, pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 120_000, bodyTimeout: 120_000 });
+  const body = streamBody(tokens);
+  const started = performance.now();
+  let ended = started;
+  try {
+    const one = async (): Promise<{ tokens: number; first: number; whole: number } | null> => {
+      const t0 = performance.now();
+      const res = await pool.request({ path: '/generate', method: 'POST', headers: HEADERS, body });
+      let first = -1;
+      // Only the tail is kept: the final event carries `completion_tokens`.
+      const tail: Buffer[] = [];
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        if (first < 0) first = performance.now() - t0;
+        tail.push(chunk);
+        if (tail.length > 8) tail.shift();
+      }
+      const now = performance.now();
+      if (now > ended) ended = now;
+      const text = Buffer.concat(tail).toString('utf8');
+      const at = text.lastIndexOf('data: {');
+      if (res.statusCode !== 200 || at < 0 || !text.trimEnd().endsWith('data: [DONE]')) return null;
+      const last = JSON.parse(text.slice(at + 6, text.indexOf('\n', at))) as { meta_info?: { completion_tokens?: number } };
+      const n = last.meta_info?.completion_tokens ?? 0;
+      return n === tokens ? { tokens: n, first, whole: now - t0 } : null;
+    };
+    const outcomes = await Promise.all(Array.from({ length: streams }, () => one().catch(() => null)));
+    const ok = outcomes.filter((o): o is NonNullable<typeof o> => o !== null);
+    const seconds = (ended - started) / 1000;
+    const total = ok.reduce((s, o) => s + o.tokens, 0);
+    return {
+      target: target.name,
+      streams,
+      failed: streams - ok.length,
+      tokens: total,
+      seconds: Math.round(seconds * 1000) / 1000,
+      tokens_per_s: Math.round(total / seconds),
+      first_chunk_ms: rounded(summarize(ok.map((o) => o.first))),
+      stream_ms: rounded(summarize(ok.map((o) => o.whole))),
+    };
+  } finally {
+    await pool.close();
+  }
+}
+
+export async function measureStreams(targets: Target[], streams: number, tokens: number, engineTokenRate: number): Promise<StreamResult> {
+  for (const t of targets) await streamRound(t, Math.min(streams, 32), Math.min(tokens, 16)); // warm-up
+  const runs: StreamRun[] = [];
+  for (const t of [...targets, ...[...targets].reverse()]) runs.push(await streamRound(t, streams, tokens));
+  const tokens_per_s: StreamResult['tokens_per_s'] = {};
+  for (const t of targets) {
+    const mine = runs.filter((r) => r.target === t.name);
+    tokens_per_s[t.name] = Math.round(mine.reduce((s, r) => s + r.tokens_per_s, 0) / mine.length);
+  }
+  return { streams, tokens_per_stream: tokens, engine_token_rate: engineTokenRate, runs, tokens_per_s };
+}
+
+// ---- report -------------------------------------------------------------------------------------
+
+export interface GenerateResult {
+  latency: LatencyResult;
+  throughput: ThroughputResult | null;
+  streams: StreamResult;
+  /** Why a part is missing (no nginx, no wrk). */
+  notes: string[];
+}
+
+/** The issue's targets. */
+export const GENERATE_TARGETS = { added_p50_ms: 0.15, throughput_vs_nginx: 0.6, stream_tokens_vs_direct: 0.98 };
+
+const LABEL: Record<TargetName, string> = { direct: 'direct (no hop)', nginx: 'nginx proxy_pass', node_hop: 'fastify + undici hop', gateway: 'rlgate gateway' };
+
+export function generateMarkdown(r: GenerateResult, facts: { date: string; machine: string; setup: string }): string {
+  const met = (ok: boolean) => (ok ? 'met' : '**missed**');
+  const names = Object.keys(r.latency.by_target) as TargetName[];
+  const lat = r.latency;
+  const addedP50 = (n: TargetName) => (lat.by_target[n] && lat.by_target.direct ? lat.by_target[n]!.p50 - lat.by_target.direct.p50 : NaN);
+  const lines = [
+    `# /generate data plane, ${facts.date}`,
+    '',
+    facts.machine,
+    '',
+    facts.setup,
+    '',
+    `## Added latency at one connection (${lat.iterations} rounds${lat.truncated ? ', cut short by the time budget' : ''})`,
+    '',
+    'One buffered slime-shaped `/generate` at a time per hop, the hops taking turns each round.',
+    'Added p50 = the hop\'s p50 − direct p50; paired = per-round difference (hop − direct). ms.',
+    '',
+    '| hop | p50 | p90 | p99 | added p50 | paired added p50 / p99 |',
+    '|---|---:|---:|---:|---:|---:|',
+    ...names.map((n) => {
+      const s = lat.by_target[n]!;
+      const a = lat.added[n];
+      return `| ${LABEL[n]} | ${ms(s.p50)} | ${ms(s.p90)} | ${ms(s.p99)} | ${n === 'direct' ? '–' : addedP50(n).toFixed(3)} | ${a ? `${a.p50.toFixed(3)} / ${a.p99.toFixed(3)}` : '–'} |`;
+    }),
+    '',
+    `Gateway added p50 ${addedP50('gateway').toFixed(3)} ms vs target ≤ ${GENERATE_TARGETS.added_p50_ms} ms: ${met(addedP50('gateway') <= GENERATE_TARGETS.added_p50_ms)}.`,
+    '',
+  ];
+  if (r.throughput) {
+    const t = r.throughput;
+    const rps = t.requests_per_s;
+    lines.push(
+      `## Throughput at ${t.connections} connections (wrk, ${t.seconds_per_run} s per run, each hop twice)`,
+      '',
+      'Requests/s is the mean of a hop\'s two runs. CPU µs per request: each process\'s user + system',
+      'time over the run divided by the requests served (the engine serves every hop).',
+      '',
+      '| hop | requests/s | runs | p50 / p99 ms | vs direct | vs nginx | hop CPU µs/req | engine CPU µs/req | errors |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+      ...(Object.keys(rps) as TargetName[]).map((n) => {
+        const mine = t.runs.filter((x) => x.target === n);
+        const cpu = (key: string | undefined) => (key ? (mine.reduce((s, x) => s + (x.cpu_us_per_request[key] ?? NaN), 0) / mine.length).toFixed(0) : '–');
+        const cpuName = n === 'direct' ? undefined : n === 'gateway' ? 'gateway' : n;
+        const errs = mine.reduce((s, x) => s + x.non_2xx + x.socket_errors, 0);
+        return `| ${LABEL[n]} | ${rps[n]} | ${mine.map((x) => Math.round(x.requests_per_s)).join(', ')} | ${ms(mine[0]!.latency_ms.p50)} / ${ms(mine[0]!.latency_ms.p99)} | ${(rps[n]! / rps.direct!).toFixed(2)}× | ${rps.nginx ? `${(rps[n]! / rps.nginx).toFixed(2)}×` : '–'} | ${cpu(cpuName)} | ${cpu('engines')} | ${errs} |`;
+      }),
+      '',
+      rps.nginx
+        ? `Gateway ÷ nginx ${(rps.gateway! / rps.nginx).toFixed(2)}× vs target ≥ ${GENERATE_TARGETS.throughput_vs_nginx}×: ${met(rps.gateway! / rps.nginx >= GENERATE_TARGETS.throughput_vs_nginx)}.`
+        : 'No nginx on this machine: the throughput target could not be checked.',
+      '',
+    );
+  }
+  const s = r.streams;
+  const tps = s.tokens_per_s;
+  lines.push(
+    `## ${s.streams} concurrent streams (${s.tokens_per_stream} tokens each, engine paced at ${s.engine_token_rate} tokens/s per stream)`,
+    '',
+    `All ${s.streams} streamed \`/generate\` calls sent at once; tokens counted from each stream's final chunk;`,
+    `tokens/s = tokens ÷ (first send → last stream end). The engine's ceiling is ${s.streams * s.engine_token_rate} tokens/s.`,
+    '',
+    '| hop | tokens/s (mean) | runs | vs direct | first chunk p50 / p99 ms | whole stream p50 / p99 ms | failed |',
+    '|---|---:|---:|---:|---:|---:|---:|',
+    ...(Object.keys(tps) as TargetName[]).map((n) => {
+      const mine = s.runs.filter((x) => x.target === n);
+      return `| ${LABEL[n]} | ${tps[n]} | ${mine.map((x) => x.tokens_per_s).join(', ')} | ${(tps[n]! / tps.direct!).toFixed(3)}× | ${ms(mine[0]!.first_chunk_ms.p50)} / ${ms(mine[0]!.first_chunk_ms.p99)} | ${ms(mine[0]!.stream_ms.p50)} / ${ms(mine[0]!.stream_ms.p99)} | ${mine.reduce((a, x) => a + x.failed, 0)} |`;
+    }),
+    '',
+    `Gateway ÷ direct ${(tps.gateway! / tps.direct!).toFixed(3)}× vs target ≥ ${GENERATE_TARGETS.stream_tokens_vs_direct}×: ${met(tps.gateway! / tps.direct! >= GENERATE_TARGETS.stream_tokens_vs_direct)}.`,
+    '',
+  );
+  if (r.notes.length) lines.push(...r.notes.map((n) => `Note: ${n}`), '');
+  return lines.join('\n');
+}
