@@ -11,13 +11,10 @@ import { rlWorkerRoutes } from './rl-workers.ts';
 import { rlEngineRoutes } from './rl-engine.ts';
 import { refitRoutes } from './refits.ts';
 import { generateRoutes } from './generate.ts';
+import { EXPOSED_HEADERS } from './stamping.ts';
 import { metricsRoutes } from './metrics.ts';
 
 const RL_PREFIX = '/v1/rl';
-const EXPOSED_HEADERS = [
-  'x-smg-weight-version', 'x-smg-mixed-version', 'x-smg-routed-worker-id',
-  'x-rl-weight-version', 'x-rl-mixed-version', 'x-rl-routed-worker-id', 'x-request-id',
-].join(', ');
 
 export async function buildApp(services: Services): Promise<FastifyInstance> {
   const { config } = services;

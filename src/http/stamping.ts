@@ -16,6 +16,12 @@ const MIXED_HEADERS = ['x-smg-mixed-version', 'x-rl-mixed-version'] as const;
  */
 export const GATEWAY_ONLY_HEADERS: ReadonlySet<string> = new Set([ROUTED_HEADER, 'x-rl-routed-worker-id', ...WEIGHT_HEADERS, ...MIXED_HEADERS]);
 
+/** What a browser may read of a cross-origin answer (`access-control-expose-headers`). */
+export const EXPOSED_HEADERS = [
+  'x-smg-weight-version', 'x-smg-mixed-version', ROUTED_HEADER,
+  'x-rl-weight-version', 'x-rl-mixed-version', 'x-rl-routed-worker-id', 'x-request-id',
+].join(', ');
+
 /** `x-smg-weight-version` (+ the `x-rl-` twin) = the table version; nothing when unversioned. */
 export function stampWeightVersion(reply: FastifyReply, tableVersion: string | undefined): void {
   if (tableVersion === undefined) return;
@@ -46,8 +52,15 @@ export function isMixedBody(body: unknown, tableVersion: string | undefined): bo
   return isMixedObject(body, tableVersion);
 }
 
-/** The same over raw bytes: an unparsable body is not mixed. */
+/**
+ * The same over raw bytes: an unparsable body is not mixed. The common answer — no version
+ * field, or one `"weight_version": "<the table version>"` — is read off the bytes without a
+ * parse (the buffered /generate hot path); anything else (escapes, several occurrences, another
+ * value, `weight_versions`) is parsed and judged by isMixedBody, so the answer is always its.
+ */
 export function isMixedBytes(bytes: Buffer, tableVersion: string | undefined): boolean {
+  const fast = settledWithoutParse(bytes, tableVersion);
+  if (fast !== undefined) return fast;
   let body: unknown;
   try {
     body = JSON.parse(bytes.toString('utf8'));
@@ -55,6 +68,47 @@ export function isMixedBytes(bytes: Buffer, tableVersion: string | undefined): b
     return false;
   }
   return isMixedBody(body, tableVersion);
+}
+
+const VERSION_KEY = Buffer.from('weight_version');
+const UNICODE_ESCAPE = Buffer.from('\\u');
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COLON = 0x3a;
+const needles = new Map<string, Buffer>();
+
+/**
+ * `false` when the bytes alone prove "not mixed", else undefined (parse). Without `\u` escapes
+ * a key can only be spelled literally, so counting `weight_version` finds every version field:
+ * none at all is not mixed; exactly one, a key whose string value is byte-equal to the table
+ * version, is not mixed either (`weight_versions` would be a second occurrence).
+ */
+function settledWithoutParse(bytes: Buffer, tableVersion: string | undefined): false | undefined {
+  if (bytes.indexOf(UNICODE_ESCAPE) >= 0) return undefined;
+  const at = bytes.indexOf(VERSION_KEY);
+  if (at < 0) return false;
+  if (tableVersion === undefined || bytes.indexOf(VERSION_KEY, at + VERSION_KEY.length) >= 0) return undefined;
+  // A key: `"weight_version"` opened by an unescaped quote, then `:`, then the value.
+  if (at < 1 || bytes[at - 1] !== QUOTE || (at >= 2 && bytes[at - 2] === BACKSLASH)) return undefined;
+  let i = at + VERSION_KEY.length;
+  if (bytes[i++] !== QUOTE) return undefined;
+  i = skipSpace(bytes, i);
+  if (bytes[i++] !== COLON) return undefined;
+  i = skipSpace(bytes, i);
+  let needle = needles.get(tableVersion);
+  if (!needle) {
+    if (needles.size > 1024) needles.clear(); // versions are few; never grow without bound
+    needle = Buffer.from(JSON.stringify(tableVersion));
+    needles.set(tableVersion, needle);
+  }
+  // Byte-equal to the table version's JSON string (closing quote included), no escape inside.
+  if (needle.includes(BACKSLASH) || i + needle.length > bytes.length) return undefined;
+  return bytes.compare(needle, 0, needle.length, i, i + needle.length) === 0 ? false : undefined;
+}
+
+function skipSpace(bytes: Buffer, i: number): number {
+  while (i < bytes.length && (bytes[i] === 0x20 || bytes[i] === 0x0a || bytes[i] === 0x0d || bytes[i] === 0x09)) i++;
+  return i;
 }
 
 function isMixedObject(obj: unknown, tableVersion: string | undefined): boolean {
