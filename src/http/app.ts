@@ -40,22 +40,29 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     },
   });
 
-  app.addHook('onRequest', async (req, reply) => {
+  // Callback-style hooks: an async hook costs every request (the data plane too) a promise.
+  app.addHook('onRequest', (req, reply, done) => {
     // Judge by the route fastify matched (it decodes the path: `/v1/%72l/...` is `/v1/rl/...`),
     // and by the decoded path when nothing matched, never by the raw URL alone.
     const pattern = req.routeOptions?.url;
-    if (!(pattern ? isRlPath(pattern) : isRlPath(decodedPath(req.url)))) return;
+    if (!(pattern ? isRlPath(pattern) : isRlPath(decodedPath(req.url)))) return done();
     // Spec §2: with RL off, every /v1/rl path, any method, is a 404 with zero bytes — before auth.
-    if (!config.rl.enabled) return reply.code(404).header('content-length', '0').send();
-    if (config.adminKey && !bearerMatches(req.headers.authorization, config.adminKey)) {
-      throw new GatewayError('unauthorized', 'missing or wrong admin bearer token');
+    if (!config.rl.enabled) {
+      reply.code(404).header('content-length', '0').send();
+      return;
     }
+    if (config.adminKey && !bearerMatches(req.headers.authorization, config.adminKey)) {
+      return done(new GatewayError('unauthorized', 'missing or wrong admin bearer token'));
+    }
+    done();
   });
 
   // Spec §13.4: browsers may read the stamping headers of a cross-origin answer. Exposure only:
   // whether an origin may call at all (allow-origin) is left to the deployment's proxy.
-  app.addHook('onSend', async (req, reply) => {
+  // (The HTTP-engine relay writes its answers itself and sets the same header: http-relay.ts.)
+  app.addHook('onSend', (req, reply, payload, done) => {
     if (req.headers.origin !== undefined) reply.header('access-control-expose-headers', EXPOSED_HEADERS);
+    done(null, payload);
   });
 
   app.setErrorHandler((err: FastifyError | GatewayError, req, reply) => {
