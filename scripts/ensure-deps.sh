@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure what `npm test`, `npm run demo` and `npm run bench` need is present: node_modules
 # matching package-lock.json, and the nats-server binary (Debian package `nats-server`).
+# `ensure-deps.sh bench` also wants the data-plane benchmark's yardsticks, nginx and wrk.
 # Quiet when everything is there; installs only what is missing; never edits package files.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -61,5 +62,17 @@ if ! py_ready; then
   if ! py_ready; then
     echo "ensure-deps: the cross-language test needs Debian packages: apt-get install ${PY_PKGS[*]}" >&2
     exit 1
+  fi
+fi
+
+# The data-plane benchmark compares the gateway with nginx `proxy_pass` and loads it with wrk.
+# Only `npm run bench` asks; without them the benchmark reports the gap instead of failing.
+if [[ "${1:-}" == bench ]] && { ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]] || ! command -v wrk >/dev/null 2>&1; }; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: installing the data-plane benchmark's yardsticks: nginx wrk" >&2
+    apt-get update >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx wrk >&2 || echo "ensure-deps: could not install nginx/wrk; the benchmark will say what it skipped" >&2
+  else
+    echo "ensure-deps: nginx and/or wrk missing (apt-get install nginx wrk); the benchmark will say what it skipped" >&2
   fi
 fi
