@@ -26,6 +26,11 @@ export interface TokenSampling {
   json_schema?: string;
   regex?: string;
   ebnf?: string;
+  /** The gRPC wire carries these three (SamplingParams 16, 20, 21); the ZMQ client refuses them. */
+  structural_tag?: string;
+  /** Token id (decimal string) → additive bias. */
+  logit_bias?: Record<string, number>;
+  custom_params?: Record<string, unknown>;
 }
 
 export interface TokenRequest {

@@ -209,6 +209,9 @@ function toProto(req: TokenRequest): Record<string, unknown> {
     if (s[k] !== undefined) sampling[k] = s[k];
   }
   if (s.ebnf !== undefined) sampling.ebnf_grammar = s.ebnf;
+  if (s.structural_tag !== undefined) sampling.structural_tag = s.structural_tag;
+  if (s.logit_bias !== undefined) sampling.logit_bias = s.logit_bias;
+  if (s.custom_params !== undefined) sampling.custom_params = jsonToStruct(s.custom_params);
   return {
     request_id: req.rid,
     tokenized: { input_ids: req.inputIds },
@@ -282,6 +285,22 @@ function toGenerationError(err: grpc.ServiceError, beforeFirst: boolean, cancell
     default:
       return new GenerationError('internal', detail, beforeFirst);
   }
+}
+
+/** Plain JSON → google.protobuf.Struct as proto-loader encodes it (the inverse of structToJson). */
+export function jsonToStruct(o: Record<string, unknown>): { fields: Record<string, unknown> } {
+  const fields: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) fields[k] = jsonToValue(v);
+  return { fields };
+}
+
+function jsonToValue(v: unknown): Record<string, unknown> {
+  if (v === null || v === undefined) return { nullValue: 'NULL_VALUE' };
+  if (typeof v === 'number') return { numberValue: v };
+  if (typeof v === 'string') return { stringValue: v };
+  if (typeof v === 'boolean') return { boolValue: v };
+  if (Array.isArray(v)) return { listValue: { values: v.map(jsonToValue) } };
+  return { structValue: jsonToStruct(v as Record<string, unknown>) };
 }
 
 /** google.protobuf.Struct as proto-loader decodes it → plain JSON. */

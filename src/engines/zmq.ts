@@ -25,6 +25,8 @@ export interface ZmqClientOptions {
 }
 
 const MAX_U32 = 0xffffffff;
+/** Sampling fields the ADD payload sends as null (wire.ts): a request setting one is refused. */
+const UNCARRIED = ['stop', 'logit_bias', 'structural_tag', 'custom_params'] as const;
 
 /** Socket sets by base URL and handshake address, shared by the DP ranks' clients. */
 const lanes = new Map<string, { lane: Lane; refs: number }>();
@@ -185,5 +187,7 @@ function checkRequest(req: TokenRequest): string | null {
     if (v !== undefined && (typeof v !== 'number' || !Number.isFinite(v))) return `${k} must be a finite number`;
   }
   if (s.stop_token_ids) for (const id of s.stop_token_ids) if (!Number.isInteger(id) || id < 0 || id > MAX_U32) return 'stop_token_ids must be unsigned 32-bit integers';
+  // What encodeAdd would write as null: refused, never dropped (the gateway refuses them earlier).
+  for (const k of UNCARRIED) if (s[k] !== undefined) return `${k} is not carried by the ZMQ lane`;
   return null;
 }

@@ -2,7 +2,9 @@
 // OpenAI request becomes one TokenRequest (chat messages through the tokenizer's jinja
 // `chat_template`), the token events fold into OpenAI answers, buffered or as SSE chunks ending
 // `data: [DONE]`. `system_fingerprint` follows spec §12.1 (engine-reported > table > label >
-// "default") on the answer and on every chunk. It never routes and never talks to HTTP engines.
+// "default") on the answer and on every chunk. A sampling parameter the wire cannot carry is
+// refused, never dropped. It never routes and never talks to HTTP engines: an engine that cannot
+// serve the request (`unfit`) or fails before its first event (`unsent`) goes back to generate.ts.
 
 import { randomUUID } from 'node:crypto';
 import { PassThrough } from 'node:stream';
@@ -14,7 +16,10 @@ import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import { GatewayError } from './errors.ts';
 import type { Services } from './services.ts';
 import { TokenAnswer } from './token-answer.ts';
-import { TokenDeadline, failure, tokenizerFor } from './token-relay.ts';
+import {
+  EngineCannotServe, TokenDeadline, checkConstraints, checkWire, failure, isUnsent, logitBiasOf, stopStringsOf, tokenizerFor, unsent, wireOf,
+  type AttemptSignals, type TokenAttempt,
+} from './token-relay.ts';
 import { ROUTED_HEADER, stampWeightVersion } from './stamping.ts';
 
 export type OpenAiPath = '/v1/chat/completions' | '/v1/completions';
@@ -23,8 +28,11 @@ const NO_TOKENIZER_FIX = 'gRPC engines serve theirs through GetTokenizer; otherw
 /** SGLang extensions of its OpenAI server that map one to one onto the wire's sampling fields. */
 const EXTRA_SAMPLING: ReadonlyArray<keyof TokenSampling> = [
   'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'ignore_eos', 'skip_special_tokens',
-  'spaces_between_special_tokens', 'no_stop_trim', 'stop_token_ids',
+  'spaces_between_special_tokens', 'no_stop_trim', 'stop_token_ids', 'regex', 'ebnf', 'json_schema',
 ];
+/** Where each sampling field comes from in an OpenAI request (for the `field` of a refusal). */
+const FIELD: Partial<Record<keyof TokenSampling, string>> = { structural_tag: '/response_format', max_new_tokens: '/max_tokens', min_new_tokens: '/min_tokens', sampling_seed: '/seed' };
+const pointer = (k: keyof TokenSampling): string => FIELD[k] ?? `/${k}`;
 
 function bad(message: string, field: string): GatewayError {
   return new GatewayError('invalid_request', message, { field });
@@ -50,11 +58,13 @@ function samplingOf(body: Record<string, unknown>): TokenSampling {
   if (s.stop_token_ids !== undefined && (!Array.isArray(s.stop_token_ids) || !s.stop_token_ids.every(Number.isInteger))) {
     throw bad('`stop_token_ids` must be a list of token ids', '/stop_token_ids');
   }
-  // String stops need the engine-side detokenizer SGLang's HTTP server has; the wire takes ids.
-  const stop = body.stop;
-  if (typeof stop === 'string' ? stop !== '' : Array.isArray(stop) && stop.length > 0) {
-    throw bad('string `stop` sequences are not supported on gRPC/ZMQ engines yet: send `stop_token_ids` (token id lists)', '/stop');
-  }
+  // String stops go on the gRPC wire; ZMQ has none (checkWire refuses them there).
+  const stop = stopStringsOf(body.stop, '`stop`', '/stop');
+  if (stop) s.stop = stop;
+  const bias = logitBiasOf(body.logit_bias, '/logit_bias');
+  if (bias) s.logit_bias = bias;
+  responseFormat(body.response_format, s);
+  checkConstraints(s, pointer);
   const lp = body.logprobs;
   if (lp === true || (typeof lp === 'number' && lp > 0) || (typeof body.top_logprobs === 'number' && body.top_logprobs > 0)) {
     throw bad('`logprobs` are not supported on gRPC/ZMQ engines by this route yet', '/logprobs');
@@ -65,6 +75,47 @@ function samplingOf(body: Record<string, unknown>): TokenSampling {
   return s;
 }
 
+/**
+ * OpenAI's `response_format` as SGLang's OpenAI server maps it: `json_schema` and `json_object`
+ * constrain to a JSON schema, `structural_tag` to that tag, `text` is no constraint.
+ */
+function responseFormat(rf: unknown, s: TokenSampling): void {
+  if (rf === undefined || rf === null) return;
+  const f = rf as { type?: unknown; json_schema?: { schema?: unknown } };
+  if (typeof rf !== 'object' || Array.isArray(rf)) throw bad('`response_format` must be an object with a `type`', '/response_format');
+  switch (f.type) {
+    case 'text':
+      return;
+    case 'json_object':
+      s.json_schema = '{"type": "object"}';
+      return;
+    case 'json_schema': {
+      const schema = f.json_schema?.schema;
+      if (typeof schema !== 'object' || schema === null) throw bad('`response_format.json_schema.schema` must be a JSON schema object', '/response_format/json_schema/schema');
+      s.json_schema = JSON.stringify(schema);
+      return;
+    }
+    case 'structural_tag':
+      s.structural_tag = JSON.stringify(rf);
+      return;
+    default:
+      throw bad('`response_format.type` must be `text`, `json_object`, `json_schema` or `structural_tag`', '/response_format/type');
+  }
+}
+
+/**
+ * `text` without its longest tail that is, or may still grow into, one of `stops`: the engine
+ * streams the tokens of a stop before the completion that names it, and a sent delta cannot be
+ * taken back. A held tail that turns out not to stop goes out with the next chunk.
+ */
+function heldBack(text: string, stops: readonly string[]): string {
+  const longest = Math.min(text.length, Math.max(...stops.map((x) => x.length)));
+  for (let k = longest; k > 0; k--) {
+    const tail = text.slice(-k);
+    if (stops.some((x) => x.startsWith(tail))) return text.slice(0, -k);
+  }
+  return text;
+}
 
 const templates = new WeakMap<Tokenizer, Template>();
 
@@ -138,11 +189,11 @@ function promptIds(path: OpenAiPath, body: Record<string, unknown>, t: Tokenizer
   return ids;
 }
 
-/** The worker's tokenizer (token-relay's rule), or a 400 saying what was tried. */
+/** The worker's tokenizer (token-relay's rule), or a 400 saying what was tried (another engine may have one). */
 async function requireTokenizer(services: Services, engine: TokenEngine, signal: AbortSignal): Promise<Tokenizer> {
   const { tokenizer, why } = await tokenizerFor(services, engine, signal);
   if (tokenizer) return tokenizer;
-  throw new GatewayError('invalid_request', `OpenAI routes on this worker need the engine's tokenizer and none is available (${why}): ${NO_TOKENIZER_FIX}`);
+  throw new EngineCannotServe(`OpenAI routes on this worker need the engine's tokenizer and none is available (${why}): ${NO_TOKENIZER_FIX}`);
 }
 
 const FINISH: Record<string, string> = { stop: 'stop', length: 'length', abort: 'abort' };
@@ -154,15 +205,19 @@ export async function openAiTokenRelay(
   engine: TokenEngine,
   body: Record<string, unknown>,
   reply: FastifyReply,
-): Promise<FastifyReply> {
+  signals: AttemptSignals,
+): Promise<TokenAttempt> {
   const startedAt = performance.now();
-  const abort = new AbortController();
-  reply.raw.on('close', () => {
-    if (!reply.raw.writableFinished) abort.abort();
-  });
   const chat = path === '/v1/chat/completions';
   const sampling = samplingOf(body);
-  const deadline = new TokenDeadline(services.config.requestTimeoutSecs, abort);
+  try {
+    checkWire(sampling, wireOf(engine), pointer);
+  } catch (err) {
+    if (err instanceof EngineCannotServe) return { kind: 'unfit', error: err };
+    throw err;
+  }
+  const abort = new AbortController();
+  const deadline = new TokenDeadline(services.config.requestTimeoutSecs, signals, abort);
   let tokenizer: Tokenizer;
   let req: TokenRequest;
   const rid = randomUUID().replace(/-/g, '');
@@ -172,6 +227,7 @@ export async function openAiTokenRelay(
     req = { rid, inputIds: promptIds(path, body, tokenizer), sampling, returnLogprob: false, topLogprobsNum: 0, stream: true };
   } catch (err) {
     deadline.clear();
+    if (err instanceof EngineCannotServe) return { kind: 'unfit', error: err };
     throw err;
   }
 
@@ -182,6 +238,7 @@ export async function openAiTokenRelay(
     dispatchVersion: e.version ?? mergedLabels(worker).weight_version ?? 'default',
     returnLogprob: false,
     startedAt,
+    trimStop: sampling.no_stop_trim !== true,
     detokenize: (ids) => tokenizer.decode(ids, { skipSpecialTokens }),
   });
   const head = {
@@ -222,8 +279,11 @@ export async function openAiTokenRelay(
           outcome = 'failure';
           if (got === 0) throw deadline.timeout(services, path, worker);
           answer.abort(deadline.message);
+        } else if (got === 0 && isUnsent(err, signals)) {
+          outcome = 'failure';
+          return unsent(reply, err as Error);
         } else {
-          const verdict = failure(err, got === 0);
+          const verdict = failure(err, got === 0, signals.caller.aborted);
           outcome = verdict.outcome;
           if (!verdict.partial) throw verdict.error;
           answer.abort(verdict.message);
@@ -236,12 +296,13 @@ export async function openAiTokenRelay(
           : { index, text: c.text, logprobs: null, finish_reason: c.finish ?? 'abort' };
       });
       services.metrics.request(path, 200);
-      return reply.code(200).header('content-type', 'application/json').send({
+      const answered = reply.code(200).header('content-type', 'application/json').send({
         ...head, object: chat ? 'chat.completion' : 'text_completion', system_fingerprint: view(0).version, choices, usage: usage(),
       });
+      return { kind: 'answered', reply: answered };
     }
 
-    // Streamed: the first event decides between an error answer and a 200 stream.
+    // Streamed: the first event decides between an error answer, another engine and a 200 stream.
     let first: IteratorResult<Parameters<TokenAnswer['push']>[0]>;
     try {
       first = await events.next();
@@ -250,7 +311,11 @@ export async function openAiTokenRelay(
         outcome = 'failure';
         throw deadline.timeout(services, path, worker);
       }
-      const verdict = failure(err, true);
+      if (isUnsent(err, signals)) {
+        outcome = 'failure';
+        return unsent(reply, err as Error);
+      }
+      const verdict = failure(err, true, signals.caller.aborted);
       outcome = verdict.outcome;
       if (!verdict.partial) throw verdict.error;
       answer.abort(verdict.message);
@@ -261,8 +326,17 @@ export async function openAiTokenRelay(
     reply.code(200).header('content-type', 'text/event-stream').header('cache-control', 'no-cache');
     const sent = new Map<number, { text: string; finished: boolean }>();
     const object = chat ? 'chat.completion.chunk' : 'text_completion';
-    const write = (choice: Record<string, unknown>, version: string) =>
-      out.write(`data: ${JSON.stringify({ ...head, object, system_fingerprint: version, choices: [choice] })}\n\n`);
+    // Every chunk is `{...head, object, system_fingerprint, choices}`: all but `choices` (and a
+    // usage) is serialised once per version, i.e. once per request unless the engine's changes.
+    const headJson = JSON.stringify({ ...head, object }).slice(0, -1);
+    let prefix = { version: '', json: '' };
+    const chunkStart = (version: string): string => {
+      if (prefix.version !== version || !prefix.json) prefix = { version, json: `data: ${headJson},"system_fingerprint":${JSON.stringify(version)},"choices":` };
+      return prefix.json;
+    };
+    const write = (choice: Record<string, unknown>, version: string) => out.write(`${chunkStart(version)}[${JSON.stringify(choice)}]}\n\n`);
+    // Text that may still become a stop string waits (it is trimmed if it does).
+    const stops = sampling.stop && sampling.no_stop_trim !== true ? sampling.stop : undefined;
     /** Emits what choice `index` gained since its last chunk (a role chunk first, for chat). */
     const emit = (index: number) => {
       const c = view(index);
@@ -273,9 +347,10 @@ export async function openAiTokenRelay(
         if (chat) write({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, c.version);
       }
       if (s.finished) return;
-      const delta = c.text.startsWith(s.text) ? c.text.slice(s.text.length) : c.text;
+      const text = stops && c.finish === null ? heldBack(c.text, stops) : c.text;
+      const delta = text.startsWith(s.text) ? text.slice(s.text.length) : text;
       if (!delta && !c.finish) return;
-      s.text = c.text;
+      s.text = text;
       s.finished = c.finish !== null;
       write(chat ? { index, delta: delta ? { content: delta } : {}, logprobs: null, finish_reason: c.finish } : { index, text: delta, logprobs: null, finish_reason: c.finish }, c.version);
     };
@@ -284,7 +359,7 @@ export async function openAiTokenRelay(
         if (!first.done) emit(answer.push(first.value));
         for (let r = await events.next(); !r.done; r = await events.next()) emit(answer.push(r.value));
       } catch (err) {
-        const verdict = deadline.expired ? deadline.verdict() : failure(err, false);
+        const verdict = deadline.expired ? deadline.verdict() : failure(err, false, signals.caller.aborted);
         outcome = verdict.outcome;
         answer.abort(verdict.message);
       }
@@ -293,16 +368,14 @@ export async function openAiTokenRelay(
       if (!answer.done) answer.abort('the engine ended the stream without finishing');
       for (let i = 0; i < n; i++) emit(i);
       const opts = body.stream_options as { include_usage?: unknown } | undefined;
-      if (opts?.include_usage === true) {
-        out.write(`data: ${JSON.stringify({ ...head, object, system_fingerprint: view(0).version, choices: [], usage: usage() })}\n\n`);
-      }
+      if (opts?.include_usage === true) out.write(`${chunkStart(view(0).version)}[],"usage":${JSON.stringify(usage())}}\n\n`);
       out.end('data: [DONE]\n\n');
     })().finally(() => {
       deadline.clear();
       services.host.release(worker.id, outcome);
     });
     services.metrics.request(path, 200);
-    return reply.send(out);
+    return { kind: 'answered', reply: reply.send(out) };
   } finally {
     // A stream hands the release to its writer; an answer (or error) before it releases here.
     if (!streaming) {

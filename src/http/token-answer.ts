@@ -1,7 +1,8 @@
 // Builds SGLang-shaped /generate answers (spec/slime-data-plane.md §5.1) from the token events of
 // a non-HTTP engine: one object per choice, cumulative while streaming, an abort partial with
 // `finish_reason.type: "abort"` when the engine aborts mid-stream, `text` detokenized when the
-// engine's tokenizer is known. Pure: no I/O, no routing.
+// engine's tokenizer is known (a matched stop string trimmed off, as SGLang does). Streamed chunks
+// are serialised with the request's constant fragments (rid, version) built once. Pure: no I/O.
 
 import type { FinishReason, TokenEvent } from '../engines/generation.ts';
 
@@ -14,6 +15,8 @@ export interface AnswerContext {
   synthesizeLogprobs?: boolean;
   /** The engine tokenizer's decode (skip_special_tokens applied); absent: `text` is "". */
   detokenize?: (ids: number[]) => string;
+  /** A choice that stopped on a string stop loses it from `text` (SGLang's default; off with `no_stop_trim`). */
+  trimStop?: boolean;
   startedAt: number;
 }
 
@@ -31,8 +34,14 @@ interface Choice {
 
 export class TokenAnswer {
   private readonly choices = new Map<number, Choice>();
+  /** `"<rid>"`, serialised once; choice ids append `_<index>` inside the quotes. */
+  private readonly ridJson: string;
+  /** The last version serialised, and its JSON: versions rarely change within a request. */
+  private versionJson = { version: '', json: '""' };
 
-  constructor(private readonly ctx: AnswerContext) {}
+  constructor(private readonly ctx: AnswerContext) {
+    this.ridJson = JSON.stringify(ctx.rid);
+  }
 
   /** Folds one event in; returns the index of the choice it touched. */
   push(ev: TokenEvent): number {
@@ -101,6 +110,24 @@ export class TokenAnswer {
   }
 
   /**
+   * `JSON.stringify(this.object(index))`, byte for byte, for one streamed chunk: the rid and the
+   * version come from fragments serialised once per request, only what changes is serialised.
+   */
+  json(index: number): string {
+    const c = this.choice(index);
+    const id = this.choices.size > 1 || index > 0 ? `${this.ridJson.slice(0, -1)}_${index}"` : this.ridJson;
+    const version = c.weightVersion ?? this.ctx.dispatchVersion;
+    if (this.versionJson.version !== version) this.versionJson = { version, json: JSON.stringify(version) };
+    let out = `{"text":${JSON.stringify(this.text(c))},"output_ids":${JSON.stringify(c.outputIds)},"meta_info":{"id":${id}`;
+    out += `,"finish_reason":${JSON.stringify(c.finish)}`;
+    out += numberField('prompt_tokens', c.promptTokens) + numberField('completion_tokens', c.completionTokens) + numberField('cached_tokens', c.cachedTokens);
+    out += `,"weight_version":${this.versionJson.json}`;
+    out += numberField('e2e_latency', (performance.now() - this.ctx.startedAt) / 1000);
+    if (this.ctx.returnLogprob) out += `,"output_token_logprobs":${JSON.stringify(c.outputIds.map((tid, i) => [c.logprobs[i] ?? 0.0, tid, null]))}`;
+    return `${out}}}`;
+  }
+
+  /**
    * The cumulative text of a choice. Until it finishes, a trailing U+FFFD (a character whose
    * bytes have not all arrived) is held back, as SGLang's incremental detokenizer does, so each
    * streamed `text` extends the one before.
@@ -108,7 +135,13 @@ export class TokenAnswer {
   private text(c: Choice): string {
     if (!this.ctx.detokenize) return '';
     if (c.decoded?.ids !== c.outputIds.length) c.decoded = { ids: c.outputIds.length, text: this.ctx.detokenize(c.outputIds) };
-    return c.finish === null ? c.decoded.text.replace(/\uFFFD+$/, '') : c.decoded.text;
+    if (c.finish === null) return c.decoded.text.replace(/\uFFFD+$/, '');
+    const matched = c.finish.type === 'stop' ? c.finish.matched : null;
+    // The engine matched the stop on the text it decoded: it ends the output (SGLang trims it).
+    if (this.ctx.trimStop && typeof matched === 'string' && matched !== '' && c.decoded.text.endsWith(matched)) {
+      return c.decoded.text.slice(0, -matched.length);
+    }
+    return c.decoded.text;
   }
 
   /** The buffered answer: one object for one choice, a list for n > 1 (SGLang's rule). */
@@ -126,4 +159,9 @@ export class TokenAnswer {
     }
     return c;
   }
+}
+
+/** `,"name":<value>` as JSON.stringify writes a number property (an absent one is left out). */
+function numberField(name: string, v: number | undefined): string {
+  return v === undefined ? '' : `,"${name}":${JSON.stringify(v)}`;
 }

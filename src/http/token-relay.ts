@@ -5,8 +5,10 @@
 // the answer carries the dispatch-time table version (spec §13.4) and, when buffered, the
 // mixed-version flag. A `text` prompt is tokenized, and `text` in the answer detokenized, with the
 // engine's tokenizer: its own GetTokenizer bundle (gRPC), else the gateway's `--tokenizer-path`.
-// `--request-timeout-secs` bounds it as it bounds the HTTP relay (TokenDeadline, shared with the
-// OpenAI routes).
+// A sampling parameter the engine's wire cannot carry is refused, never dropped. One attempt on
+// one engine: what the engine cannot serve (`unfit`) or a transport failure before its first event
+// (`unsent`) goes back to generate.ts, which may route the request elsewhere. The request's
+// deadline and caller (TokenDeadline) are shared with the OpenAI routes.
 
 import { randomUUID } from 'node:crypto';
 import { PassThrough } from 'node:stream';
@@ -16,10 +18,10 @@ import { GrpcEngineClient } from '../engines/grpc.ts';
 import { isTokenizerSource, loadTokenizerPath, type Tokenizer } from '../engines/tokenizer.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { mergedLabels } from '../fleet/worker.ts';
-import { GatewayError } from './errors.ts';
+import { GatewayError, type ErrorContext } from './errors.ts';
 import type { Services } from './services.ts';
 import { TokenAnswer } from './token-answer.ts';
-import { ROUTED_HEADER, isMixedBody, stampMixed, stampWeightVersion } from './stamping.ts';
+import { GATEWAY_ONLY_HEADERS, ROUTED_HEADER, isMixedBody, stampMixed, stampWeightVersion } from './stamping.ts';
 
 const SAMPLING_KEYS: ReadonlyArray<keyof TokenSampling> = [
   'max_new_tokens', 'min_new_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty',
@@ -34,6 +36,81 @@ function hasText(body: Record<string, unknown>): boolean {
 }
 
 /**
+ * A 400 about the engine, not the request: `text` where no tokenizer is available, a parameter
+ * its wire has no field for. Another eligible engine may still serve the request (generate.ts).
+ */
+export class EngineCannotServe extends GatewayError {
+  constructor(message: string, context: ErrorContext = {}) {
+    super('invalid_request', message, context);
+  }
+}
+
+/** The request's signals, one set for every attempt (generate.ts owns them and the deadline timer). */
+export interface AttemptSignals {
+  /** The caller went away. */
+  caller: AbortSignal;
+  /** `--request-timeout-secs` passed, counted from the request's arrival. */
+  deadline: AbortSignal;
+}
+
+/** How one attempt on one token engine ended. */
+export type TokenAttempt =
+  | { kind: 'answered'; reply: FastifyReply }
+  /** A transport failure before the engine's first event: the caller has seen nothing. */
+  | { kind: 'unsent'; error: Error }
+  /** The engine cannot take this request; it was never called. */
+  | { kind: 'unfit'; error: EngineCannotServe };
+
+export type TokenWire = 'grpc' | 'zmq';
+
+export function wireOf(engine: TokenEngine): TokenWire {
+  return engine instanceof GrpcEngineClient ? 'grpc' : 'zmq';
+}
+
+/** Sampling fields the gRPC wire carries and the ZMQ lane does not (it sends them as null). */
+const NOT_ON_ZMQ: Readonly<Partial<Record<keyof TokenSampling, string>>> = {
+  stop: 'string `stop` sequences are not supported on ZMQ engines (the wire carries token ids only): send `stop_token_ids`',
+  logit_bias: '`logit_bias` is not supported on ZMQ engines (the wire has no field for it); gRPC and HTTP engines take it',
+  structural_tag: '`structural_tag` is not supported on ZMQ engines; gRPC and HTTP engines take it',
+  custom_params: '`custom_params` is not supported on ZMQ engines; gRPC and HTTP engines take it',
+};
+
+/**
+ * Refuses a sampling parameter the request set that `wire` cannot carry, pointing at the
+ * request's field (`pointer`): a user's sampling setting is never dropped silently.
+ */
+export function checkWire(sampling: TokenSampling, wire: TokenWire, pointer: (k: keyof TokenSampling) => string): void {
+  if (wire === 'grpc') return;
+  for (const [k, why] of Object.entries(NOT_ON_ZMQ) as Array<[keyof TokenSampling, string]>) {
+    if (sampling[k] !== undefined) throw new EngineCannotServe(why, { field: pointer(k) });
+  }
+}
+
+/** SGLang's `logit_bias`: token id (a decimal string) → finite bias; empty or null is none. */
+export function logitBiasOf(v: unknown, field: string): Record<string, number> | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'object' || Array.isArray(v)) throw new GatewayError('invalid_request', '`logit_bias` must be an object of token id → bias', { field });
+  const out: Record<string, number> = {};
+  for (const [k, b] of Object.entries(v as Record<string, unknown>)) {
+    if (!/^\d+$/.test(k) || !Number.isSafeInteger(Number(k))) throw new GatewayError('invalid_request', `\`logit_bias\` keys are token ids: \`${k}\` is not one`, { field });
+    if (typeof b !== 'number' || !Number.isFinite(b)) throw new GatewayError('invalid_request', `\`logit_bias\` of token ${k} must be a finite number`, { field });
+    out[k] = b;
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
+const CONSTRAINTS = ['regex', 'json_schema', 'ebnf', 'structural_tag'] as const;
+
+/** At most one grammar constraint (SGLang refuses more; gRPC's `oneof` would keep only one). */
+export function checkConstraints(s: TokenSampling, pointer: (k: keyof TokenSampling) => string): void {
+  const set = CONSTRAINTS.filter((k) => s[k] !== undefined);
+  for (const k of set) {
+    if (typeof s[k] !== 'string') throw new GatewayError('invalid_request', `\`${k}\` must be a string`, { field: pointer(k) });
+  }
+  if (set.length > 1) throw new GatewayError('invalid_request', `only one of \`regex\`, \`json_schema\`, \`ebnf\` and \`structural_tag\` can be set (got ${set.join(', ')})`, { field: pointer(set[1]!) });
+}
+
+/**
  * Refuses what a token engine cannot honour, before any engine is called (spec slime §8.4). A
  * `text` prompt is tokenized with `tokenizer`; without one it is refused, saying how to get one.
  */
@@ -44,7 +121,7 @@ export function tokenRequestOf(body: Record<string, unknown>, tokenizer?: Tokeni
     if (ids !== undefined && ids !== null) throw new GatewayError('invalid_request', 'give either `text` or `input_ids`, not both', { field: '/text' });
     if (!tokenizer) {
       const why = whyNoTokenizer ? ` (${whyNoTokenizer})` : '';
-      throw new GatewayError('invalid_request', `\`text\` needs the engine's tokenizer and none is available for this worker${why}: send \`input_ids\`, ${NO_TOKENIZER_FIX}`, { field: '/text' });
+      throw new EngineCannotServe(`\`text\` needs the engine's tokenizer and none is available for this worker${why}: send \`input_ids\`, ${NO_TOKENIZER_FIX}`, { field: '/text' });
     }
     ids = tokenizer.encode(body.text);
     if ((ids as number[]).length === 0) throw new GatewayError('invalid_request', '`text` tokenized to no tokens', { field: '/text' });
@@ -58,8 +135,18 @@ export function tokenRequestOf(body: Record<string, unknown>, tokenizer?: Tokeni
   if (Array.isArray(sp)) throw new GatewayError('invalid_request', 'one prompt takes one `sampling_params` object', { field: '/sampling_params' });
   const sampling: TokenSampling = {};
   for (const k of SAMPLING_KEYS) if (sp[k] !== undefined && sp[k] !== null) (sampling as Record<string, unknown>)[k] = sp[k];
-  const stop = stopStringsOf(sp.stop);
+  const stop = stopStringsOf(sp.stop, '`sampling_params.stop`', '/sampling_params/stop');
   if (stop) sampling.stop = stop;
+  const bias = logitBiasOf(sp.logit_bias, '/sampling_params/logit_bias');
+  if (bias) sampling.logit_bias = bias;
+  if (sp.structural_tag !== undefined && sp.structural_tag !== null) sampling.structural_tag = sp.structural_tag as string;
+  if (sp.custom_params !== undefined && sp.custom_params !== null) {
+    if (typeof sp.custom_params !== 'object' || Array.isArray(sp.custom_params)) {
+      throw new GatewayError('invalid_request', '`sampling_params.custom_params` must be an object', { field: '/sampling_params/custom_params' });
+    }
+    sampling.custom_params = sp.custom_params as Record<string, unknown>;
+  }
+  checkConstraints(sampling, (k) => `/sampling_params/${k}`);
   // proto3 plain bools: SGLang's defaults must be sent explicitly (slime sends false).
   sampling.skip_special_tokens ??= true;
   sampling.spaces_between_special_tokens ??= true;
@@ -79,25 +166,21 @@ export async function tokenRelay(
   engine: TokenEngine,
   body: Record<string, unknown>,
   reply: FastifyReply,
-): Promise<FastifyReply> {
+  signals: AttemptSignals,
+): Promise<TokenAttempt> {
   const startedAt = performance.now();
   const abort = new AbortController();
-  reply.raw.on('close', () => {
-    if (!reply.raw.writableFinished) abort.abort();
-  });
-  const deadline = new TokenDeadline(services.config.requestTimeoutSecs, abort);
+  const deadline = new TokenDeadline(services.config.requestTimeoutSecs, signals, abort);
   // `text` in needs the tokenizer; `input_ids` in only wants it for `text` out (best effort).
   const { tokenizer, why } = await tokenizerFor(services, engine, abort.signal);
   if (deadline.expired) throw deadline.timeout(services, '/generate', worker);
   let req: TokenRequest;
   try {
     req = tokenRequestOf(body, tokenizer, why);
-    // Only the gRPC wire carries string stops (SamplingParams.stop); the ZMQ lane has no field.
-    if (req.sampling.stop && !(engine instanceof GrpcEngineClient)) {
-      throw new GatewayError('invalid_request', 'string `stop` sequences are not supported on ZMQ engines (the wire carries token ids only): send `stop_token_ids`', { field: '/sampling_params/stop' });
-    }
+    checkWire(req.sampling, wireOf(engine), (k) => `/sampling_params/${k}`);
   } catch (err) {
     deadline.clear();
+    if (err instanceof EngineCannotServe) return { kind: 'unfit', error: err };
     throw err;
   }
   const streamToCaller = body.stream === true;
@@ -109,6 +192,7 @@ export async function tokenRelay(
     returnLogprob: req.returnLogprob,
     synthesizeLogprobs: services.config.synthesizeLogprobs,
     startedAt,
+    trimStop: req.sampling.no_stop_trim !== true,
     ...(tokenizer ? { detokenize: (ids: number[]) => tokenizer.decode(ids, { skipSpecialTokens }) } : {}),
   });
   reply.header(ROUTED_HEADER, worker.url);
@@ -134,8 +218,11 @@ export async function tokenRelay(
           outcome = 'failure';
           if (got === 0) throw deadline.timeout(services, '/generate', worker);
           answer.abort(deadline.message);
+        } else if (got === 0 && isUnsent(err, signals)) {
+          outcome = 'failure';
+          return unsent(reply, err as Error);
         } else {
-          const verdict = failure(err, got === 0);
+          const verdict = failure(err, got === 0, signals.caller.aborted);
           outcome = verdict.outcome;
           if (!verdict.partial) throw verdict.error;
           answer.abort(verdict.message);
@@ -152,10 +239,10 @@ export async function tokenRelay(
         services.metrics.mixedVersion();
       }
       services.metrics.request('/generate', 200);
-      return reply.code(200).header('content-type', 'application/json').send(out);
+      return { kind: 'answered', reply: reply.code(200).header('content-type', 'application/json').send(out) };
     }
 
-    // Streamed: the first event decides between an error answer and a 200 stream.
+    // Streamed: the first event decides between an error answer, another engine and a 200 stream.
     let first: IteratorResult<unknown>;
     try {
       first = await events.next();
@@ -164,7 +251,11 @@ export async function tokenRelay(
         outcome = 'failure';
         throw deadline.timeout(services, '/generate', worker);
       }
-      const verdict = failure(err, true);
+      if (isUnsent(err, signals)) {
+        outcome = 'failure';
+        return unsent(reply, err as Error);
+      }
+      const verdict = failure(err, true, signals.caller.aborted);
       outcome = verdict.outcome;
       if (!verdict.partial) throw verdict.error;
       answer.abort(verdict.message);
@@ -174,7 +265,7 @@ export async function tokenRelay(
     streaming = true;
     reply.code(200).header('content-type', 'text/event-stream').header('cache-control', 'no-cache');
     void (async () => {
-      const emit = (index: number) => out.write(`data: ${JSON.stringify(answer.object(index))}\n\n`);
+      const emit = (index: number) => out.write(`data: ${answer.json(index)}\n\n`);
       // The first chunk without logprobs ends the stream with an error event (the 200 is sent).
       const emitOrRefuse = (index: number): boolean => {
         if (!answer.lacksLogprobs) return emit(index), true;
@@ -196,7 +287,7 @@ export async function tokenRelay(
           return;
         }
       } catch (err) {
-        const verdict = deadline.expired ? deadline.verdict() : failure(err, false);
+        const verdict = deadline.expired ? deadline.verdict() : failure(err, false, signals.caller.aborted);
         outcome = verdict.outcome;
         answer.abort(verdict.message);
         emit(0);
@@ -208,7 +299,7 @@ export async function tokenRelay(
       services.host.release(worker.id, outcome);
     });
     services.metrics.request('/generate', 200);
-    return reply.send(out);
+    return { kind: 'answered', reply: reply.send(out) };
   } finally {
     // A stream hands the release to its writer; an answer (or error) before it releases here.
     if (!streaming) {
@@ -219,25 +310,47 @@ export async function tokenRelay(
 }
 
 /**
- * The request's deadline on a token engine (`--request-timeout-secs`, as the HTTP relay keeps
- * it): when it passes, the engine request is cancelled (its abort signal) and any pending read of
- * the event stream rejects at once, so a stalled engine cannot hold the caller. Before the first
- * event that is a 504; after it, an abort partial. Either way the engine is charged a failure.
+ * A failure before the engine's first event that says nothing about the request: the engine is
+ * unreachable (gRPC UNAVAILABLE, connection refused, the ZMQ lane down). Neither the caller
+ * going away nor the deadline, nor a refusal or an engine abort, qualifies.
+ */
+export function isUnsent(err: unknown, signals: AttemptSignals): boolean {
+  return err instanceof GenerationError && err.code === 'unavailable' && err.beforeFirstEvent && !signals.caller.aborted && !signals.deadline.aborted;
+}
+
+/** The `unsent` outcome: nothing of this attempt stays on the reply another engine will answer. */
+export function unsent(reply: FastifyReply, error: Error): TokenAttempt {
+  for (const h of GATEWAY_ONLY_HEADERS) reply.removeHeader(h);
+  return { kind: 'unsent', error };
+}
+
+/**
+ * The request's deadline (`--request-timeout-secs`, one for every attempt: generate.ts arms it) and
+ * its caller, on one engine call: when either fires the engine request is cancelled (`abort`), and
+ * when the deadline passes any pending read of the event stream rejects at once, so a stalled
+ * engine cannot hold the caller. Before the first event that is a 504; after it, an abort partial.
+ * Either way the engine is charged a failure. `clear()` detaches it from both signals.
  */
 export class TokenDeadline {
   expired = false;
-  private readonly timer: NodeJS.Timeout;
   private readonly fired: Promise<never>;
+  private readonly onDeadline: () => void;
+  private readonly onCaller: () => void;
 
-  constructor(readonly secs: number, abort: AbortController) {
+  constructor(readonly secs: number, private readonly signals: AttemptSignals, abort: AbortController) {
     let fire!: (err: Error) => void;
     this.fired = new Promise<never>((_, reject) => (fire = reject));
     this.fired.catch(() => undefined);
-    this.timer = setTimeout(() => {
+    this.onDeadline = () => {
       this.expired = true;
       fire(new Error(this.message));
       abort.abort();
-    }, secs * 1000).unref();
+    };
+    this.onCaller = () => abort.abort();
+    if (signals.deadline.aborted) this.onDeadline();
+    else signals.deadline.addEventListener('abort', this.onDeadline, { once: true });
+    if (signals.caller.aborted) this.onCaller();
+    else signals.caller.addEventListener('abort', this.onCaller, { once: true });
   }
 
   get message(): string {
@@ -245,7 +358,8 @@ export class TokenDeadline {
   }
 
   clear(): void {
-    clearTimeout(this.timer);
+    this.signals.deadline.removeEventListener('abort', this.onDeadline);
+    this.signals.caller.removeEventListener('abort', this.onCaller);
   }
 
   /** `it` whose reads give up when the deadline passes (the engine is cancelled separately). */
@@ -269,12 +383,12 @@ export class TokenDeadline {
   }
 }
 
-/** SGLang's `stop`: one string or a list of them; empty means none. */
-function stopStringsOf(stop: unknown): string[] | undefined {
+/** SGLang's (and OpenAI's) `stop`: one string or a list of them; empty means none. */
+export function stopStringsOf(stop: unknown, name: string, field: string): string[] | undefined {
   if (stop === undefined || stop === null) return undefined;
   const list = typeof stop === 'string' ? [stop] : stop;
   if (!Array.isArray(list) || !list.every((x) => typeof x === 'string')) {
-    throw new GatewayError('invalid_request', '`sampling_params.stop` must be a string or a list of strings', { field: '/sampling_params/stop' });
+    throw new GatewayError('invalid_request', `${name} must be a string or a list of strings`, { field });
   }
   const kept = list.filter((x) => x !== '');
   return kept.length > 0 ? kept : undefined;
@@ -320,8 +434,12 @@ function stopEngine(abort: AbortController, events: AsyncIterator<unknown>): voi
   void events.return?.(undefined)?.catch(() => undefined);
 }
 
-/** An engine-side abort becomes a partial answer; anything else an error of ours. */
-export function failure(err: unknown, beforeFirst: boolean): { partial: boolean; outcome: 'failure' | 'neutral'; message: string; error: GatewayError } {
+/**
+ * An engine-side abort becomes a partial answer; anything else an error of ours. A caller that
+ * went away (`callerGone`) says nothing about the engine: no breaker failure, on any wire.
+ */
+export function failure(err: unknown, beforeFirst: boolean, callerGone = false): { partial: boolean; outcome: 'failure' | 'neutral'; message: string; error: GatewayError } {
+  if (callerGone) return { partial: true, outcome: 'neutral', message: 'cancelled by the client', error: new GatewayError('invalid_request', 'client went away') };
   if (err instanceof GenerationError) {
     if (err.code === 'aborted') return { partial: true, outcome: 'neutral', message: err.message, error: new GatewayError('internal_error', err.message) };
     if (err.code === 'invalid_argument') {

@@ -133,12 +133,11 @@ describe('line 58: a non-stamping TokenSpeed worker, no version label', () => {
     await sim.clearFaults();
   });
 
-  it('string stops are refused with 400 before any engine call', async () => {
+  it('string stops go on the gRPC wire (SamplingParams.stop)', async () => {
     await sim.clearRecords();
     const r = await t.http('POST', '/v1/chat/completions', { body: { ...CHAT, stop: ['\n'] } });
-    expect(r.status).toBe(400);
-    expect(r.json.error).toBe('invalid_request');
-    expect(await generateCalls(sim)).toEqual([]);
+    expect(r.status, r.text).toBe(200);
+    expect((await generateCalls(sim))[0].sampling_params.stop).toEqual(['\n']);
   });
 });
 
