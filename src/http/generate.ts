@@ -1,35 +1,34 @@
 // The minimal data plane: SGLang-native /generate and OpenAI-shaped /v1/chat/completions and
 // /v1/completions, routed among eligible engines of the request's model (a model-less request
-// resolves to the single real model served, slime §8.2). HTTP engines are relayed as they answer
-// (streamed bytes are piped, never re-parsed; the caller's bytes go upstream untouched, so no
-// `model` is ever added); the one exception is a buffered JSON /generate with RL on, read whole
-// so the mixed-version check can see it (and sent byte for byte). An HTTP engine that fails before
-// its first response byte is retried once on another engine; one deadline bounds the request.
-// Token engines (gRPC, ZMQ) go through token-relay.ts (/generate) and openai-tokens.ts (OpenAI paths).
+// resolves to the single real model served, slime §8.2). HTTP engines are relayed by
+// http-relay.ts (bytes up untouched, so no `model` is ever added; answers written as they come).
+// An engine that fails before its first response byte is retried once on another engine; one
+// deadline (request-watch.ts) bounds the request, every attempt included.
+// Token engines (gRPC, ZMQ) go through token-relay.ts (/generate) and openai-tokens.ts (OpenAI paths),
+// with the same retry before their first event; an engine that cannot take a request (`text`
+// without a tokenizer, a field its wire lacks) passes it to the other eligible engines.
 
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { Readable } from 'node:stream';
 import { HttpEngineClient } from '../engines/http.ts';
+import { relayToHttpEngine, type Sent } from './http-relay.ts';
+import { RequestWatch } from './request-watch.ts';
 import { GatewayError } from './errors.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { checkDataPlaneBody, type DataPlanePath } from './data-plane-input.ts';
 import type { RouteOptions, Services } from './services.ts';
-import { tokenRelay, tokenRequestOf } from './token-relay.ts';
+import { tokenRelay, tokenRequestOf, type TokenAttempt } from './token-relay.ts';
 import { openAiTokenRelay } from './openai-tokens.ts';
-import type { Dispatcher } from 'undici';
 import type { Worker } from '../fleet/worker.ts';
 import { UNKNOWN_MODEL_ID } from '../fleet/worker.ts';
 import type { TokenEngine } from '../engines/generation.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
-import { GATEWAY_ONLY_HEADERS, ROUTED_HEADER, isJsonContentType, isMixedBytes, stampMixed, stampWeightVersion } from './stamping.ts';
 
 function isTokenEngine(c: EngineClient): c is EngineClient & TokenEngine {
   return typeof (c as Partial<TokenEngine>).generate === 'function';
 }
 
 const HTTP_ONLY = new Set(['http']);
-const HOP_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade', ...GATEWAY_ONLY_HEADERS]);
 const SMG_POLICY_HEADER = 'x-smg-version-policy';
 const RL_POLICY_HEADER = 'x-rl-version-policy';
 
@@ -69,117 +68,48 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   }
 
   // One deadline for the whole request, every attempt included (SMG's request_timeout_secs).
-  const caller = new AbortController();
-  const deadline = new AbortController();
   const timeoutSecs = services.config.requestTimeoutSecs;
-  const timer = setTimeout(() => deadline.abort(), timeoutSecs * 1000).unref();
-  reply.raw.on('close', () => {
-    clearTimeout(timer);
-    if (!reply.raw.writableFinished) caller.abort();
-  });
-  const signal = AbortSignal.any([caller.signal, deadline.signal]);
+  const watch = new RequestWatch(reply.raw, timeoutSecs * 1000);
+  const stream = parsed.stream === true;
 
   const tried = new Set<string>();
+  let unreachable: { worker: Worker; error: Error } | undefined;
+  let unfit: GatewayError | undefined;
   for (;;) {
     tried.add(worker.id);
     const client = services.host.client(worker.id);
+    let sent: Sent | TokenAttempt;
     if (client && isTokenEngine(client)) {
-      return path === '/generate' ? tokenRelay(services, worker, client, parsed, reply) : openAiTokenRelay(services, path, worker, client, parsed, reply);
-    }
-    if (!(client instanceof HttpEngineClient)) throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
-    const sent = await httpRelay(services, path, parsed, body, worker, client, reply, { signal, caller: caller.signal, deadline: deadline.signal });
-    if (sent.kind === 'answered') return sent.reply;
+      const signals = watch.signals();
+      sent = path === '/generate' ? await tokenRelay(services, worker, client, parsed, reply, signals) : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals);
+    } else if (client instanceof HttpEngineClient) {
+      sent = await relayToHttpEngine(services, path, stream, body, worker, client, reply, watch);
+    } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
+    if (sent.kind === 'answered') return reply;
     if (sent.kind === 'deadline') {
       services.metrics.request(path, 504);
       throw new GatewayError('upstream_timeout', `request to \`${worker.url}\` timed out after ${timeoutSecs}s`, { worker_id: worker.id, url: worker.url });
     }
-    // Nothing reached the caller yet: one more engine may take it (issue 4 item 6).
-    const next = tried.size === 1 ? services.router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics }) : undefined;
+    if (watch.callerGone) throw new GatewayError('invalid_request', 'client went away');
+    let next: Worker | undefined;
+    if (sent.kind === 'unfit') {
+      // This engine cannot take the request (`text` without a tokenizer, a field its wire lacks),
+      // a fact about the engine, not a failure: every other eligible engine may still be tried.
+      unfit ??= sent.error;
+      next = services.router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics });
+    } else {
+      // Nothing reached the caller yet: one more engine may take it (issue 4 item 6), any wire.
+      next = unreachable ? undefined : services.router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics });
+      unreachable = { worker, error: sent.error };
+      if (next) services.log.warn({ worker_id: worker.id, url: worker.url, next: next.url, err: sent.error.message }, 'data-plane upstream failed before the first byte; retrying once');
+    }
     if (!next) {
+      if (unfit && !unreachable) throw unfit;
       services.metrics.request(path, 502);
-      throw new GatewayError('upstream_unreachable', `upstream \`${worker.url}\` unreachable: ${sent.error.message}`, { worker_id: worker.id, url: worker.url });
+      const { worker: failed, error } = unreachable!;
+      throw new GatewayError('upstream_unreachable', `upstream \`${failed.url}\` unreachable: ${error.message}`, { worker_id: failed.id, url: failed.url });
     }
-    services.log.warn({ worker_id: worker.id, url: worker.url, next: next.url, err: sent.error.message }, 'data-plane upstream failed before the first byte; retrying once');
     worker = next;
-  }
-}
-
-type Sent =
-  | { kind: 'answered'; reply: FastifyReply }
-  /** The upstream failed before any response byte: the caller has seen nothing, a retry is safe. */
-  | { kind: 'unsent'; error: Error }
-  | { kind: 'deadline' };
-
-/** One attempt on one HTTP engine: the caller's bytes go up untouched, the answer is relayed. */
-async function httpRelay(
-  services: Services,
-  path: DataPlanePath,
-  parsed: Record<string, unknown>,
-  body: Buffer | null,
-  worker: Worker,
-  client: HttpEngineClient,
-  reply: FastifyReply,
-  signals: { signal: AbortSignal; caller: AbortSignal; deadline: AbortSignal },
-): Promise<Sent> {
-  const rl = services.config.rl.enabled;
-  services.host.acquire(worker.id);
-  let released = false;
-  // A caller that goes away says nothing about the engine: neither success nor failure. A
-  // request that outlives the deadline counts against the engine.
-  const interrupted = (): 'neutral' | 'failure' => (signals.caller.aborted ? 'neutral' : 'failure');
-  const release = (outcome: 'success' | 'failure' | 'neutral') => {
-    if (released) return;
-    released = true;
-    services.host.release(worker.id, outcome);
-  };
-
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
-  if (worker.apiKey) headers.authorization = `Bearer ${worker.apiKey}`;
-  let upstream: Dispatcher.ResponseData;
-  try {
-    upstream = await client.pool.request({ path, method: 'POST', headers, body, signal: signals.signal });
-  } catch (err) {
-    release(interrupted());
-    if (signals.caller.aborted) throw new GatewayError('invalid_request', 'client went away');
-    if (signals.deadline.aborted) return { kind: 'deadline' };
-    return { kind: 'unsent', error: err as Error };
-  }
-
-  try {
-    const outcome = upstream.statusCode >= 500 ? 'failure' : 'success';
-    upstream.body.on('end', () => release(outcome));
-    upstream.body.on('close', () => release(signals.signal.aborted ? interrupted() : outcome));
-    upstream.body.on('error', () => release(signals.signal.aborted ? interrupted() : 'failure'));
-    // Streams are never inspected (§13.4): only a buffered 2xx JSON /generate is read whole.
-    const inspect =
-      rl && path === '/generate' && parsed.stream !== true && upstream.statusCode >= 200 && upstream.statusCode < 300 &&
-      isJsonContentType(upstream.headers['content-type']);
-    let payload: Buffer | Readable = upstream.body;
-    if (inspect) {
-      payload = Buffer.from(await upstream.body.arrayBuffer());
-      release(outcome);
-    }
-    reply.code(upstream.statusCode);
-    for (const [k, v] of Object.entries(upstream.headers)) {
-      if (v !== undefined && !HOP_HEADERS.has(k.toLowerCase())) reply.header(k, v);
-    }
-    reply.header(ROUTED_HEADER, worker.url);
-    if (rl) {
-      const version = services.view.engine(worker).version;
-      stampWeightVersion(reply, version);
-      if (inspect && isMixedBytes(payload as Buffer, version)) {
-        stampMixed(reply);
-        services.metrics.mixedVersion();
-      }
-    }
-    services.metrics.request(path, upstream.statusCode);
-    return { kind: 'answered', reply: reply.send(payload) };
-  } catch (err) {
-    release(signals.signal.aborted ? interrupted() : 'failure');
-    if (signals.caller.aborted) throw new GatewayError('invalid_request', 'client went away');
-    if (signals.deadline.aborted) return { kind: 'deadline' };
-    services.metrics.request(path, 502);
-    throw new GatewayError('upstream_unreachable', `upstream \`${worker.url}\` unreachable: ${(err as Error).message}`, { worker_id: worker.id, url: worker.url });
   }
 }
 

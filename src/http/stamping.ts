@@ -7,8 +7,8 @@ import type { FastifyReply } from 'fastify';
 import { compareVersions } from '../fleet/versions.ts';
 
 export const ROUTED_HEADER = 'x-smg-routed-worker-id';
-const WEIGHT_HEADERS = ['x-smg-weight-version', 'x-rl-weight-version'] as const;
-const MIXED_HEADERS = ['x-smg-mixed-version', 'x-rl-mixed-version'] as const;
+export const WEIGHT_HEADERS = ['x-smg-weight-version', 'x-rl-weight-version'] as const;
+export const MIXED_HEADERS = ['x-smg-mixed-version', 'x-rl-mixed-version'] as const;
 
 /**
  * Headers only the gateway may set: an engine's headers of these names never pass through as

@@ -1,0 +1,50 @@
+// The life of one caller's data-plane request across its attempts: one deadline for every
+// attempt (`--request-timeout-secs`) and whether the caller went away. The HTTP relay's running
+// attempt is aborted through its undici controller; token relays, which need AbortSignals, get
+// them made on first ask, so an HTTP request never pays for an AbortController.
+
+import type { ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import type { AttemptSignals } from './token-relay.ts';
+
+export class RequestWatch {
+  callerGone = false;
+  expired = false;
+  private current: Dispatcher.DispatchController | null = null;
+  private controllers: { caller: AbortController; deadline: AbortController } | null = null;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(res: ServerResponse, timeoutMs: number) {
+    this.timer = setTimeout(() => {
+      this.expired = true;
+      this.current?.abort(new Error('request deadline passed'));
+      this.controllers?.deadline.abort();
+    }, timeoutMs).unref();
+    res.once('close', () => {
+      clearTimeout(this.timer);
+      if (res.writableFinished) return;
+      this.callerGone = true;
+      this.current?.abort(new Error('caller went away'));
+      this.controllers?.caller.abort();
+    });
+  }
+
+  get interrupted(): boolean {
+    return this.callerGone || this.expired;
+  }
+
+  /** The HTTP attempt running now (null between attempts). */
+  attach(c: Dispatcher.DispatchController | null): void {
+    this.current = c;
+  }
+
+  /** The same facts as AbortSignals, for the token relays. */
+  signals(): AttemptSignals {
+    if (!this.controllers) {
+      this.controllers = { caller: new AbortController(), deadline: new AbortController() };
+      if (this.callerGone) this.controllers.caller.abort();
+      if (this.expired) this.controllers.deadline.abort();
+    }
+    return { caller: this.controllers.caller.signal, deadline: this.controllers.deadline.signal };
+  }
+}
