@@ -29,7 +29,7 @@ const HELP = `usage: npm run bench -- [flags]
   --latency-rounds N       rounds of one /generate per hop at one connection (default 2000)
   --throughput-seconds S   length of each wrk run at 64 connections (default 5)
   --streams N              concurrent streams (default 256)
-  --stream-tokens T        tokens per stream (default 128)
+  --stream-tokens T        tokens per stream (default 256)
   --stream-token-rate R    the engine's tokens/s per stream (default 50)
  both:
   --log-level L            the gateway's log level (default info, as shipped)
@@ -58,7 +58,7 @@ interface Args {
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 5, streams: 256, streamTokens: 128, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, logLevel: 'info', maxSeconds: 300, profile: false, out: join(ROOT, 'bench/results') };
+  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 5, streams: 256, streamTokens: 256, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, logLevel: 'info', maxSeconds: 300, profile: false, out: join(ROOT, 'bench/results') };
   const int = (flag: string, v: string | undefined, min: number, max: number) => {
     const n = Number(v);
     if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${flag} needs an integer ${min}..${max}, got ${v}`);
