@@ -7,7 +7,7 @@ import { Template } from '@huggingface/jinja';
 import type { TokenSampling } from '../engines/generation.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
 import { GatewayError } from './errors.ts';
-import { checkConstraints, logitBiasOf, stopStringsOf } from './token-sampling.ts';
+import { EngineCannotServe, checkConstraints, logitBiasOf, stopStringsOf } from './token-sampling.ts';
 
 export type OpenAiPath = '/v1/chat/completions' | '/v1/completions';
 
@@ -22,6 +22,11 @@ export const samplingField = (k: keyof TokenSampling): string => FIELD[k] ?? `/$
 
 function bad(message: string, field: string): GatewayError {
   return new GatewayError('invalid_request', message, { field });
+}
+
+/** What token engines cannot do yet: another eligible engine (an HTTP one) may still serve it. */
+function cannot(message: string, field: string): EngineCannotServe {
+  return new EngineCannotServe(message, { field });
 }
 
 /** The sampling of an OpenAI request; refuses what the token path cannot honour yet. */
@@ -53,9 +58,9 @@ export function samplingOf(body: Record<string, unknown>): TokenSampling {
   checkConstraints(s, samplingField);
   const lp = body.logprobs;
   if (lp === true || (typeof lp === 'number' && lp > 0) || (typeof body.top_logprobs === 'number' && body.top_logprobs > 0)) {
-    throw bad('`logprobs` are not supported on gRPC/ZMQ engines by this route yet', '/logprobs');
+    throw cannot('`logprobs` are not supported on gRPC/ZMQ engines by this route yet', '/logprobs');
   }
-  if (Array.isArray(body.tools) && body.tools.length > 0) throw bad('`tools` are not supported on gRPC/ZMQ engines yet', '/tools');
+  if (Array.isArray(body.tools) && body.tools.length > 0) throw cannot('`tools` are not supported on gRPC/ZMQ engines yet', '/tools');
   s.skip_special_tokens ??= true;
   s.spaces_between_special_tokens ??= true;
   return s;
@@ -98,13 +103,13 @@ function chatTemplate(t: Tokenizer): Template {
   // HF also allows a list of named templates; `default` is the one apply_chat_template uses.
   if (Array.isArray(source)) source = (source as Array<{ name?: string; template?: string }>).find((x) => x?.name === 'default')?.template;
   if (typeof source !== 'string' || !source) {
-    throw bad(`the engine's tokenizer (${t.source}) has no \`chat_template\`: use /v1/completions or /generate`, '/messages');
+    throw cannot(`the engine's tokenizer (${t.source}) has no \`chat_template\`: use /v1/completions or /generate`, '/messages');
   }
   let tpl: Template;
   try {
     tpl = new Template(source);
   } catch (err) {
-    throw new GatewayError('invalid_request', `the tokenizer's chat_template does not parse: ${(err as Error).message}`);
+    throw new EngineCannotServe(`the tokenizer's chat_template does not parse: ${(err as Error).message}`, { field: '/messages' });
   }
   templates.set(t, tpl);
   return tpl;
@@ -122,7 +127,7 @@ function templateMessages(messages: Array<Record<string, unknown>>): Array<Recor
     let content = m.content ?? '';
     if (Array.isArray(content)) {
       content = content.map((p: { type?: string; text?: unknown }, j) => {
-        if (p?.type !== 'text' || typeof p.text !== 'string') throw bad('only text content parts are supported on gRPC/ZMQ engines', `/messages/${i}/content/${j}`);
+        if (p?.type !== 'text' || typeof p.text !== 'string') throw cannot('only text content parts are supported on gRPC/ZMQ engines', `/messages/${i}/content/${j}`);
         return p.text;
       }).join('');
     } else if (typeof content !== 'string') {
@@ -156,7 +161,7 @@ export function promptIds(path: OpenAiPath, body: Record<string, unknown>, t: To
     if (Array.isArray(prompt) && prompt.length === 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0]))) prompt = prompt[0];
     if (typeof prompt === 'string') ids = t.encode(prompt);
     else if (Array.isArray(prompt) && prompt.every((x) => typeof x === 'number')) ids = prompt as number[];
-    else throw bad('gRPC and ZMQ engines take one prompt per request: `prompt` must be one string or one list of token ids', '/prompt');
+    else throw cannot('gRPC and ZMQ engines take one prompt per request: `prompt` must be one string or one list of token ids', '/prompt');
   }
   if (ids.length === 0) throw bad('the prompt tokenized to no tokens', path === '/v1/completions' ? '/prompt' : '/messages');
   return ids;

@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
-import type { TokenEngine, TokenRequest } from '../engines/generation.ts';
+import type { TokenEngine, TokenRequest, TokenSampling } from '../engines/generation.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { Services } from './services.ts';
@@ -57,8 +57,9 @@ export async function openAiTokenRelay(
 ): Promise<TokenAttempt> {
   const startedAt = performance.now();
   const chat = path === '/v1/chat/completions';
-  const sampling = samplingOf(body);
+  let sampling: TokenSampling;
   try {
+    sampling = samplingOf(body);
     checkWire(sampling, wireOf(engine), samplingField);
   } catch (err) {
     if (err instanceof EngineCannotServe) return { kind: 'unfit', error: err };

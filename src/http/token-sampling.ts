@@ -75,7 +75,7 @@ export function tokenRequestOf(body: Record<string, unknown>, tokenizer?: Tokeni
   if (!Array.isArray(ids) || ids.length === 0) throw new GatewayError('invalid_request', '`input_ids` must be a non-empty list of token ids', { field: '/input_ids' });
   if (Array.isArray(ids[0])) throw new GatewayError('invalid_request', 'gRPC and ZMQ engines take one prompt per request: `input_ids` must be a flat list', { field: '/input_ids' });
   if (body.return_routed_experts === true) {
-    throw new GatewayError('invalid_request', '`return_routed_experts` has no field on the TokenSpeed wire', { field: '/return_routed_experts' });
+    throw new EngineCannotServe('`return_routed_experts` has no field on the TokenSpeed wire', { field: '/return_routed_experts' });
   }
   const sp = (body.sampling_params ?? {}) as Record<string, unknown>;
   if (Array.isArray(sp)) throw new GatewayError('invalid_request', 'one prompt takes one `sampling_params` object', { field: '/sampling_params' });

@@ -362,6 +362,17 @@ describe('a mixed fleet: SGLang over HTTP + a ZMQ engine without a tokenizer (pr
     expect([...seen].sort()).toEqual([ipc.url, sg.url].sort());
   });
 
+  it('a field no token wire has (return_routed_experts) goes to the HTTP engine, never a 400, no breaker count', async () => {
+    const before = (await zmq!.requests()).length;
+    for (let i = 0; i < 6; i++) {
+      const r = await t.http('POST', '/generate', { body: { input_ids: [1, 2, 3], return_routed_experts: true, sampling_params: { max_new_tokens: 3 } } });
+      expect(r.status, r.text).toBe(200);
+      expect(r.headers['x-smg-routed-worker-id']).toBe(sg.url);
+    }
+    expect((await zmq!.requests()).length).toBe(before);
+    expect(t.gw.services.host.snapshot(zmqId)!.context.breakerFailures).toBe(0);
+  });
+
   it('a ZMQ lane that died (ENGINE_CORE_DEAD) before the first event: retried on the HTTP engine', async () => {
     await zmq!.fault({ kind: 'dead' });
     const lane = t.gw.services.host.client(zmqId) as ZmqEngineClient;
