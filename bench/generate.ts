@@ -193,7 +193,9 @@ async function streamRound(target: Target, streams: number, tokens: number): Pro
 }
 
 export async function measureStreams(targets: Target[], streams: number, tokens: number, engineTokenRate: number): Promise<StreamResult> {
-  for (const t of targets) await streamRound(t, Math.min(streams, 32), Math.min(tokens, 16)); // warm-up
+  // Warm-up at full concurrency: every hop's connection pool to the engine grows to `streams`
+  // here, so the measured rounds see the steady state, not pool growth.
+  for (const t of targets) await streamRound(t, streams, Math.min(tokens, 16));
   const runs: StreamRun[] = [];
   for (const t of [...targets, ...[...targets].reverse()]) runs.push(await streamRound(t, streams, tokens));
   const tokens_per_s: StreamResult['tokens_per_s'] = {};
