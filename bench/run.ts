@@ -27,7 +27,8 @@ const HELP = `usage: npm run bench -- [flags]
   --fanout-concurrency K   the gateway's --rl-fanout-concurrency (default: the gateway's own default)
  generate:
   --latency-rounds N       rounds of one /generate per hop at one connection (default 2000)
-  --throughput-seconds S   length of each wrk run at 64 connections (default 5)
+  --throughput-seconds S   length of each wrk run at 64 connections (default 3)
+  --throughput-passes P    passes over the hops, alternating direction (default 4)
   --streams N              concurrent streams (default 256)
   --stream-tokens T        tokens per stream (default 256)
   --stream-token-rate R    the engine's tokens/s per stream (default 50)
@@ -45,6 +46,7 @@ interface Args {
   sizes: number[];
   latencyRounds: number;
   throughputSeconds: number;
+  throughputPasses: number;
   streams: number;
   streamTokens: number;
   streamTokenRate: number;
@@ -58,7 +60,7 @@ interface Args {
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 5, streams: 256, streamTokens: 256, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, logLevel: 'info', maxSeconds: 300, profile: false, out: join(ROOT, 'bench/results') };
+  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 3, throughputPasses: 4, streams: 256, streamTokens: 256, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, logLevel: 'info', maxSeconds: 300, profile: false, out: join(ROOT, 'bench/results') };
   const int = (flag: string, v: string | undefined, min: number, max: number) => {
     const n = Number(v);
     if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${flag} needs an integer ${min}..${max}, got ${v}`);
@@ -77,6 +79,7 @@ function parseArgs(argv: string[]): Args {
       }
       case '--latency-rounds': a.latencyRounds = int(flag, value(), 10, 1_000_000); break;
       case '--throughput-seconds': a.throughputSeconds = int(flag, value(), 1, 600); break;
+      case '--throughput-passes': a.throughputPasses = int(flag, value(), 1, 100); break;
       case '--streams': a.streams = int(flag, value(), 1, 4096); break;
       case '--stream-tokens': a.streamTokens = int(flag, value(), 1, 100_000); break;
       case '--stream-token-rate': a.streamTokenRate = int(flag, value(), 1, 100_000); break;
@@ -245,7 +248,7 @@ async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
     latency = await measureLatency(instant.targets, args.latencyRounds, 200, deadline);
     process.stdout.write(`bench: generate: latency p50 by hop ${JSON.stringify(Object.fromEntries(Object.entries(latency.by_target).map(([k, v]) => [k, v.p50])))} ms\n`);
     if (WRK) {
-      throughput = await measureThroughput(instant.targets, 64, args.throughputSeconds, ctx.logDir, cpuSampler(instant.gatewayPid, instant.fleetPid, instant.pids));
+      throughput = await measureThroughput(instant.targets, 64, args.throughputSeconds, args.throughputPasses, ctx.logDir, cpuSampler(instant.gatewayPid, instant.fleetPid, instant.pids));
       process.stdout.write(`bench: generate: requests/s at 64 connections ${JSON.stringify(throughput.requests_per_s)}\n`);
     }
   } finally {
@@ -286,7 +289,7 @@ async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
 /** What the generate suite needs of the budget: latency rounds, 8 wrk runs, 8 stream rounds, start-ups. */
 function generateBudgetMs(args: Args): number {
   const streamRound = (args.streamTokens / args.streamTokenRate + 2) * 1000;
-  return 40_000 + args.latencyRounds * 4 * 0.5 + (WRK ? 12 * args.throughputSeconds * 1000 : 0) + 10 * streamRound;
+  return 40_000 + args.latencyRounds * 4 * 0.5 + (WRK ? 4 * (args.throughputPasses * args.throughputSeconds + 2) * 1000 : 0) + 10 * streamRound;
 }
 
 async function main(args: Args): Promise<void> {
