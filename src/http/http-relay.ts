@@ -34,107 +34,130 @@ export function relayToHttpEngine(
   reply: FastifyReply,
   watch: RequestWatch,
 ): Promise<Sent> {
-  const rl = services.config.rl.enabled;
-  services.host.acquire(worker.id);
-  let released = false;
-  // A caller that goes away says nothing about the engine: neither success nor failure. A
-  // request that outlives the deadline counts against the engine.
-  const release = (outcome: 'success' | 'failure' | 'neutral') => {
-    if (released) return;
-    released = true;
-    services.host.release(worker.id, outcome);
-  };
-  const interrupted = (): 'neutral' | 'failure' => (watch.callerGone ? 'neutral' : 'failure');
-  const headers: Record<string, string> = worker.apiKey
-    ? { 'content-type': 'application/json', authorization: `Bearer ${worker.apiKey}` }
-    : { 'content-type': 'application/json' };
-  const res = reply.raw;
-
   return new Promise<Sent>((resolve, reject) => {
-    let status = 0;
-    let outcome: 'success' | 'failure' = 'success';
-    /** Buffered RL /generate: the body is collected here, then sent whole. */
-    let chunks: Buffer[] | null = null;
-    let head: OutgoingHttpHeaders | null = null;
-    let started = false; // a byte of the answer (its head) went to the caller
-    let settled = false;
-    const settle = (s: Sent) => {
-      if (!settled) {
-        settled = true;
-        resolve(s);
-      }
-    };
-    const fail = (err: unknown) => {
-      if (!settled) {
-        settled = true;
-        reject(err);
-      }
-    };
-    const failedBeforeAnswer = (err: Error) => {
-      if (watch.callerGone) return fail(new GatewayError('invalid_request', 'client went away'));
-      if (watch.expired) return settle({ kind: 'deadline' });
-      if (status === 0) return settle({ kind: 'unsent', error: err });
-      // The engine answered a head, then broke off while we were still reading it whole.
-      services.metrics.request(path, 502);
-      fail(new GatewayError('upstream_unreachable', `upstream \`${worker.url}\` unreachable: ${err.message}`, { worker_id: worker.id, url: worker.url }));
-    };
-
-    const handler: Dispatcher.DispatchHandler = {
-      onRequestStart(controller) {
-        if (watch.interrupted) return controller.abort(new Error(watch.callerGone ? 'caller went away' : 'request deadline passed'));
-        watch.attach(controller);
-      },
-      onResponseStart(controller, statusCode, upstreamHeaders) {
-        if (statusCode < 200) return; // 1xx: the real head follows
-        status = statusCode;
-        outcome = statusCode >= 500 ? 'failure' : 'success';
-        head = answerHead(services, worker, reply, upstreamHeaders, rl);
-        // Streams are never inspected (§13.4): only a buffered 2xx JSON /generate is read whole.
-        if (rl && path === '/generate' && !stream && statusCode < 300 && isJsonContentType(upstreamHeaders['content-type'])) {
-          chunks = [];
-          return;
-        }
-        reply.hijack();
-        res.writeHead(statusCode, head);
-        started = true;
-        services.metrics.request(path, statusCode);
-        settle({ kind: 'answered' });
-        res.on('drain', () => controller.resume());
-      },
-      onResponseData(controller, chunk) {
-        if (chunks) chunks.push(chunk);
-        else if (!res.write(chunk)) controller.pause(); // the caller's socket is full: wait for 'drain'
-      },
-      onResponseEnd() {
-        watch.attach(null);
-        if (chunks) {
-          const payload = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-          release(outcome);
-          const version = services.view.engine(worker).version;
-          if (isMixedBytes(payload, version)) {
-            for (const h of MIXED_HEADERS) head![h] = 'true';
-            services.metrics.mixedVersion();
-          }
-          head!['content-length'] = payload.length;
-          reply.hijack();
-          res.writeHead(status, head!);
-          res.end(payload);
-          services.metrics.request(path, status);
-          return settle({ kind: 'answered' });
-        }
-        res.end();
-        release(outcome);
-      },
-      onResponseError(_controller, err) {
-        watch.attach(null);
-        release(watch.interrupted ? interrupted() : 'failure');
-        if (!started) return failedBeforeAnswer(err);
-        // Mid-stream: the caller already has a status line; all we can do is cut the answer off.
-        res.destroy(err);
-      },
-    };
-    client.pool.dispatch({ path, method: 'POST', headers, body }, handler);
+    const attempt = new HttpAttempt(services, path, stream, worker, reply, watch, resolve, reject);
+    services.host.acquire(worker.id);
+    const headers: Record<string, string> = worker.apiKey
+      ? { 'content-type': 'application/json', authorization: `Bearer ${worker.apiKey}` }
+      : { 'content-type': 'application/json' };
+    client.pool.dispatch({ path, method: 'POST', headers, body }, attempt);
   });
+}
+
+/**
+ * undici's handler for one attempt. A class, not an object of closures: the hot path allocates
+ * one object per attempt and defines no functions per request.
+ */
+class HttpAttempt implements Dispatcher.DispatchHandler {
+  private status = 0;
+  private outcome: 'success' | 'failure' = 'success';
+  /** Buffered RL /generate: the body is collected here, then sent whole. */
+  private chunks: Buffer[] | null = null;
+  private head: OutgoingHttpHeaders | null = null;
+  /** A byte of the answer (its head) went to the caller. */
+  private started = false;
+  private settled = false;
+  private released = false;
+
+  constructor(
+    private readonly services: Services,
+    private readonly path: DataPlanePath,
+    private readonly stream: boolean,
+    private readonly worker: Worker,
+    private readonly reply: FastifyReply,
+    private readonly watch: RequestWatch,
+    private readonly resolve: (s: Sent) => void,
+    private readonly reject: (err: unknown) => void,
+  ) {}
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    if (this.watch.interrupted) return controller.abort(new Error(this.watch.callerGone ? 'caller went away' : 'request deadline passed'));
+    this.watch.attach(controller);
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, upstream: IncomingHttpHeaders): void {
+    if (statusCode < 200) return; // 1xx: the real head follows
+    const { services, path } = this;
+    const rl = services.config.rl.enabled;
+    this.status = statusCode;
+    this.outcome = statusCode >= 500 ? 'failure' : 'success';
+    this.head = answerHead(services, this.worker, this.reply, upstream, rl);
+    // Streams are never inspected (§13.4): only a buffered 2xx JSON /generate is read whole.
+    if (rl && path === '/generate' && !this.stream && statusCode < 300 && isJsonContentType(upstream['content-type'])) {
+      this.chunks = [];
+      return;
+    }
+    const res = this.reply.hijack().raw;
+    res.writeHead(statusCode, this.head);
+    this.started = true;
+    services.metrics.request(path, statusCode);
+    this.settle({ kind: 'answered' });
+    // The caller's socket drained: let the engine's bytes flow again.
+    res.on('drain', () => controller.resume());
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.chunks) this.chunks.push(chunk);
+    else if (!this.reply.raw.write(chunk)) controller.pause(); // the caller's socket is full: wait for 'drain'
+  }
+
+  onResponseEnd(): void {
+    this.watch.attach(null);
+    const res = this.reply.raw;
+    if (!this.chunks) {
+      res.end();
+      this.release(this.outcome);
+      return;
+    }
+    const { services, path, status } = this;
+    const payload = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
+    this.release(this.outcome);
+    const head = this.head!;
+    if (isMixedBytes(payload, services.view.engine(this.worker).version)) {
+      for (const h of MIXED_HEADERS) head[h] = 'true';
+      services.metrics.mixedVersion();
+    }
+    head['content-length'] = payload.length;
+    this.reply.hijack();
+    res.writeHead(status, head);
+    res.end(payload);
+    services.metrics.request(path, status);
+    this.settle({ kind: 'answered' });
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    const { watch } = this;
+    watch.attach(null);
+    this.release(watch.interrupted ? (watch.callerGone ? 'neutral' : 'failure') : 'failure');
+    // Mid-stream: the caller already has a status line; all we can do is cut the answer off.
+    if (this.started) return void this.reply.raw.destroy(err);
+    if (watch.callerGone) return this.fail(new GatewayError('invalid_request', 'client went away'));
+    if (watch.expired) return this.settle({ kind: 'deadline' });
+    if (this.status === 0) return this.settle({ kind: 'unsent', error: err });
+    // The engine answered a head, then broke off while we were still reading it whole.
+    this.services.metrics.request(this.path, 502);
+    const { url, id } = this.worker;
+    this.fail(new GatewayError('upstream_unreachable', `upstream \`${url}\` unreachable: ${err.message}`, { worker_id: id, url }));
+  }
+
+  /** A caller that goes away says nothing about the engine; outliving the deadline counts against it. */
+  private release(outcome: 'success' | 'failure' | 'neutral'): void {
+    if (this.released) return;
+    this.released = true;
+    this.services.host.release(this.worker.id, outcome);
+  }
+
+  private settle(s: Sent): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.resolve(s);
+  }
+
+  private fail(err: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.reject(err);
+  }
 }
 
 /** The caller's answer head: the engine's headers minus hop-by-hop and gateway-only ones, plus ours. */

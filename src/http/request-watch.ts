@@ -15,18 +15,26 @@ export class RequestWatch {
   private readonly timer: NodeJS.Timeout;
 
   constructor(res: ServerResponse, timeoutMs: number) {
-    this.timer = setTimeout(() => {
-      this.expired = true;
-      this.current?.abort(new Error('request deadline passed'));
-      this.controllers?.deadline.abort();
-    }, timeoutMs).unref();
-    res.once('close', () => {
-      clearTimeout(this.timer);
-      if (res.writableFinished) return;
-      this.callerGone = true;
-      this.current?.abort(new Error('caller went away'));
-      this.controllers?.caller.abort();
-    });
+    // Module-level listeners with the watch as argument or on the response: no closure per request.
+    this.timer = setTimeout(onDeadline, timeoutMs, this).unref();
+    (res as WatchedResponse)[WATCH] = this;
+    res.once('close', onClose);
+  }
+
+  /** @internal the request's deadline passed. */
+  expire(): void {
+    this.expired = true;
+    this.current?.abort(new Error('request deadline passed'));
+    this.controllers?.deadline.abort();
+  }
+
+  /** @internal the caller's response closed, finished or not. */
+  closed(finished: boolean): void {
+    clearTimeout(this.timer);
+    if (finished) return;
+    this.callerGone = true;
+    this.current?.abort(new Error('caller went away'));
+    this.controllers?.caller.abort();
   }
 
   get interrupted(): boolean {
@@ -47,4 +55,15 @@ export class RequestWatch {
     }
     return { caller: this.controllers.caller.signal, deadline: this.controllers.deadline.signal };
   }
+}
+
+const WATCH = Symbol('rlgate.requestWatch');
+type WatchedResponse = ServerResponse & { [WATCH]?: RequestWatch };
+
+function onDeadline(watch: RequestWatch): void {
+  watch.expire();
+}
+
+function onClose(this: WatchedResponse): void {
+  this[WATCH]?.closed(this.writableFinished);
 }

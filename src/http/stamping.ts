@@ -71,6 +71,7 @@ export function isMixedBytes(bytes: Buffer, tableVersion: string | undefined): b
 }
 
 const VERSION_KEY = Buffer.from('weight_version');
+const SPANS_KEY = Buffer.from('weight_versions');
 const UNICODE_ESCAPE = Buffer.from('\\u');
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -80,14 +81,17 @@ const needles = new Map<string, Buffer>();
 /**
  * `false` when the bytes alone prove "not mixed", else undefined (parse). Without `\u` escapes
  * a key can only be spelled literally, so counting `weight_version` finds every version field:
- * none at all is not mixed; exactly one, a key whose string value is byte-equal to the table
- * version, is not mixed either (`weight_versions` would be a second occurrence).
+ * none at all is not mixed; without a table version, no `weight_versions` is not mixed; exactly
+ * one, a key whose string value is byte-equal to the table version, is not mixed either
+ * (`weight_versions` would be a second occurrence).
  */
 function settledWithoutParse(bytes: Buffer, tableVersion: string | undefined): false | undefined {
   if (bytes.indexOf(UNICODE_ESCAPE) >= 0) return undefined;
   const at = bytes.indexOf(VERSION_KEY);
   if (at < 0) return false;
-  if (tableVersion === undefined || bytes.indexOf(VERSION_KEY, at + VERSION_KEY.length) >= 0) return undefined;
+  // Without a table version only `weight_versions` (two or more spans) can make a body mixed.
+  if (tableVersion === undefined) return bytes.indexOf(SPANS_KEY, at) < 0 ? false : undefined;
+  if (bytes.indexOf(VERSION_KEY, at + VERSION_KEY.length) >= 0) return undefined;
   // A key: `"weight_version"` opened by an unescaped quote, then `:`, then the value.
   if (at < 1 || bytes[at - 1] !== QUOTE || (at >= 2 && bytes[at - 2] === BACKSLASH)) return undefined;
   let i = at + VERSION_KEY.length;
