@@ -11,14 +11,19 @@ import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => {
-  try {
-    accessSync(p, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-});
+/** The first of `paths` that is an executable file, if any. */
+export function findExecutable(paths: string[]): string | undefined {
+  return paths.find((p) => {
+    try {
+      accessSync(p, constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+const SETPRIV = findExecutable(['/usr/bin/setpriv', '/bin/setpriv']);
 
 /** A child process that speaks JSON lines on stdout; stderr goes to a log file. */
 export class Child {

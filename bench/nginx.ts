@@ -3,18 +3,12 @@
 // nothing left running). It only starts and stops nginx; measuring is generate.ts's job.
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { findExecutable } from './children.ts';
 
-export const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((p) => {
-  try {
-    accessSync(p, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-});
+export const NGINX = findExecutable(['/usr/sbin/nginx', '/usr/bin/nginx']);
 
 export interface NginxProxy {
   url: string;

@@ -3,17 +3,11 @@
 // it never decides what a number means.
 
 import { execFile } from 'node:child_process';
-import { accessSync, constants, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { findExecutable } from './children.ts';
 
-export const WRK = ['/usr/bin/wrk', '/usr/local/bin/wrk'].find((p) => {
-  try {
-    accessSync(p, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-});
+export const WRK = findExecutable(['/usr/bin/wrk', '/usr/local/bin/wrk']);
 
 export interface WrkResult {
   requests: number;
