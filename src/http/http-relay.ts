@@ -54,6 +54,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
   /** Buffered RL /generate: the body is collected here, then sent whole. */
   private chunks: Buffer[] | null = null;
   private head: OutgoingHttpHeaders | null = null;
+  private version: string | undefined;
   /** A byte of the answer (its head) went to the caller. */
   private started = false;
   private settled = false;
@@ -81,7 +82,9 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
     const rl = services.config.rl.enabled;
     this.status = statusCode;
     this.outcome = statusCode >= 500 ? 'failure' : 'success';
-    this.head = answerHead(services, this.worker, this.reply, upstream, rl);
+    // One read of the table version for the stamped header and the mixed check alike.
+    this.version = rl ? services.view.engine(this.worker).version : undefined;
+    this.head = answerHead(this.worker, this.reply, upstream, rl, this.version);
     // Streams are never inspected (§13.4): only a buffered 2xx JSON /generate is read whole.
     if (rl && path === '/generate' && !this.stream && statusCode < 300 && isJsonContentType(upstream['content-type'])) {
       this.chunks = [];
@@ -113,7 +116,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
     const payload = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
     this.release(this.outcome);
     const head = this.head!;
-    if (isMixedBytes(payload, services.view.engine(this.worker).version)) {
+    if (isMixedBytes(payload, this.version)) {
       for (const h of MIXED_HEADERS) head[h] = 'true';
       services.metrics.mixedVersion();
     }
@@ -161,17 +164,14 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
 }
 
 /** The caller's answer head: the engine's headers minus hop-by-hop and gateway-only ones, plus ours. */
-function answerHead(services: Services, worker: Worker, reply: FastifyReply, upstream: IncomingHttpHeaders, rl: boolean): OutgoingHttpHeaders {
+function answerHead(worker: Worker, reply: FastifyReply, upstream: IncomingHttpHeaders, rl: boolean, version: string | undefined): OutgoingHttpHeaders {
   const head: OutgoingHttpHeaders = {};
   for (const k in upstream) {
     const v = upstream[k];
     if (v !== undefined && !HOP_HEADERS.has(k)) head[k] = v;
   }
   head[ROUTED_HEADER] = worker.url;
-  if (rl) {
-    const version = services.view.engine(worker).version;
-    if (version !== undefined) for (const h of WEIGHT_HEADERS) head[h] = version;
-  }
+  if (rl && version !== undefined) for (const h of WEIGHT_HEADERS) head[h] = version;
   if (reply.request.headers.origin !== undefined) head['access-control-expose-headers'] = EXPOSED_HEADERS;
   return head;
 }
