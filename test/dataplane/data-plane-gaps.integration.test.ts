@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { startTokenFleet, type TokenFleet } from '../fixtures/token-fleet.ts';
 import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
 
 const LP_BODY = { input_ids: [1, 2, 3], return_logprob: true, sampling_params: { max_new_tokens: 3 } };
@@ -83,18 +84,14 @@ describe('return_logprob on a TokenSpeed engine without --enable-output-logprobs
 });
 
 describe('return_logprob on a TokenSpeed engine with --enable-output-logprobs', () => {
-  let ts: TokenspeedSimProcess;
+  let fleet: TokenFleet;
   let t: TestGateway;
 
   beforeAll(async () => {
-    ts = await spawnTokenspeedSim(['--token-rate', '0', '--enable-output-logprobs']);
-    t = await startTestGateway();
-    await t.register([{ url: ts.url, runtime_type: 'tokenspeed' }]);
+    fleet = await startTokenFleet({ tokenspeed: [['--token-rate', '0', '--enable-output-logprobs']] });
+    t = fleet.t;
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await ts?.stop();
-  });
+  afterAll(() => fleet?.close());
 
   it('the engine logprobs are relayed, buffered and streamed', async () => {
     const r = await t.http('POST', '/generate', { body: LP_BODY });

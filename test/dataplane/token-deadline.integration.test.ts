@@ -5,10 +5,9 @@
 // Also string `stop` on /generate: sent on the gRPC wire (SamplingParams.stop), refused on ZMQ.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
-import { spawnZmqSim, tempIpcUrl, type ZmqSimProcess } from '../fixtures/zmq-sim.ts';
-import { ZmqEngineClient } from '../../src/engines/zmq.ts';
+import type { TestGateway } from '../fixtures/gateway.ts';
+import { startTokenFleet, type TokenFleet } from '../fixtures/token-fleet.ts';
+import type { TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
 
 /** Polls `check` until it holds; the deadline only bounds a hang, it asserts no speed. */
 async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
@@ -27,6 +26,7 @@ function sse(text: string): { events: any[]; done: boolean } {
 }
 
 describe('request deadline on a TokenSpeed engine (slow: 5 tokens/s; fast: unpaced)', () => {
+  let fleet: TokenFleet;
   let t: TestGateway;
   let slow: TokenspeedSimProcess;
   let fast: TokenspeedSimProcess;
@@ -39,18 +39,17 @@ describe('request deadline on a TokenSpeed engine (slow: 5 tokens/s; fast: unpac
   };
 
   beforeAll(async () => {
-    [slow, fast] = await Promise.all([
-      spawnTokenspeedSim(['--model', 'SLOW', '--token-rate', '5']),
-      spawnTokenspeedSim(['--model', 'FAST', '--token-rate', '0']),
-    ]);
-    // Four timeouts below, one per case: the breaker opens on the fourth and not before.
-    t = await startTestGateway({ requestTimeoutSecs: 1, breakerThreshold: 4, breakerCooldownSecs: 3600 });
-    [slowId] = await t.register([{ url: slow.url, runtime_type: 'tokenspeed' }, { url: fast.url, runtime_type: 'tokenspeed' }]);
+    fleet = await startTokenFleet({
+      tokenspeed: [['--model', 'SLOW', '--token-rate', '5'], ['--model', 'FAST', '--token-rate', '0']],
+      // Four timeouts below, one per case: the breaker opens on the fourth and not before.
+      gateway: { requestTimeoutSecs: 1, breakerThreshold: 4, breakerCooldownSecs: 3600 },
+    });
+    ({ t, ts: [slow, fast] } = fleet);
+    [slowId] = fleet.ids.ts;
   });
   afterAll(async () => {
     await slow?.releaseHung().catch(() => undefined);
-    await t?.close();
-    await Promise.all([slow, fast].filter(Boolean).map((s) => s.stop()));
+    await fleet?.close();
   });
 
   it('buffered /generate with no token before the deadline: 504 upstream_timeout, the call cancelled', async () => {
@@ -111,31 +110,16 @@ describe('request deadline on a TokenSpeed engine (slow: 5 tokens/s; fast: unpac
 });
 
 describe('string `stop` on /generate: on the gRPC wire, refused on ZMQ', () => {
-  const HANDSHAKE = 'tcp://127.0.0.1:0';
+  let fleet: TokenFleet;
   let t: TestGateway;
   let ts: TokenspeedSimProcess;
-  let zmq: ZmqSimProcess | undefined;
-  let zmqClient: ZmqEngineClient;
-  let ipc: ReturnType<typeof tempIpcUrl>;
   const GEN = { model: 'TS', input_ids: [5, 6, 7], sampling_params: { max_new_tokens: 40, temperature: 0 } };
 
   beforeAll(async () => {
-    ipc = tempIpcUrl();
-    zmqClient = new ZmqEngineClient(ipc.url, { handshakeAddress: HANDSHAKE, modelId: 'ZQ' });
-    const { handshake } = await zmqClient.open();
-    [ts, zmq] = await Promise.all([
-      spawnTokenspeedSim(['--model', 'TS', '--token-rate', '0']),
-      spawnZmqSim({ url: ipc.url, handshake, args: ['--token-rate', '0', '--model', 'ZQ'] }),
-    ]);
-    t = await startTestGateway();
-    await t.register([{ url: ts.url, runtime_type: 'tokenspeed' }, { url: ipc.url, runtime_type: 'tokenspeed', labels: { zmq_handshake_address: HANDSHAKE, model: 'ZQ' } }]);
+    fleet = await startTokenFleet({ tokenspeed: [['--model', 'TS', '--token-rate', '0']], zmq: { model: 'ZQ' } });
+    ({ t, ts: [ts] } = fleet);
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await Promise.all([ts?.stop(), zmq?.stop()]);
-    await zmqClient?.close();
-    ipc?.cleanup();
-  });
+  afterAll(() => fleet?.close());
 
   const sentStops = async (): Promise<unknown[]> =>
     (await ts.rpcs()).filter((r) => r.rpc === 'Generate').map((r) => (r.request as any).sampling_params?.stop ?? []);

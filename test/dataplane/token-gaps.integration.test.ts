@@ -5,13 +5,13 @@
 // on another engine of any wire; and `text` prefers engines that can tokenize it.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
-import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
-import { spawnZmqSim, tempIpcUrl, type ZmqSimProcess } from '../fixtures/zmq-sim.ts';
-import { ZmqEngineClient } from '../../src/engines/zmq.ts';
+import type { TestGateway } from '../fixtures/gateway.ts';
+import type { SimProcess } from '../fixtures/sglang-sim.ts';
+import { startTokenFleet, type TokenFleet } from '../fixtures/token-fleet.ts';
+import type { TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
+import type { ZmqSimProcess } from '../fixtures/zmq-sim.ts';
+import type { ZmqEngineClient } from '../../src/engines/zmq.ts';
 
-const HANDSHAKE = 'tcp://127.0.0.1:0';
 const MESSAGES = [{ role: 'user', content: 'hi' }];
 
 /** Every `data:` event of an SSE body, raw and parsed, and whether it ended with `[DONE]`. */
@@ -35,31 +35,18 @@ async function waitFor(what: string, check: () => boolean | Promise<boolean>, ti
 }
 
 describe('sampling a wire cannot carry is refused; what it can carry goes on it (gRPC model TS, ZMQ model ZQ)', () => {
+  let fleet: TokenFleet;
   let t: TestGateway;
   let ts: TokenspeedSimProcess;
   let zmq: ZmqSimProcess | undefined;
-  let zmqClient: ZmqEngineClient;
-  let ipc: ReturnType<typeof tempIpcUrl>;
   const GEN = { model: 'TS', input_ids: [5, 6, 7], sampling_params: { max_new_tokens: 4 } };
   const ZGEN = { ...GEN, model: 'ZQ' };
 
   beforeAll(async () => {
-    ipc = tempIpcUrl();
-    zmqClient = new ZmqEngineClient(ipc.url, { handshakeAddress: HANDSHAKE, modelId: 'ZQ' });
-    const { handshake } = await zmqClient.open();
-    [ts, zmq] = await Promise.all([
-      spawnTokenspeedSim(['--model', 'TS', '--token-rate', '0']),
-      spawnZmqSim({ url: ipc.url, handshake, args: ['--token-rate', '0', '--model', 'ZQ'] }),
-    ]);
-    t = await startTestGateway();
-    await t.register([{ url: ts.url, runtime_type: 'tokenspeed' }, { url: ipc.url, runtime_type: 'tokenspeed', labels: { zmq_handshake_address: HANDSHAKE, model: 'ZQ' } }]);
+    fleet = await startTokenFleet({ tokenspeed: [['--model', 'TS', '--token-rate', '0']], zmq: { model: 'ZQ' } });
+    ({ t, zmq, ts: [ts] } = fleet);
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await Promise.all([ts?.stop(), zmq?.stop()]);
-    await zmqClient?.close();
-    ipc?.cleanup();
-  });
+  afterAll(() => fleet?.close());
 
   it('gRPC /generate: logit_bias, structural_tag and custom_params go on the wire', async () => {
     await ts.clearRecords();
@@ -139,19 +126,16 @@ describe('sampling a wire cannot carry is refused; what it can carry goes on it 
 });
 
 describe('string `stop` on the OpenAI routes of a gRPC engine', () => {
+  let fleet: TokenFleet;
   let t: TestGateway;
   let ts: TokenspeedSimProcess;
   const CHAT = { model: 'TS', messages: MESSAGES, max_tokens: 30, temperature: 0 };
 
   beforeAll(async () => {
-    ts = await spawnTokenspeedSim(['--model', 'TS', '--token-rate', '0']);
-    t = await startTestGateway();
-    await t.register([{ url: ts.url, runtime_type: 'tokenspeed' }]);
+    fleet = await startTokenFleet({ tokenspeed: [['--model', 'TS', '--token-rate', '0']] });
+    ({ t, ts: [ts] } = fleet);
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await ts?.stop();
-  });
+  afterAll(() => fleet?.close());
 
   /** The greedy content without a stop, and a stop string taken from its middle. */
   async function fullAndStop(): Promise<{ full: string; stop: string; cut: number }> {
@@ -223,6 +207,7 @@ describe('string `stop` on the OpenAI routes of a gRPC engine', () => {
 });
 
 describe('one retry before the first event on token engines (probes off, so a dead engine stays routable)', () => {
+  let fleet: TokenFleet;
   let t: TestGateway;
   let tsA: TokenspeedSimProcess;
   let tsB: TokenspeedSimProcess;
@@ -231,14 +216,12 @@ describe('one retry before the first event on token engines (probes off, so a de
   const failures = (wid: string) => t.gw.services.host.snapshot(wid)!.context.breakerFailures;
 
   beforeAll(async () => {
-    [tsA, tsB] = await Promise.all([0, 1].map(() => spawnTokenspeedSim(['--model', 'MODEL', '--token-rate', '0'])));
-    t = await startTestGateway({ probeIntervalSecs: 0, breakerThreshold: 1000, breakerCooldownSecs: 3600 });
-    [id.a, id.b] = await t.register([{ url: tsA.url, runtime_type: 'tokenspeed' }, { url: tsB.url, runtime_type: 'tokenspeed' }]);
+    const args = ['--model', 'MODEL', '--token-rate', '0'];
+    fleet = await startTokenFleet({ tokenspeed: [args, args], gateway: { probeIntervalSecs: 0, breakerThreshold: 1000, breakerCooldownSecs: 3600 } });
+    ({ t, ts: [tsA, tsB] } = fleet);
+    [id.a, id.b] = fleet.ids.ts;
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await Promise.all([tsA, tsB].filter(Boolean).map((s) => s.stop()));
-  });
+  afterAll(() => fleet?.close());
 
   /** /generate buffered and streamed, /v1/completions buffered and streamed: all must be 200 from `url`. */
   async function allServedBy(url: string, rounds: number): Promise<void> {
@@ -307,30 +290,25 @@ describe('one retry before the first event on token engines (probes off, so a de
 });
 
 describe('a mixed fleet: SGLang over HTTP + a ZMQ engine without a tokenizer (probes off)', () => {
+  let fleet: TokenFleet;
   let t: TestGateway;
   let sg: SimProcess;
   let zmq: ZmqSimProcess | undefined;
-  let zmqClient: ZmqEngineClient;
-  let ipc: ReturnType<typeof tempIpcUrl>;
+  let ipc: { url: string };
   let zmqId = '';
 
   beforeAll(async () => {
-    ipc = tempIpcUrl();
-    zmqClient = new ZmqEngineClient(ipc.url, { handshakeAddress: HANDSHAKE, modelId: 'MODEL' });
-    const { handshake } = await zmqClient.open();
-    [sg, zmq] = await Promise.all([
-      spawnSglangSim(['--token-rate', '0', '--model', 'MODEL']),
-      spawnZmqSim({ url: ipc.url, handshake, args: ['--token-rate', '0', '--model', 'MODEL'] }),
-    ]);
-    t = await startTestGateway({ probeIntervalSecs: 0, breakerThreshold: 1000, breakerCooldownSecs: 3600 });
-    [, zmqId] = await t.register([sg.url, { url: ipc.url, runtime_type: 'tokenspeed', labels: { zmq_handshake_address: HANDSHAKE, model: 'MODEL' } }]);
+    fleet = await startTokenFleet({
+      sglang: ['--token-rate', '0', '--model', 'MODEL'],
+      zmq: { model: 'MODEL' },
+      gateway: { probeIntervalSecs: 0, breakerThreshold: 1000, breakerCooldownSecs: 3600 },
+    });
+    ({ t, zmq } = fleet);
+    sg = fleet.sg!;
+    zmqId = fleet.ids.zmq!;
+    ipc = zmq!; // the lane's URL, the one the worker is registered under
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await Promise.all([sg?.stop(), zmq?.stop()]);
-    await zmqClient?.close();
-    ipc?.cleanup();
-  });
+  afterAll(() => fleet?.close());
 
   it('20 text requests all answer 200 from the HTTP engine; the ZMQ engine never sees one', async () => {
     await sg.clearRequests();

@@ -9,9 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
-import { spawnZmqSim, tempIpcUrl, type ZmqSimProcess } from '../fixtures/zmq-sim.ts';
-import { ZmqEngineClient } from '../../src/engines/zmq.ts';
+import { startTokenEngines, startTokenFleet, type TokenEngines, type TokenFleet } from '../fixtures/token-fleet.ts';
+import type { TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
+import type { ZmqSimProcess } from '../fixtures/zmq-sim.ts';
 import { bundleChunks, zipStored } from '../../src/sim/tokenspeed/bundle.ts';
 import { BOS_TOKEN_ID, EOS_TOKEN_ID, decode as refDecode, encode as refEncode, tokenizerFiles } from '../../src/sim/tokenspeed/tokenizer.ts';
 import { loadTokenizerPath, tokenizerFromBundle, TokenizerUnavailable } from '../../src/engines/tokenizer.ts';
@@ -71,18 +71,15 @@ describe('the tokenizer loaders', () => {
 });
 
 describe('text on a TokenSpeed engine with its own tokenizer (GetTokenizer)', () => {
+  let fleet: TokenFleet;
   let t: TestGateway;
   let sim: TokenspeedSimProcess;
 
   beforeAll(async () => {
-    sim = await spawnTokenspeedSim(TS_ARGS);
-    t = await startTestGateway();
-    await t.register([{ url: sim.url, runtime_type: 'tokenspeed' }]);
+    fleet = await startTokenFleet({ tokenspeed: [TS_ARGS] });
+    ({ t, ts: [sim] } = fleet);
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await sim?.stop();
-  });
+  afterAll(() => fleet?.close());
 
   it('buffered: the engine gets the tokenizer ids, `text` is the decode of `output_ids`', async () => {
     await sim.clearRecords();
@@ -133,31 +130,24 @@ describe('text on a TokenSpeed engine with its own tokenizer (GetTokenizer)', ()
 });
 
 describe('text without an engine tokenizer: --tokenizer-path, else a 400', () => {
-  const HANDSHAKE = 'tcp://127.0.0.1:0';
+  let engines: TokenEngines;
   let bare: TokenspeedSimProcess;
   let zmq: ZmqSimProcess | undefined;
-  let zmqClient: ZmqEngineClient;
-  let ipc: ReturnType<typeof tempIpcUrl>;
+  let ipc: { url: string };
   let dir: string;
 
   beforeAll(async () => {
     dir = writeTokenizerDir();
-    ipc = tempIpcUrl();
-    zmqClient = new ZmqEngineClient(ipc.url, { handshakeAddress: HANDSHAKE, modelId: MODEL });
-    const { handshake } = await zmqClient.open();
-    [bare, zmq] = await Promise.all([
-      spawnTokenspeedSim([...TS_ARGS, '--no-tokenizer']),
-      spawnZmqSim({ url: ipc.url, handshake, args: ['--token-rate', '0', '--model', MODEL] }),
-    ]);
+    engines = await startTokenEngines({ tokenspeed: [[...TS_ARGS, '--no-tokenizer']], zmq: { model: MODEL } });
+    ({ zmq, ts: [bare] } = engines);
+    ipc = zmq!; // the lane's URL, the one the worker is registered under
   }, 60_000);
   afterAll(async () => {
-    await Promise.all([bare?.stop(), zmq?.stop()]);
-    await zmqClient?.close();
-    ipc?.cleanup();
+    await engines?.close();
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const zmqRegistration = () => ({ url: ipc.url, runtime_type: 'tokenspeed', labels: { zmq_handshake_address: HANDSHAKE, model: MODEL } });
+  const zmqRegistration = () => engines.registration.zmq!;
 
   it('no GetTokenizer and no --tokenizer-path: 400 naming both fixes; input_ids still works with text ""', async () => {
     const t = await startTestGateway();
