@@ -116,16 +116,24 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
   return validateConfig(cfg);
 }
 
-/** The startup errors of spec §1, with SMG's exact messages. */
+/**
+ * The longest deadline a Node timer can hold (2^31 - 1 ms): a longer one would fire at once and
+ * fail every request, so it is refused at startup instead.
+ */
+const MAX_TIMER_SECS = Math.floor((2 ** 31 - 1) / 1000);
+
+/** The startup errors of spec §1, with SMG's exact messages (and rlgate's upper bounds). */
 export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   if (!Number.isInteger(cfg.port) || cfg.port < 0 || cfg.port > 65535) throw new ConfigError('port must be 0..65535');
   if (!(cfg.requestTimeoutSecs >= 1)) throw new ConfigError('request_timeout_secs must be >= 1');
+  if (cfg.requestTimeoutSecs > MAX_TIMER_SECS) throw new ConfigError(`request_timeout_secs must be <= ${MAX_TIMER_SECS} (about 24.8 days)`);
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
     if (policy !== 'any') throw new ConfigError('rl.version_policy requires rl.enabled');
     return cfg;
   }
   if (!(cfg.rl.controlTimeoutSecs >= 1)) throw new ConfigError('rl.control_timeout_secs must be >= 1');
+  if (cfg.rl.controlTimeoutSecs > MAX_TIMER_SECS) throw new ConfigError(`rl.control_timeout_secs must be <= ${MAX_TIMER_SECS} (about 24.8 days)`);
   if (!(cfg.rl.fanoutConcurrency >= 1)) throw new ConfigError('rl.fanout_concurrency must be >= 1');
   try {
     parseVersionPolicy(policy);
