@@ -3,21 +3,22 @@
 // wire), the token events fold into OpenAI answers, buffered or as SSE chunks ending
 // `data: [DONE]`. `system_fingerprint` follows spec §12.1 (engine-reported > table > label >
 // "default") on the answer and on every chunk. A sampling parameter the wire cannot carry is
-// refused, never dropped. It never routes and never talks to HTTP engines: an engine that cannot
-// serve the request (`unfit`) or fails before its first event (`unsent`) goes back to generate.ts.
+// refused, never dropped. The attempt itself is token-attempt.ts's (shared with /generate). It never
+// routes and never talks to HTTP engines: an engine that cannot serve the request (`unfit`) or fails
+// before its first event (`unsent`) goes back to generate.ts.
 
 import { randomUUID } from 'node:crypto';
-import { PassThrough } from 'node:stream';
+import type { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import type { TokenEngine, TokenRequest, TokenSampling } from '../engines/generation.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { Services } from './services.ts';
 import { TokenAnswer } from './token-answer.ts';
-import { TokenDeadline, failure, isUnsent, tokenizerFor, unsent, type AttemptSignals, type TokenAttempt } from './token-relay.ts';
+import { TokenDeadline, runTokenAttempt, type AnswerShape, type AttemptSignals, type TokenAttempt } from './token-attempt.ts';
+import { tokenizerFor } from './token-relay.ts';
 import { EngineCannotServe, checkWire, wireOf } from './token-sampling.ts';
 import { promptIds, samplingField, samplingOf, type OpenAiPath } from './openai-request.ts';
-import { ROUTED_HEADER, stampWeightVersion } from './stamping.ts';
 
 export type { OpenAiPath } from './openai-request.ts';
 
@@ -56,7 +57,6 @@ export async function openAiTokenRelay(
   signals: AttemptSignals,
 ): Promise<TokenAttempt> {
   const startedAt = performance.now();
-  const chat = path === '/v1/chat/completions';
   let sampling: TokenSampling;
   try {
     sampling = samplingOf(body);
@@ -90,146 +90,98 @@ export async function openAiTokenRelay(
     trimStop: sampling.no_stop_trim !== true,
     detokenize: (ids) => tokenizer.decode(ids, { skipSpecialTokens }),
   });
-  const head = {
-    id: `${chat ? 'chatcmpl' : 'cmpl'}-${rid}`,
+  const shape = new OpenAiAnswer(answer, path, {
+    id: `${path === '/v1/chat/completions' ? 'chatcmpl' : 'cmpl'}-${rid}`,
     created: Math.floor(Date.now() / 1000),
     model: typeof body.model === 'string' && body.model.trim() ? body.model : worker.modelId,
-  };
+  }, sampling, (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true);
+  return runTokenAttempt({ services, worker, engine, req, reply, signals, abort, deadline, version: e.version, stream: body.stream === true, shape });
+}
+
+/** OpenAI's shape, folded from TokenAnswer's objects: deltas while streaming, a usage on request. */
+class OpenAiAnswer implements AnswerShape {
+  private readonly chat: boolean;
+  private readonly n: number;
+  /** Text that may still become a stop string waits (it is trimmed if it does). */
+  private readonly stops: readonly string[] | undefined;
+  /** Per streamed choice, what the caller has been sent. */
+  private readonly sent = new Map<number, { text: string; finished: boolean }>();
+  /** `{...head, object` serialised, built with the first chunk. */
+  private headJson: string | undefined;
+  private prefix = { version: '', json: '' };
+
+  constructor(
+    readonly answer: TokenAnswer,
+    readonly path: OpenAiPath,
+    private readonly head: { id: string; created: number; model: string },
+    sampling: TokenSampling,
+    private readonly includeUsage: boolean,
+  ) {
+    this.chat = path === '/v1/chat/completions';
+    this.n = sampling.n ?? 1;
+    this.stops = sampling.stop && sampling.no_stop_trim !== true ? sampling.stop : undefined;
+  }
+
   /** Per choice, what the answer says so far: text, finish, version, token counts. */
-  const view = (index: number) => {
-    const o = answer.object(index) as { text: string; meta_info: { finish_reason: { type: string } | null; weight_version: string; prompt_tokens: number; completion_tokens: number } };
+  private view(index: number) {
+    const o = this.answer.object(index) as { text: string; meta_info: { finish_reason: { type: string } | null; weight_version: string; prompt_tokens: number; completion_tokens: number } };
     return { text: o.text, finish: o.meta_info.finish_reason ? FINISH[o.meta_info.finish_reason.type] ?? 'stop' : null, version: o.meta_info.weight_version, prompt: o.meta_info.prompt_tokens, completion: o.meta_info.completion_tokens };
-  };
-  const n = sampling.n ?? 1;
-  const usage = () => {
-    const all = Array.from({ length: n }, (_, i) => view(i));
+  }
+
+  private usage() {
+    const all = Array.from({ length: this.n }, (_, i) => this.view(i));
     const completion = all.reduce((sum, c) => sum + c.completion, 0);
     return { prompt_tokens: all[0]!.prompt, completion_tokens: completion, total_tokens: all[0]!.prompt + completion };
-  };
+  }
 
-  reply.header(ROUTED_HEADER, worker.url);
-  if (services.config.rl.enabled) stampWeightVersion(reply, e.version);
-  services.host.acquire(worker.id);
-  let outcome: 'success' | 'failure' | 'neutral' = 'success';
-  let streaming = false;
-  const events = deadline.race(engine.generate(req, abort.signal)[Symbol.asyncIterator]());
-  const streamToCaller = body.stream === true;
-
-  try {
-    if (!streamToCaller) {
-      let got = 0;
-      try {
-        for (let r = await events.next(); !r.done; r = await events.next()) {
-          answer.push(r.value);
-          got++;
-        }
-      } catch (err) {
-        if (deadline.expired) {
-          outcome = 'failure';
-          if (got === 0) throw deadline.timeout(services, path, worker);
-          answer.abort(deadline.message);
-        } else if (got === 0 && isUnsent(err, signals)) {
-          outcome = 'failure';
-          return unsent(reply, err as Error);
-        } else {
-          const verdict = failure(err, got === 0, signals.caller.aborted);
-          outcome = verdict.outcome;
-          if (!verdict.partial) throw verdict.error;
-          answer.abort(verdict.message);
-        }
-      }
-      const choices = Array.from({ length: n }, (_, index) => {
-        const c = view(index);
-        return chat
-          ? { index, message: { role: 'assistant', content: c.text }, logprobs: null, finish_reason: c.finish ?? 'abort' }
-          : { index, text: c.text, logprobs: null, finish_reason: c.finish ?? 'abort' };
-      });
-      services.metrics.request(path, 200);
-      const answered = reply.code(200).header('content-type', 'application/json').send({
-        ...head, object: chat ? 'chat.completion' : 'text_completion', system_fingerprint: view(0).version, choices, usage: usage(),
-      });
-      return { kind: 'answered', reply: answered };
-    }
-
-    // Streamed: the first event decides between an error answer, another engine and a 200 stream.
-    let first: IteratorResult<Parameters<TokenAnswer['push']>[0]>;
-    try {
-      first = await events.next();
-    } catch (err) {
-      if (deadline.expired) {
-        outcome = 'failure';
-        throw deadline.timeout(services, path, worker);
-      }
-      if (isUnsent(err, signals)) {
-        outcome = 'failure';
-        return unsent(reply, err as Error);
-      }
-      const verdict = failure(err, true, signals.caller.aborted);
-      outcome = verdict.outcome;
-      if (!verdict.partial) throw verdict.error;
-      answer.abort(verdict.message);
-      first = { done: true, value: undefined };
-    }
-    const out = new PassThrough();
-    streaming = true;
-    reply.code(200).header('content-type', 'text/event-stream').header('cache-control', 'no-cache');
-    const sent = new Map<number, { text: string; finished: boolean }>();
-    const object = chat ? 'chat.completion.chunk' : 'text_completion';
-    // Every chunk is `{...head, object, system_fingerprint, choices}`: all but `choices` (and a
-    // usage) is serialised once per version, i.e. once per request unless the engine's changes.
-    const headJson = JSON.stringify({ ...head, object }).slice(0, -1);
-    let prefix = { version: '', json: '' };
-    const chunkStart = (version: string): string => {
-      if (prefix.version !== version || !prefix.json) prefix = { version, json: `data: ${headJson},"system_fingerprint":${JSON.stringify(version)},"choices":` };
-      return prefix.json;
-    };
-    const write = (choice: Record<string, unknown>, version: string) => out.write(`${chunkStart(version)}[${JSON.stringify(choice)}]}\n\n`);
-    // Text that may still become a stop string waits (it is trimmed if it does).
-    const stops = sampling.stop && sampling.no_stop_trim !== true ? sampling.stop : undefined;
-    /** Emits what choice `index` gained since its last chunk (a role chunk first, for chat). */
-    const emit = (index: number) => {
-      const c = view(index);
-      let s = sent.get(index);
-      if (!s) {
-        s = { text: '', finished: false };
-        sent.set(index, s);
-        if (chat) write({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, c.version);
-      }
-      if (s.finished) return;
-      const text = stops && c.finish === null ? heldBack(c.text, stops) : c.text;
-      const delta = text.startsWith(s.text) ? text.slice(s.text.length) : text;
-      if (!delta && !c.finish) return;
-      s.text = text;
-      s.finished = c.finish !== null;
-      write(chat ? { index, delta: delta ? { content: delta } : {}, logprobs: null, finish_reason: c.finish } : { index, text: delta, logprobs: null, finish_reason: c.finish }, c.version);
-    };
-    void (async () => {
-      try {
-        if (!first.done) emit(answer.push(first.value));
-        for (let r = await events.next(); !r.done; r = await events.next()) emit(answer.push(r.value));
-      } catch (err) {
-        const verdict = deadline.expired ? deadline.verdict() : failure(err, false, signals.caller.aborted);
-        outcome = verdict.outcome;
-        answer.abort(verdict.message);
-      }
-      // Choices the engine never finished (or never started) end as aborts.
-      for (let i = 0; i < n; i++) answer.object(i);
-      if (!answer.done) answer.abort('the engine ended the stream without finishing');
-      for (let i = 0; i < n; i++) emit(i);
-      const opts = body.stream_options as { include_usage?: unknown } | undefined;
-      if (opts?.include_usage === true) out.write(`${chunkStart(view(0).version)}[],"usage":${JSON.stringify(usage())}}\n\n`);
-      out.end('data: [DONE]\n\n');
-    })().finally(() => {
-      deadline.clear();
-      services.host.release(worker.id, outcome);
+  body(): unknown {
+    const chat = this.chat;
+    const choices = Array.from({ length: this.n }, (_, index) => {
+      const c = this.view(index);
+      return chat
+        ? { index, message: { role: 'assistant', content: c.text }, logprobs: null, finish_reason: c.finish ?? 'abort' }
+        : { index, text: c.text, logprobs: null, finish_reason: c.finish ?? 'abort' };
     });
-    services.metrics.request(path, 200);
-    return { kind: 'answered', reply: reply.send(out) };
-  } finally {
-    // A stream hands the release to its writer; an answer (or error) before it releases here.
-    if (!streaming) {
-      deadline.clear();
-      services.host.release(worker.id, outcome);
+    return { ...this.head, object: chat ? 'chat.completion' : 'text_completion', system_fingerprint: this.view(0).version, choices, usage: this.usage() };
+  }
+
+  // Every chunk is `{...head, object, system_fingerprint, choices}`: all but `choices` (and a
+  // usage) is serialised once per version, i.e. once per request unless the engine's changes.
+  private chunkStart(version: string): string {
+    if (this.prefix.version !== version || !this.prefix.json) {
+      this.headJson ??= JSON.stringify({ ...this.head, object: this.chat ? 'chat.completion.chunk' : 'text_completion' }).slice(0, -1);
+      this.prefix = { version, json: `data: ${this.headJson},"system_fingerprint":${JSON.stringify(version)},"choices":` };
     }
+    return this.prefix.json;
+  }
+
+  private write(out: PassThrough, choice: Record<string, unknown>, version: string): void {
+    out.write(`${this.chunkStart(version)}[${JSON.stringify(choice)}]}\n\n`);
+  }
+
+  /** Emits what choice `index` gained since its last chunk (a role chunk first, for chat). */
+  chunk(out: PassThrough, index: number): void {
+    const c = this.view(index);
+    let s = this.sent.get(index);
+    if (!s) {
+      s = { text: '', finished: false };
+      this.sent.set(index, s);
+      if (this.chat) this.write(out, { index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, c.version);
+    }
+    if (s.finished) return;
+    const text = this.stops && c.finish === null ? heldBack(c.text, this.stops) : c.text;
+    const delta = text.startsWith(s.text) ? text.slice(s.text.length) : text;
+    if (!delta && !c.finish) return;
+    s.text = text;
+    s.finished = c.finish !== null;
+    this.write(out, this.chat ? { index, delta: delta ? { content: delta } : {}, logprobs: null, finish_reason: c.finish } : { index, text: delta, logprobs: null, finish_reason: c.finish }, c.version);
+  }
+
+  end(out: PassThrough): void {
+    // Choices the engine never finished (or never started) end as aborts.
+    for (let i = 0; i < this.n; i++) this.answer.object(i);
+    if (!this.answer.done) this.answer.abort('the engine ended the stream without finishing');
+    for (let i = 0; i < this.n; i++) this.chunk(out, i);
+    if (this.includeUsage) out.write(`${this.chunkStart(this.view(0).version)}[],"usage":${JSON.stringify(this.usage())}}\n\n`);
   }
 }

@@ -5,38 +5,23 @@
 // survive an abort (slime §5.1). With RL on the answer carries the dispatch-time table version
 // (spec §13.4) and, when buffered, the mixed-version flag. A `text` prompt is tokenized, and `text`
 // in the answer detokenized, with the engine's tokenizer: its own GetTokenizer bundle (gRPC), else
-// the gateway's `--tokenizer-path`. One attempt on one engine: what the engine cannot serve
-// (`unfit`) or a transport failure before its first event (`unsent`) goes back to generate.ts,
-// which may route the request elsewhere. The request's deadline and caller (TokenDeadline) are
-// shared with the OpenAI routes.
+// the gateway's `--tokenizer-path`. One attempt on one engine, run by token-attempt.ts (shared with
+// the OpenAI routes): what the engine cannot serve (`unfit`) or a transport failure before its
+// first event (`unsent`) goes back to generate.ts, which may route the request elsewhere.
 
-import { PassThrough } from 'node:stream';
+import type { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
-import { GenerationError, type TokenEngine, type TokenRequest } from '../engines/generation.ts';
+import type { TokenEngine, TokenRequest } from '../engines/generation.ts';
 import { isTokenizerSource, loadTokenizerPath, type Tokenizer } from '../engines/tokenizer.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { mergedLabels } from '../fleet/worker.ts';
-import { GatewayError } from './errors.ts';
 import type { Services } from './services.ts';
 import { TokenAnswer } from './token-answer.ts';
+import { TokenDeadline, runTokenAttempt, type AnswerShape, type AttemptSignals, type TokenAttempt } from './token-attempt.ts';
 import { EngineCannotServe, checkWire, tokenRequestOf, wireOf } from './token-sampling.ts';
-import { GATEWAY_ONLY_HEADERS, ROUTED_HEADER, isMixedBody, stampMixed, stampWeightVersion } from './stamping.ts';
+import { isMixedBody, stampMixed } from './stamping.ts';
 
-/** The request's signals, one set for every attempt (generate.ts owns them and the deadline timer). */
-export interface AttemptSignals {
-  /** The caller went away. */
-  caller: AbortSignal;
-  /** `--request-timeout-secs` passed, counted from the request's arrival. */
-  deadline: AbortSignal;
-}
-
-/** How one attempt on one token engine ended. */
-export type TokenAttempt =
-  | { kind: 'answered'; reply: FastifyReply }
-  /** A transport failure before the engine's first event: the caller has seen nothing. */
-  | { kind: 'unsent'; error: Error }
-  /** The engine cannot take this request; it was never called. */
-  | { kind: 'unfit'; error: EngineCannotServe };
+export type { AttemptSignals, TokenAttempt } from './token-attempt.ts';
 
 export async function tokenRelay(
   services: Services,
@@ -61,7 +46,6 @@ export async function tokenRelay(
     if (err instanceof EngineCannotServe) return { kind: 'unfit', error: err };
     throw err;
   }
-  const streamToCaller = body.stream === true;
   const e = services.view.engine(worker);
   const skipSpecialTokens = req.sampling.skip_special_tokens !== false;
   const answer = new TokenAnswer({
@@ -73,191 +57,38 @@ export async function tokenRelay(
     trimStop: req.sampling.no_stop_trim !== true,
     ...(tokenizer ? { detokenize: (ids: number[]) => tokenizer.decode(ids, { skipSpecialTokens }) } : {}),
   });
-  reply.header(ROUTED_HEADER, worker.url);
   // The header and the attributed `meta_info.weight_version` come from the same read.
-  const rl = services.config.rl.enabled;
-  if (rl) stampWeightVersion(reply, e.version);
-  services.host.acquire(worker.id);
-  let outcome: 'success' | 'failure' | 'neutral' = 'success';
-  let streaming = false;
-  const events = deadline.race(engine.generate(req, abort.signal)[Symbol.asyncIterator]());
-
-  try {
-    if (!streamToCaller) {
-      let got = 0;
-      try {
-        for (let r = await events.next(); !r.done; r = await events.next()) {
-          answer.push(r.value);
-          got++;
-          if (answer.lacksLogprobs) break;
-        }
-      } catch (err) {
-        if (deadline.expired) {
-          outcome = 'failure';
-          if (got === 0) throw deadline.timeout(services, '/generate', worker);
-          answer.abort(deadline.message);
-        } else if (got === 0 && isUnsent(err, signals)) {
-          outcome = 'failure';
-          return unsent(reply, err as Error);
-        } else {
-          const verdict = failure(err, got === 0, signals.caller.aborted);
-          outcome = verdict.outcome;
-          if (!verdict.partial) throw verdict.error;
-          answer.abort(verdict.message);
-        }
-      }
-      if (answer.lacksLogprobs) {
-        outcome = 'neutral';
-        stopEngine(abort, events);
-        throw logprobsUnavailable();
-      }
-      const out = answer.answer();
-      if (rl && isMixedBody(out, e.version)) {
-        stampMixed(reply);
-        services.metrics.mixedVersion();
-      }
-      services.metrics.request('/generate', 200);
-      return { kind: 'answered', reply: reply.code(200).header('content-type', 'application/json').send(out) };
-    }
-
-    // Streamed: the first event decides between an error answer, another engine and a 200 stream.
-    let first: IteratorResult<unknown>;
-    try {
-      first = await events.next();
-    } catch (err) {
-      if (deadline.expired) {
-        outcome = 'failure';
-        throw deadline.timeout(services, '/generate', worker);
-      }
-      if (isUnsent(err, signals)) {
-        outcome = 'failure';
-        return unsent(reply, err as Error);
-      }
-      const verdict = failure(err, true, signals.caller.aborted);
-      outcome = verdict.outcome;
-      if (!verdict.partial) throw verdict.error;
-      answer.abort(verdict.message);
-      first = { done: true, value: undefined };
-    }
-    const out = new PassThrough();
-    streaming = true;
-    reply.code(200).header('content-type', 'text/event-stream').header('cache-control', 'no-cache');
-    void (async () => {
-      const emit = (index: number) => out.write(`data: ${answer.json(index)}\n\n`);
-      // The first chunk without logprobs ends the stream with an error event (the 200 is sent).
-      const emitOrRefuse = (index: number): boolean => {
-        if (!answer.lacksLogprobs) return emit(index), true;
-        outcome = 'neutral';
-        stopEngine(abort, events);
-        const e = logprobsUnavailable();
-        out.write(`data: ${JSON.stringify({ error: { object: 'error', type: e.code, code: e.status, message: e.message } })}\n\n`);
-        return false;
-      };
-      try {
-        let going = first.done || emitOrRefuse(answer.push(first.value as Parameters<TokenAnswer['push']>[0]));
-        while (going) {
-          const r = await events.next();
-          if (r.done) break;
-          going = emitOrRefuse(answer.push(r.value));
-        }
-        if (!going) {
-          out.end('data: [DONE]\n\n');
-          return;
-        }
-      } catch (err) {
-        const verdict = deadline.expired ? deadline.verdict() : failure(err, false, signals.caller.aborted);
-        outcome = verdict.outcome;
-        answer.abort(verdict.message);
-        emit(0);
-      }
-      if (first.done && !answer.done) emit(0);
-      out.end('data: [DONE]\n\n');
-    })().finally(() => {
-      deadline.clear();
-      services.host.release(worker.id, outcome);
-    });
-    services.metrics.request('/generate', 200);
-    return { kind: 'answered', reply: reply.send(out) };
-  } finally {
-    // A stream hands the release to its writer; an answer (or error) before it releases here.
-    if (!streaming) {
-      deadline.clear();
-      services.host.release(worker.id, outcome);
-    }
-  }
+  const shape = new GenerateAnswer(answer, services, e.version);
+  return runTokenAttempt({ services, worker, engine, req, reply, signals, abort, deadline, version: e.version, stream: body.stream === true, shape });
 }
 
-/**
- * A failure before the engine's first event that says nothing about the request: the engine is
- * unreachable (gRPC UNAVAILABLE, connection refused, the ZMQ lane down). Neither the caller
- * going away nor the deadline, nor a refusal or an engine abort, qualifies.
- */
-export function isUnsent(err: unknown, signals: AttemptSignals): boolean {
-  return err instanceof GenerationError && err.code === 'unavailable' && err.beforeFirstEvent && !signals.caller.aborted && !signals.deadline.aborted;
-}
+/** SGLang's shape: TokenAnswer's objects as they are, the whole choice again in every chunk. */
+class GenerateAnswer implements AnswerShape {
+  readonly path = '/generate';
 
-/** The `unsent` outcome: nothing of this attempt stays on the reply another engine will answer. */
-export function unsent(reply: FastifyReply, error: Error): TokenAttempt {
-  for (const h of GATEWAY_ONLY_HEADERS) reply.removeHeader(h);
-  return { kind: 'unsent', error };
-}
+  constructor(
+    readonly answer: TokenAnswer,
+    private readonly services: Services,
+    /** The table version stamped on the reply, for the mixed check. */
+    private readonly version: string | undefined,
+  ) {}
 
-/**
- * The request's deadline (`--request-timeout-secs`, one for every attempt: generate.ts arms it) and
- * its caller, on one engine call: when either fires the engine request is cancelled (`abort`), and
- * when the deadline passes any pending read of the event stream rejects at once, so a stalled
- * engine cannot hold the caller. Before the first event that is a 504; after it, an abort partial.
- * Either way the engine is charged a failure. `clear()` detaches it from both signals.
- */
-export class TokenDeadline {
-  expired = false;
-  private readonly fired: Promise<never>;
-  private readonly onDeadline: () => void;
-  private readonly onCaller: () => void;
-
-  constructor(readonly secs: number, private readonly signals: AttemptSignals, abort: AbortController) {
-    let fire!: (err: Error) => void;
-    this.fired = new Promise<never>((_, reject) => (fire = reject));
-    this.fired.catch(() => undefined);
-    this.onDeadline = () => {
-      this.expired = true;
-      fire(new Error(this.message));
-      abort.abort();
-    };
-    this.onCaller = () => abort.abort();
-    if (signals.deadline.aborted) this.onDeadline();
-    else signals.deadline.addEventListener('abort', this.onDeadline, { once: true });
-    if (signals.caller.aborted) this.onCaller();
-    else signals.caller.addEventListener('abort', this.onCaller, { once: true });
+  body(reply: FastifyReply): unknown {
+    const out = this.answer.answer();
+    if (this.services.config.rl.enabled && isMixedBody(out, this.version)) {
+      stampMixed(reply);
+      this.services.metrics.mixedVersion();
+    }
+    return out;
   }
 
-  get message(): string {
-    return `timed out after ${this.secs}s`;
+  chunk(out: PassThrough, index: number): void {
+    out.write(`data: ${this.answer.json(index)}\n\n`);
   }
 
-  clear(): void {
-    this.signals.deadline.removeEventListener('abort', this.onDeadline);
-    this.signals.caller.removeEventListener('abort', this.onCaller);
-  }
-
-  /** `it` whose reads give up when the deadline passes (the engine is cancelled separately). */
-  race<T>(it: AsyncIterator<T>): AsyncIterator<T> {
-    return {
-      next: () => (this.expired ? this.fired : Promise.race([it.next(), this.fired])),
-      return: (v?: unknown) => it.return?.(v) ?? Promise.resolve({ done: true, value: undefined }),
-    };
-  }
-
-  /** The 504 for a deadline that passed before any event (counted like the HTTP relay's). */
-  timeout(services: Services, path: string, worker: Worker): GatewayError {
-    this.clear();
-    services.metrics.request(path, 504);
-    return new GatewayError('upstream_timeout', `request to \`${worker.url}\` ${this.message}`, { worker_id: worker.id, url: worker.url });
-  }
-
-  /** After the first event: an abort partial, and a failure against the engine. */
-  verdict(): { outcome: 'failure'; message: string } {
-    return { outcome: 'failure', message: this.message };
+  end(out: PassThrough, firstDone: boolean, broke: boolean): void {
+    // A broken stream ends on its abort partial; one the engine ended unanswered, on choice 0 as it is.
+    if (broke || (firstDone && !this.answer.done)) this.chunk(out, 0);
   }
 }
 
@@ -285,35 +116,4 @@ export async function tokenizerFor(services: Services, engine: TokenEngine, sign
     tried.push('no --tokenizer-path is set');
   }
   return { why: tried.join('; ') };
-}
-
-/** The refusal of `return_logprob` on an engine that gives no logprobs, naming both ways out. */
-export function logprobsUnavailable(): GatewayError {
-  return new GatewayError(
-    'logprobs_unavailable',
-    '`return_logprob` was requested but the engine returned no logprobs: start the engine with `--enable-output-logprobs`, or start the gateway with `--synthesize-logprobs` to answer 0.0 per token (only safe when the trainer recomputes logprobs)',
-  );
-}
-
-/** Cancels the engine-side generation we stopped reading. */
-function stopEngine(abort: AbortController, events: AsyncIterator<unknown>): void {
-  abort.abort();
-  void events.return?.(undefined)?.catch(() => undefined);
-}
-
-/**
- * An engine-side abort becomes a partial answer; anything else an error of ours. A caller that
- * went away (`callerGone`) says nothing about the engine: no breaker failure, on any wire.
- */
-export function failure(err: unknown, beforeFirst: boolean, callerGone = false): { partial: boolean; outcome: 'failure' | 'neutral'; message: string; error: GatewayError } {
-  if (callerGone) return { partial: true, outcome: 'neutral', message: 'cancelled by the client', error: new GatewayError('invalid_request', 'client went away') };
-  if (err instanceof GenerationError) {
-    if (err.code === 'aborted') return { partial: true, outcome: 'neutral', message: err.message, error: new GatewayError('internal_error', err.message) };
-    if (err.code === 'invalid_argument') {
-      return { partial: false, outcome: 'neutral', message: err.message, error: new GatewayError('invalid_request', `the engine refused the request: ${err.message}`) };
-    }
-    if (!beforeFirst) return { partial: true, outcome: 'failure', message: err.message, error: new GatewayError('upstream_unreachable', err.message) };
-    return { partial: false, outcome: 'failure', message: err.message, error: new GatewayError('upstream_unreachable', `engine failed: ${err.message}`) };
-  }
-  return { partial: false, outcome: 'failure', message: String(err), error: new GatewayError('upstream_unreachable', `engine failed: ${(err as Error)?.message ?? err}`) };
 }
