@@ -87,8 +87,9 @@ class GenerateAnswer implements AnswerShape {
   }
 
   end(out: PassThrough, firstDone: boolean, broke: boolean): void {
-    // A broken stream ends on its abort partial; one the engine ended unanswered, on choice 0 as it is.
-    if (broke || (firstDone && !this.answer.done)) this.chunk(out, 0);
+    // A broken stream ends on its abort partial; one that never had an event (the engine ended it
+    // or aborted it first) on choice 0 as it is — an abort partial too, as SGLang streams it.
+    if (broke || firstDone) this.chunk(out, 0);
   }
 }
 

@@ -279,6 +279,22 @@ describe('one retry before the first event on token engines (probes off, so a de
     await Promise.all([tsA.clearFaults(), tsB.clearFaults()]);
   });
 
+  it('an engine abort (ABORTED) before the first event: 200 with the abort partial, buffered and streamed, as SGLang answers', async () => {
+    await Promise.all([tsA, tsB].map(async (s) => { await s.clearRecords(); await s.setFaults({ rpc: 'Generate', code: 'ABORTED', message: 'aborted by the test' }); }));
+    const b = await t.http('POST', '/generate', { body: GEN });
+    expect(b.status, b.text).toBe(200);
+    expect(b.json.meta_info.finish_reason.type).toBe('abort');
+    expect(b.json.output_ids).toEqual([]);
+    const s = await t.http('POST', '/generate', { body: { ...GEN, stream: true } });
+    expect(s.status, s.text).toBe(200);
+    const { events, done } = sse(s.text);
+    expect(done).toBe(true);
+    expect(events).toHaveLength(1);
+    expect(events[0].meta_info.finish_reason.type).toBe('abort');
+    expect(events[0].output_ids).toEqual([]);
+    await Promise.all([tsA.clearFaults(), tsB.clearFaults()]);
+  });
+
   it('an engine killed while still routed: every request answers 200 from the other, buffered and streamed', async () => {
     const before = failures(id.a);
     await tsA.kill();
