@@ -1,0 +1,98 @@
+// Publishes a hosted engine actor's state: an `rl.engine.<id>.state` event when its lifecycle,
+// breaker, control or version changes, the engine-state gauges, the transition log line, and the
+// count of version changes under load. It only reads snapshots: it never sends the actor an event,
+// and an event never carries a secret.
+
+import { breakerOf, lifecycleOf, type EngineSnapshot } from '../../actors/engine.ts';
+import type { Bus } from '../bus/connection.ts';
+import type { Subjects } from '../bus/subjects.ts';
+import type { Logger } from '../obs/logger.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import type { Registry } from './registry.ts';
+
+/** What `rl.engine.<id>.state` carries. Never a secret: no api key, no control-app key. */
+export interface EngineStateEvent {
+  id: string;
+  url: string;
+  state: string;
+  control: string;
+  weight_version: string | null;
+  version_source: string | null;
+  breaker: string;
+  in_flight: number;
+  queued: number;
+  error: string | null;
+  time: string;
+}
+
+/** What publishing uses of one hosted engine. */
+export interface PublishedEngine {
+  /** Data-plane requests in flight. */
+  load: number;
+  /** The key of the last published state, so an unchanged state is not published again. */
+  lastPublished: string;
+}
+
+export class StatePublisher {
+  /** Last version seen per engine base URL: DP ranks change together, counted once (spec §12.3). */
+  private readonly engineVersions = new Map<string, string | undefined>();
+
+  constructor(
+    private readonly deps: {
+      registry: Registry;
+      bus: Bus;
+      subjects: Subjects;
+      metrics: Metrics;
+      log: Logger;
+      /** Data-plane load of a hosted worker. */
+      loadOf: (id: string) => number;
+    },
+  ) {}
+
+  publish(id: string, h: PublishedEngine, snap: EngineSnapshot): void {
+    const c = snap.context;
+    const state = lifecycleOf(snap);
+    const breaker = breakerOf(snap);
+    const key = `${state}|${breaker}|${c.control}|${c.version}|${c.versionSource}`;
+    if (key === h.lastPublished) return;
+    const prevState = h.lastPublished.split('|')[0];
+    h.lastPublished = key;
+    const event: EngineStateEvent = {
+      id,
+      url: c.url,
+      state,
+      control: c.control,
+      weight_version: c.version ?? null,
+      version_source: c.versionSource ?? null,
+      breaker,
+      in_flight: h.load,
+      queued: c.queue.length,
+      error: state === 'unreachable' ? (c.lastError ?? null) : null,
+      time: new Date().toISOString(),
+    };
+    this.deps.metrics.engineState(c.url, event);
+    this.noteVersion(c.url, c.version);
+    if (prevState !== state) this.deps.log.info({ worker_id: id, url: c.url, from: prevState || null, to: state }, 'engine transition');
+    try {
+      this.deps.bus.publish(this.deps.subjects.engineState(id), event);
+    } catch (err) {
+      this.deps.log.warn({ err, worker_id: id }, 'could not publish engine state');
+    }
+  }
+
+  /** The engine's last DP rank is gone: a later one with this base URL is a first sighting again. */
+  forgetEngine(baseUrl: string): void {
+    this.engineVersions.delete(baseUrl);
+  }
+
+  /** The first sighting of an engine records its version; a later change with load counts. */
+  private noteVersion(url: string, version: string | undefined): void {
+    const base = url.replace(/@\d+$/, '');
+    const known = this.engineVersions.has(base);
+    if (known && this.engineVersions.get(base) === version) return;
+    this.engineVersions.set(base, version);
+    if (!known) return;
+    const inflight = this.deps.registry.siblings(base).reduce((sum, w) => sum + this.deps.loadOf(w.id), 0);
+    if (inflight > 0) this.deps.metrics.versionChangeWithInflight();
+  }
+}
