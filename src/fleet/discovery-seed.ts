@@ -8,7 +8,7 @@ import type { EngineClient } from '../engines/engine-client.ts';
 import type { Logger } from '../obs/logger.ts';
 import { labelsFromFacts } from './discovery.ts';
 import type { Registry } from './registry.ts';
-import { checkVersion, compareVersions } from './versions.ts';
+import { checkVersion, compareVersions, UNVERSIONED_LABEL } from './versions.ts';
 import { mergedLabels } from './worker.ts';
 
 /** What discovery uses of one hosted engine. */
@@ -23,7 +23,7 @@ export interface SeededEngine {
 
 /** Registration labels seed a version unless absent, empty or the `default` placeholder. */
 export function seedFrom(label: string | undefined): string | undefined {
-  if (label === undefined || label.trim() === '' || label.trim() === 'default') return undefined;
+  if (label === undefined || label.trim() === '' || label.trim() === UNVERSIONED_LABEL) return undefined;
   const checked = checkVersion(label);
   return checked.ok ? checked.value : undefined;
 }

@@ -21,7 +21,7 @@ import { CommandRunner } from './command-runner.ts';
 import { discoverAndSeed, seedFrom } from './discovery-seed.ts';
 import { probeLoop } from './probe-loop.ts';
 import { StatePublisher } from './state-publisher.ts';
-import { mergedLabels, type Worker } from './worker.ts';
+import { baseUrlOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker } from './worker.ts';
 
 export type { EngineStateEvent } from './state-publisher.ts';
 
@@ -195,7 +195,7 @@ export class EngineHost {
     this.commands.abandon(id, h);
     const url = h.actor.getSnapshot().context.url;
     // The engine's gauges go only when no DP rank of it is left.
-    const base = url.replace(/@\d+$/, '');
+    const base = baseUrlOf(url).baseUrl;
     const engineGone = this.deps.registry.siblings(base).length === 0;
     if (engineGone) this.states.forgetEngine(base);
     this.deps.metrics.forget(url, engineGone);
@@ -205,7 +205,7 @@ export class EngineHost {
   private makeClient(worker: Worker): EngineClient {
     switch (worker.connectionMode) {
       case 'http':
-        return new HttpEngineClient(worker.url.replace(/@\d+$/, ''), worker.apiKey);
+        return new HttpEngineClient(baseUrlOf(worker.url).baseUrl, worker.apiKey);
       case 'grpc':
         return new GrpcEngineClient(worker.url);
       case 'zmq': {
@@ -213,7 +213,7 @@ export class EngineHost {
         // with a registration label when the derived one does not suit the deployment.
         const labels = mergedLabels(worker);
         return new ZmqEngineClient(worker.url, {
-          modelId: worker.modelId !== 'unknown' ? worker.modelId : undefined,
+          modelId: worker.modelId !== UNKNOWN_MODEL_ID ? worker.modelId : undefined,
           handshakeAddress: labels.zmq_handshake_address,
         });
       }

@@ -57,8 +57,8 @@ export class Registry extends EventEmitter<RegistryEvents> {
       throw new GatewayError('invalid_request', `url \`${reg.url}\` must start with http://, https://, grpc://, grpcs://, ipc:// or tcp://`, { field: 'url' });
     }
     try {
-      if (mode === 'zmq') laneAddresses(url.replace(/@\d+$/, ''));
-      else new URL(url.replace(/^grpcs?:/, 'http:').replace(/@\d+$/, ''));
+      if (mode === 'zmq') laneAddresses(baseUrlOf(url).baseUrl);
+      else new URL(baseUrlOf(url.replace(/^grpcs?:/, 'http:')).baseUrl);
     } catch (err) {
       const why = mode === 'zmq' ? (err as Error).message : 'it is not a valid URL';
       throw new GatewayError('invalid_request', `url \`${reg.url}\` cannot be used: ${why}`, { field: 'url' });

@@ -9,6 +9,7 @@ import type { Subjects } from '../bus/subjects.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { Registry } from './registry.ts';
+import { baseUrlOf } from './worker.ts';
 
 /** What `rl.engine.<id>.state` carries. Never a secret: no api key, no control-app key. */
 export interface EngineStateEvent {
@@ -87,7 +88,7 @@ export class StatePublisher {
 
   /** The first sighting of an engine records its version; a later change with load counts. */
   private noteVersion(url: string, version: string | undefined): void {
-    const base = url.replace(/@\d+$/, '');
+    const base = baseUrlOf(url).baseUrl;
     const known = this.engineVersions.has(base);
     if (known && this.engineVersions.get(base) === version) return;
     this.engineVersions.set(base, version);

@@ -4,6 +4,7 @@
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ControlOutcome } from '../engines/control-call.ts';
+import { baseUrlOf } from '../fleet/worker.ts';
 
 const PREFIX = 'rlgate_';
 const RL = `${PREFIX}rl_`;
@@ -97,7 +98,7 @@ export class Metrics {
   private readonly lastState = new Map<string, string>();
 
   engineState(url: string, e: { state: string; control: string; weight_version: string | null }): void {
-    const worker = url.replace(/@\d+$/, '');
+    const worker = baseUrlOf(url).baseUrl;
     const prev = this.lastState.get(url);
     if (prev !== undefined && prev !== e.state) this.engineStates.remove({ worker: url, state: prev });
     this.engineStates.set({ worker: url, state: e.state }, 1);
@@ -118,7 +119,7 @@ export class Metrics {
     if (prev !== undefined) this.engineStates.remove({ worker: url, state: prev });
     this.lastState.delete(url);
     if (this.rl && engineGone) {
-      const worker = url.replace(/@\d+$/, '');
+      const worker = baseUrlOf(url).baseUrl;
       this.weightVersion().remove({ worker });
       this.controlState().remove({ worker });
     }
