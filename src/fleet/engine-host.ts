@@ -51,6 +51,11 @@ interface Hosted {
 }
 
 export class EngineHost {
+  /**
+   * Bumped whenever any hosted actor's snapshot changes, and when an actor is hosted or removed:
+   * the router rebuilds its routing table when this (or the registry's generation) moved.
+   */
+  generation = 0;
   private readonly hosted = new Map<string, Hosted>();
   private readonly commands: CommandRunner;
   private readonly states: StatePublisher;
@@ -161,11 +166,20 @@ export class EngineHost {
     this.hosted.set(worker.id, hosted);
     // The machine says what runs when; the I/O happens in the runner, its result goes back as an event.
     this.commands.listen(worker.id, hosted);
+    let seen: unknown;
     actor.subscribe({
-      next: (snap) => this.states.publish(worker.id, hosted, snap),
+      next: (snap) => {
+        // XState notifies on every event; an event that changed nothing keeps the same snapshot.
+        if (snap !== seen) {
+          seen = snap;
+          this.generation++;
+        }
+        this.states.publish(worker.id, hosted, snap);
+      },
       error: (err) => this.deps.log.error({ err, worker_id: worker.id }, 'engine actor failed'),
     });
     actor.start();
+    this.generation++;
   }
 
   private replaced(prev: Worker, next: Worker): void {
@@ -190,6 +204,7 @@ export class EngineHost {
     const h = this.hosted.get(id);
     if (!h) return;
     this.hosted.delete(id);
+    this.generation++;
     h.cmdSub.unsubscribe();
     h.actor.stop();
     this.commands.abandon(id, h);

@@ -23,6 +23,12 @@ export class Registry extends EventEmitter<RegistryEvents> {
   /** base_url → ids of its DP ranks: every control call's observation fans out to siblings. */
   private readonly byBase = new Map<string, Set<string>>();
 
+  /**
+   * Bumped on every change a listener hears of (added, replaced, discovered, removed): readers
+   * that cache what they derived from the registry (the router's table) compare it.
+   */
+  generation = 0;
+
   constructor(private readonly replicaId: string) {
     super();
   }
@@ -88,6 +94,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
     let ranks = this.byBase.get(baseUrl);
     if (!ranks) this.byBase.set(baseUrl, (ranks = new Set()));
     ranks.add(worker.id);
+    this.generation++;
     if (existing) this.emit('replaced', existing, worker);
     else this.emit('added', worker);
     return { worker, created: !existing };
@@ -105,6 +112,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
     };
     next.modelId = modelIdOf(next);
     this.store(prev, next);
+    this.generation++;
     this.emit('replaced', prev, next);
     return next;
   }
@@ -116,6 +124,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
     const next: Worker = { ...w, discoveredLabels: labels };
     next.modelId = modelIdOf(next);
     this.store(w, next);
+    this.generation++;
     this.emit('discovered', next);
     return next;
   }
@@ -128,6 +137,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
     const ranks = this.byBase.get(w.baseUrl);
     ranks?.delete(id);
     if (ranks?.size === 0) this.byBase.delete(w.baseUrl);
+    this.generation++;
     this.emit('removed', w);
     return w;
   }

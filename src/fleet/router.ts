@@ -3,9 +3,11 @@
 // With RL off only `serving`, breaker-not-open, control-active engines are eligible. With RL on
 // the version pre-filter of spec §13.3 runs over the candidates (online engines whose breaker is
 // not open) and counts its drops. Never reads HTTP headers: the caller hands policy and key in.
+// What it reads of the fleet (each worker's engine view, each model's fleet maximum) is kept in a
+// table rebuilt only when the registry or an engine actor changed, not per request.
 
 import type { EngineHost } from './engine-host.ts';
-import type { FleetView } from './fleet-view.ts';
+import type { EngineView, FleetView } from './fleet-view.ts';
 import type { Registry } from './registry.ts';
 import { admit, type DropReason, type VersionPolicy } from './version-policy.ts';
 import type { Worker } from './worker.ts';
@@ -38,25 +40,56 @@ const CANDIDATE_STATES = new Set(['serving', 'paused', 'asleep']);
 
 /** The model id untagged workers are registered under; never a real model. */
 
+/** The fleet as routing sees it, valid while the registry's and the host's generations hold. */
+interface RoutingTable {
+  registryGeneration: number;
+  hostGeneration: number;
+  /** Registry order, with each worker's engine view as of the last change. */
+  entries: Array<{ w: Worker; e: EngineView }>;
+  /** Fleet maximum per model, computed on first ask. */
+  maxByModel: Map<string, string | undefined>;
+}
+
 export class Router {
   private cursor = 0;
+  private table: RoutingTable | null = null;
 
   constructor(private readonly deps: { registry: Registry; view: FleetView; host: EngineHost }) {}
+
+  /**
+   * The table for this moment. Every actor transition bumps the host's generation and every
+   * registry change the registry's, synchronously, so a table is never read after a change it
+   * does not reflect. Loads are not in it: pick() reads them live.
+   */
+  private current(): RoutingTable {
+    const { registry, host, view } = this.deps;
+    const t = this.table;
+    if (t && t.registryGeneration === registry.generation && t.hostGeneration === host.generation) return t;
+    const fresh: RoutingTable = {
+      registryGeneration: registry.generation,
+      hostGeneration: host.generation,
+      entries: registry.all().map((w) => ({ w, e: view.engine(w) })),
+      maxByModel: new Map(),
+    };
+    this.table = fresh;
+    return fresh;
+  }
+
+  private fleetMax(t: RoutingTable, modelId: string): string | undefined {
+    if (!t.maxByModel.has(modelId)) t.maxByModel.set(modelId, this.deps.view.fleetMax(modelId));
+    return t.maxByModel.get(modelId);
+  }
 
   /** Eligible engines right now, in registry order. */
   eligible(opts: PickOptions = {}): Worker[] {
     const out: Worker[] = [];
     const { policy, counts } = opts;
+    const t = this.current();
     let candidates = 0;
-    // Fleet maximum per model, computed at most once per model and selection, and never under
-    // `any` (the hot path allocates nothing beyond `out`).
-    let maxModel: string | undefined;
-    let max: string | undefined;
-    for (const w of this.deps.registry.all()) {
+    for (const { w, e } of t.entries) {
       if (opts.modes && !opts.modes.has(w.connectionMode)) continue;
       if (opts.exclude?.has(w.id)) continue;
       if (opts.modelId !== undefined && w.modelId !== opts.modelId) continue;
-      const e = this.deps.view.engine(w);
       if (e.breaker === 'open') continue;
       if (!policy) {
         if (e.state === 'serving' && e.control === 'active') out.push(w);
@@ -67,19 +100,11 @@ export class Router {
       let reason: DropReason | null;
       if (e.control !== 'active') reason = e.control;
       else if (policy.kind === 'any') reason = null;
-      else {
-        // Fleet maximum of the candidate's own model (the request's, when it names or resolves one).
-        if (maxModel !== w.modelId) {
-          maxModel = w.modelId;
-          max = this.deps.view.fleetMax(w.modelId);
-        }
-        reason = admit(policy, e, max);
-      }
+      else reason = admit(policy, e, this.fleetMax(t, w.modelId));
       if (reason !== null) {
         counts?.candidateFiltered(reason);
         continue;
       }
-      // An active engine whose actor is between states is not routable yet, but it was judged.
       if (e.state === 'serving') out.push(w);
     }
     if (policy && out.length === 0 && candidates > 0) counts?.unroutable();
