@@ -2,8 +2,8 @@
 // as /metrics shows them after real pass-through calls and fan-outs: per-engine version and
 // control gauges, control-call counters by op and result, fan-out counters and histograms.
 
-import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closedPort as deadPort } from '../fixtures/closed-port.ts';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
@@ -20,15 +20,6 @@ function sample(text: string, name: string, labels: Record<string, string> = {})
     if (JSON.stringify(got) === JSON.stringify(want)) return Number(m[3]);
   }
   return undefined;
-}
-
-/** A loopback port with nothing listening on it (bound, read back, released). */
-async function deadPort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((res) => srv.listen(0, '127.0.0.1', res));
-  const { port } = srv.address() as { port: number };
-  await new Promise<void>((res) => srv.close(() => res()));
-  return port;
 }
 
 describe('RL metrics', () => {

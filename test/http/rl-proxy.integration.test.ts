@@ -3,25 +3,13 @@
 // what the engine received byte for byte, the mirrored answer, and every error envelope.
 
 import { request as httpRequest } from 'node:http';
-import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closedPort } from '../fixtures/closed-port.ts';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { spawnSglangSim, type SimProcess, type SimRequest } from '../fixtures/sglang-sim.ts';
-
-/** Paths the gateway calls on its own (discovery, liveness probes): never a proxied call. */
-const OWN_PATHS = new Set(['/health', '/health_generate', '/server_info', '/get_server_info', '/model_info', '/get_model_info']);
+import { GATEWAY_OWN_PATHS as OWN_PATHS, spawnSglangSim, type SimProcess, type SimRequest } from '../fixtures/sglang-sim.ts';
 
 async function controlCalls(sim: SimProcess): Promise<SimRequest[]> {
   return (await sim.requests()).filter((r) => !OWN_PATHS.has(r.path));
-}
-
-/** A loopback port nobody listens on (bound on port 0, read back, released). */
-async function closedPort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((res) => srv.listen(0, '127.0.0.1', res));
-  const { port } = srv.address() as { port: number };
-  await new Promise<void>((res) => srv.close(() => res()));
-  return port;
 }
 
 /** A request whose path is sent as written (undici would normalise `..` segments away). */

@@ -3,12 +3,13 @@
 // (one advertising its HTTP control app, one silent) and an SGLang simulator, all child processes.
 
 import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closedPort } from '../fixtures/closed-port.ts';
+import { startFixtureG, type FixtureG } from '../fixtures/fixture-g.ts';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { spawnSglangSim, type SimProcess, type SimRequest } from '../fixtures/sglang-sim.ts';
+import { GATEWAY_OWN_PATHS as SG_OWN_PATHS, type SimProcess, type SimRequest } from '../fixtures/sglang-sim.ts';
 import { spawnTokenspeedSim, type ControlRequest, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
 
 /** §6.3: the row's fields, in this order (rlgate's own extras may follow). */
@@ -18,24 +19,12 @@ const ROW_FIELDS = [
   'labels', 'capabilities',
 ];
 
-/** Paths the gateway calls on an HTTP engine by itself (discovery, probes): never a proxied call. */
-const SG_OWN_PATHS = new Set(['/health', '/health_generate', '/server_info', '/get_server_info', '/model_info', '/get_model_info']);
-
 async function sgCalls(sim: SimProcess, path: string): Promise<SimRequest[]> {
   return (await sim.requests()).filter((r) => !SG_OWN_PATHS.has(r.path) && r.path === path);
 }
 
 async function appCalls(sim: TokenspeedSimProcess, path?: string): Promise<ControlRequest[]> {
   return (await sim.requests()).filter((r) => path === undefined || r.path === path);
-}
-
-/** A loopback port nobody listens on (bound on port 0, read back, released). */
-async function closedPort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((res) => srv.listen(0, '127.0.0.1', res));
-  const { port } = srv.address() as { port: number };
-  await new Promise<void>((res) => srv.close(() => res()));
-  return port;
 }
 
 const q = (selector: string) => `selector=${encodeURIComponent(selector)}`;
@@ -45,6 +34,7 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
   let tsAdv: TokenspeedSimProcess;
   let tsSilent: TokenspeedSimProcess;
   let sg: SimProcess;
+  let g: FixtureG | undefined;
   const id = { adv: '', silent: '', sg: '' };
 
   async function row(workerId: string) {
@@ -54,29 +44,11 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
   }
 
   beforeAll(async () => {
-    [tsAdv, tsSilent, sg] = await Promise.all([
-      spawnTokenspeedSim([
-        '--rl-control-port', '0',
-        '--rl-control-api-key', 'ts-secret',
-        '--rl-update-from', 'distributed,mooncake',
-        '--stamp-weight-version', 'v7',
-        '--model', 'MODEL',
-        '--token-rate', '0',
-      ]),
-      spawnTokenspeedSim(['--stamp-weight-version', 'v7', '--model', 'MODEL', '--token-rate', '0']),
-      spawnSglangSim(['--model', 'MODEL', '--token-rate', '0']),
-    ]);
-    t = await startTestGateway({ rl: { controlTimeoutSecs: 5 } });
-    [id.adv, id.silent, id.sg] = await t.register([
-      { url: tsAdv.url, runtime_type: 'tokenspeed', api_key: 'ts-secret', labels: { weight_version: 'registered' } },
-      { url: tsSilent.url, runtime_type: 'tokenspeed' },
-      sg.url,
-    ]);
+    g = await startFixtureG();
+    ({ t, tsAdv, tsSilent, sg } = g);
+    Object.assign(id, g.id);
   });
-  afterAll(async () => {
-    await t?.close();
-    await Promise.all([tsAdv, tsSilent, sg].filter(Boolean).map((s) => s.stop()));
-  });
+  afterAll(() => g?.close());
 
   it('line 30: rows show the control URL, the advertised or static capabilities and the caller-label version', async () => {
     const res = await t.http('GET', '/v1/rl/workers');

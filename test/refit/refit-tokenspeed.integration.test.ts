@@ -3,9 +3,10 @@
 // `upstream_error` 501 and must still resume it: the engine is not left paused and keeps serving.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
-import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
+import { startFixtureG, type FixtureG } from '../fixtures/fixture-g.ts';
+import type { TestGateway } from '../fixtures/gateway.ts';
+import type { SimProcess } from '../fixtures/sglang-sim.ts';
+import type { TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
 
 const disk = (v: string, selector?: string) => ({
   weight_version: v,
@@ -18,6 +19,7 @@ describe('disk refits on a fixture-G fleet (ts-adv, ts-silent, sg)', () => {
   let tsAdv: TokenspeedSimProcess;
   let tsSilent: TokenspeedSimProcess;
   let sg: SimProcess;
+  let g: FixtureG | undefined;
   const id = { adv: '', silent: '', sg: '' };
 
   async function row(workerId: string): Promise<Record<string, any>> {
@@ -49,29 +51,11 @@ describe('disk refits on a fixture-G fleet (ts-adv, ts-silent, sg)', () => {
   }
 
   beforeAll(async () => {
-    [tsAdv, tsSilent, sg] = await Promise.all([
-      spawnTokenspeedSim([
-        '--rl-control-port', '0',
-        '--rl-control-api-key', 'ts-secret',
-        '--rl-update-from', 'distributed,mooncake',
-        '--stamp-weight-version', 'v7',
-        '--model', 'MODEL',
-        '--token-rate', '0',
-      ]),
-      spawnTokenspeedSim(['--stamp-weight-version', 'v7', '--model', 'MODEL', '--token-rate', '0']),
-      spawnSglangSim(['--model', 'MODEL', '--token-rate', '0']),
-    ]);
-    t = await startTestGateway({ rl: { controlTimeoutSecs: 5 } });
-    [id.adv, id.silent, id.sg] = await t.register([
-      { url: tsAdv.url, runtime_type: 'tokenspeed', api_key: 'ts-secret', labels: { weight_version: 'registered' } },
-      { url: tsSilent.url, runtime_type: 'tokenspeed' },
-      sg.url,
-    ]);
+    g = await startFixtureG();
+    ({ t, tsAdv, tsSilent, sg } = g);
+    Object.assign(id, g.id);
   });
-  afterAll(async () => {
-    await t?.close();
-    await Promise.all([tsAdv, tsSilent, sg].filter(Boolean).map((s) => s.stop()));
-  });
+  afterAll(() => g?.close());
 
   it('a disk refit selecting ts-adv is 207 upstream_error 501; the engine is resumed and still generates', async () => {
     await tsAdv.clearRecords();
