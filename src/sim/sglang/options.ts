@@ -2,6 +2,7 @@
 // --help text. It owns every option name and default; it never starts a server.
 
 import type { JoinGroup } from '../broadcast/types.ts';
+import { flagJson, flagNumber, readFlags } from '../flags.ts';
 import { parseFaults, type Fault } from './faults.ts';
 
 export type HealthMode = 'generate' | 'liveness';
@@ -141,14 +142,6 @@ Prints {"event":"listening","url":...,"port":...} on stdout when ready; SIGTERM/
   --help                        this text
 `;
 
-function num(flag: string, v: string): number {
-  const s = v.trim().toLowerCase();
-  if (s === 'inf' || s === 'infinity') return Infinity;
-  const n = Number(s);
-  if (s === '' || !Number.isFinite(n)) throw new Error(`${flag} needs a number, got "${v}"`);
-  return n;
-}
-
 /** Parses `--flag value` and `--flag=value`; unknown flags are an error. */
 export function parseArgs(argv: readonly string[]): CliOptions {
   const o: SglangSimOptions = {};
@@ -156,36 +149,24 @@ export function parseArgs(argv: readonly string[]): CliOptions {
   let transport: Transport = 'auto';
   let exitOnStdinClose = false;
   let help = false;
-  for (let i = 0; i < argv.length; i++) {
-    let flag = argv[i];
-    let value: string | undefined;
-    const eq = flag.indexOf('=');
-    if (flag.startsWith('--') && eq > 0) { value = flag.slice(eq + 1); flag = flag.slice(0, eq); }
-    const next = (): string => {
-      if (value !== undefined) return value;
-      const v = argv[++i];
-      if (v === undefined) throw new Error(`${flag} needs a value`);
-      return v;
-    };
+  readFlags(argv, (flag, next) => {
     switch (flag) {
       case '--help': case '-h': help = true; break;
       case '--host': o.host = next(); break;
-      case '--port': o.port = num(flag, next()); break;
+      case '--port': o.port = flagNumber(flag, next()); break;
       case '--model': case '--model-path': o.model = next(); break;
       case '--served-model-name': o.servedModelName = next(); break;
       case '--weight-version': o.weightVersion = next(); break;
-      case '--tp-size': o.tpSize = num(flag, next()); break;
-      case '--dp-size': o.dpSize = num(flag, next()); break;
-      case '--pp-size': o.ppSize = num(flag, next()); break;
-      case '--token-rate': o.tokenRate = num(flag, next()); break;
-      case '--max-running': o.maxRunningRequests = num(flag, next()); break;
-      case '--context-length': o.contextLength = num(flag, next()); break;
+      case '--tp-size': o.tpSize = flagNumber(flag, next()); break;
+      case '--dp-size': o.dpSize = flagNumber(flag, next()); break;
+      case '--pp-size': o.ppSize = flagNumber(flag, next()); break;
+      case '--token-rate': o.tokenRate = flagNumber(flag, next()); break;
+      case '--max-running': o.maxRunningRequests = flagNumber(flag, next()); break;
+      case '--context-length': o.contextLength = flagNumber(flag, next()); break;
       case '--api-key': o.apiKey = next(); break;
       case '--version': o.version = next(); break;
       case '--fault': {
-        const raw = next();
-        let parsed: unknown;
-        try { parsed = JSON.parse(raw); } catch { throw new Error(`--fault needs JSON, got ${raw}`); }
+        const parsed = flagJson(flag, next());
         faults.push(...parseFaults(parsed));
         break;
       }
@@ -195,9 +176,9 @@ export function parseArgs(argv: readonly string[]): CliOptions {
         o.healthMode = v;
         break;
       }
-      case '--health-check-timeout': o.healthCheckTimeoutMs = num(flag, next()); break;
-      case '--group-timeout': o.groupTimeoutMs = num(flag, next()); break;
-      case '--record-limit': o.recordLimit = num(flag, next()); break;
+      case '--health-check-timeout': o.healthCheckTimeoutMs = flagNumber(flag, next()); break;
+      case '--group-timeout': o.groupTimeoutMs = flagNumber(flag, next()); break;
+      case '--record-limit': o.recordLimit = flagNumber(flag, next()); break;
       case '--no-memory-saver': o.enableMemorySaver = false; break;
       case '--exit-on-stdin-close': exitOnStdinClose = true; break;
       case '--transport': {
@@ -208,7 +189,7 @@ export function parseArgs(argv: readonly string[]): CliOptions {
       }
       default: throw new Error(`unknown flag ${flag} (see --help)`);
     }
-  }
+  });
   if (faults.length > 0) o.faults = faults;
   return { options: o, transport, exitOnStdinClose, help };
 }

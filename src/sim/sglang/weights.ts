@@ -1,9 +1,9 @@
-// The weight store: what the engine has loaded (per-tensor checksums for refit verification,
-// model_path for disk loads), its broadcast groups, and the one load transaction every weight
+// SGLang's weights: its group entry and dtypes over the shared store (src/sim/weight-store.ts:
+// tensors, groups, counters, the serial queue), and the one load transaction every weight
 // route goes through (abort → drain unless paused → flush check → load → version).
 // It never parses HTTP bodies; the route files do.
 
-import type { GroupMember } from '../broadcast/types.ts';
+import { WeightStore as BaseWeightStore, type StoredGroup } from '../weight-store.ts';
 import type { SimEngine } from './engine.ts';
 
 export const DTYPE_BYTES: Readonly<Record<string, number>> = {
@@ -13,39 +13,9 @@ export const DTYPE_BYTES: Readonly<Record<string, number>> = {
 
 export type LoadSource = 'distributed' | 'disk' | 'tensor' | 'ipc';
 
-export interface LoadedTensorRecord {
-  name: string;
-  dtype: string;
-  shape: number[];
-  bytes: number;
-  /** Hex sha256 as received over the group; null when no bytes moved (metadata-only mode). */
-  checksum: string | null;
-  group: string;
-  /** weight_version of the call that loaded it (null when the call carried none). */
-  weightVersion: string | null;
-  at: string;
-}
-
-export interface GroupEntry {
-  name: string;
+/** SGLang joins during the init call; `member` stays null for a claimed-but-skipped join. */
+export interface GroupEntry extends StoredGroup {
   state: 'joining' | 'ready';
-  masterAddress: string;
-  masterPort: number;
-  rankOffset: number;
-  worldSize: number;
-  backend: string;
-  ranks: number[];
-  /** null: metadata-only (no transport) or a claimed-but-skipped join. */
-  member: GroupMember | null;
-  chunks: number;
-}
-
-export interface LastLoad {
-  source: LoadSource;
-  at: string;
-  weightVersion: string | null;
-  claimedWithoutApplying: boolean;
-  detail: Record<string, unknown>;
 }
 
 export function knownDtype(dtype: string): boolean {
@@ -56,42 +26,8 @@ export function tensorBytes(dtype: string, shape: readonly number[]): number {
   return knownDtype(dtype) ? shape.reduce((a, b) => a * b, 1) * DTYPE_BYTES[dtype] : 0;
 }
 
-export class WeightStore {
-  readonly tensors = new Map<string, LoadedTensorRecord>();
-  readonly groups = new Map<string, GroupEntry>();
-  lastLoad: LastLoad | null = null;
-  loads = 0;
-  failedLoads = 0;
-  /** Loads answered as successful by a `claimSuccessWithoutApplying` fault. */
-  claimedLoads = 0;
-  private chain: Promise<unknown> = Promise.resolve();
-
-  constructor(public modelPath: string) {}
-
-  /** Weight operations run one at a time, as the scheduler processes them. */
-  serialize<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.chain.then(fn, fn);
-    this.chain = run.catch(() => undefined);
-    return run;
-  }
-
-  snapshot(): Record<string, unknown> {
-    return {
-      modelPath: this.modelPath,
-      loads: this.loads,
-      failedLoads: this.failedLoads,
-      claimedLoads: this.claimedLoads,
-      lastLoad: this.lastLoad,
-      tensors: [...this.tensors.values()],
-      groups: [...this.groups.values()].map(({ member, ...g }) => ({ ...g, transport: member ? 'tcp' : 'metadata' })),
-    };
-  }
-
-  close(): void {
-    for (const g of this.groups.values()) g.member?.close();
-    this.groups.clear();
-  }
-}
+/** SGLang's store: the shared one over its synchronously joined groups and its load sources. */
+export class WeightStore extends BaseWeightStore<GroupEntry, LoadSource> {}
 
 export type LoadOutcome = { ok: true; message: string } | { ok: false; message: string };
 

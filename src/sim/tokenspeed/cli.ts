@@ -2,6 +2,7 @@
 // unknown flags refused) into simulator options, and the --help text. `--servicer-impl` is kept
 // raw here: main.ts resolves it against the environment. It never starts anything.
 
+import { flagJson, flagNumber, readFlags } from '../flags.ts';
 import { FaultError, parseFaults, type FaultRule } from './faults.ts';
 import type { StampMode, TokenspeedSimOptions } from './options.ts';
 
@@ -56,14 +57,6 @@ SIGTERM/SIGINT stop it (health NOT_SERVING, in-flight requests drain, then exit 
   --help                         this text
 `;
 
-function num(flag: string, v: string): number {
-  const s = v.trim().toLowerCase();
-  if (s === 'inf' || s === 'infinity') return Infinity;
-  const n = Number(s);
-  if (s === '' || !Number.isFinite(n)) throw new Error(`${flag} needs a number, got "${v}"`);
-  return n;
-}
-
 function stampOf(v: string): StampMode {
   const t = v.trim();
   if (t.toLowerCase() === 'none') return { kind: 'none' };
@@ -86,23 +79,13 @@ export function parseArgs(argv: readonly string[]): CliOptions {
   let servicerImplFlag: string | undefined;
   let exitOnStdinClose = false;
   let help = false;
-  for (let i = 0; i < argv.length; i++) {
-    let flag = argv[i];
-    let value: string | undefined;
-    const eq = flag.indexOf('=');
-    if (flag.startsWith('--') && eq > 0) { value = flag.slice(eq + 1); flag = flag.slice(0, eq); }
-    const next = (): string => {
-      if (value !== undefined) return value;
-      const v = argv[++i];
-      if (v === undefined) throw new Error(`${flag} needs a value`);
-      return v;
-    };
+  readFlags(argv, (flag, next) => {
     switch (flag) {
       case '--help': case '-h': help = true; break;
       case '--host': o.host = next(); break;
-      case '--port': o.port = num(flag, next()); break;
-      case '--admin-port': o.adminPort = num(flag, next()); break;
-      case '--rl-control-port': o.rlControlPort = num(flag, next()); break;
+      case '--port': o.port = flagNumber(flag, next()); break;
+      case '--admin-port': o.adminPort = flagNumber(flag, next()); break;
+      case '--rl-control-port': o.rlControlPort = flagNumber(flag, next()); break;
       case '--rl-control-host': o.rlControlHost = next(); break;
       case '--rl-control-api-key': o.rlControlApiKey = next(); break;
       case '--rl-update-from': o.rlUpdateFrom = next().split(','); break;
@@ -114,31 +97,29 @@ export function parseArgs(argv: readonly string[]): CliOptions {
       case '--no-tokenizer': o.tokenizerPath = ''; break;
       case '--weight-version': o.weightVersion = next(); break;
       case '--stamp-weight-version': o.stamp = stampOf(next()); break;
-      case '--attn-tp-size': o.attnTpSize = num(flag, next()); break;
-      case '--dp-size': case '--data-parallel-size': o.dpSize = num(flag, next()); break;
-      case '--token-rate': o.tokenRate = num(flag, next()); break;
-      case '--max-running-requests': case '--max-running': o.maxRunningRequests = num(flag, next()); break;
-      case '--context-length': o.contextLength = num(flag, next()); break;
+      case '--attn-tp-size': o.attnTpSize = flagNumber(flag, next()); break;
+      case '--dp-size': case '--data-parallel-size': o.dpSize = flagNumber(flag, next()); break;
+      case '--token-rate': o.tokenRate = flagNumber(flag, next()); break;
+      case '--max-running-requests': case '--max-running': o.maxRunningRequests = flagNumber(flag, next()); break;
+      case '--context-length': o.contextLength = flagNumber(flag, next()); break;
       case '--enable-output-logprobs': o.enableOutputLogprobs = true; break;
       case '--kv-events-config': o.kvEventsConfig = next(); break;
-      case '--kv-load-interval': o.kvLoadIntervalMs = num(flag, next()); break;
+      case '--kv-load-interval': o.kvLoadIntervalMs = flagNumber(flag, next()); break;
       case '--kvstore-storage-backend': o.kvstoreStorageBackend = next(); break;
       case '--version': o.version = next(); break;
       case '--server-arg': serverArg(next(), extra); break;
       case '--fault': {
-        const raw = next();
-        let parsed: unknown;
-        try { parsed = JSON.parse(raw); } catch { throw new Error(`--fault needs JSON, got ${raw}`); }
+        const parsed = flagJson(flag, next());
         try { faults.push(...parseFaults(parsed)); } catch (e) { throw new Error(`--fault: ${(e as FaultError).message}`); }
         break;
       }
-      case '--group-timeout': o.groupTimeoutMs = num(flag, next()); break;
-      case '--record-limit': o.recordLimit = num(flag, next()); break;
-      case '--drain-secs': o.drainMs = num(flag, next()) * 1000; break;
+      case '--group-timeout': o.groupTimeoutMs = flagNumber(flag, next()); break;
+      case '--record-limit': o.recordLimit = flagNumber(flag, next()); break;
+      case '--drain-secs': o.drainMs = flagNumber(flag, next()) * 1000; break;
       case '--exit-on-stdin-close': exitOnStdinClose = true; break;
       default: throw new Error(`unknown flag ${flag} (see --help)`);
     }
-  }
+  });
   if (faults.length > 0) o.faults = faults;
   if (Object.keys(extra).length > 0) o.serverArgs = extra;
   return { options: o, servicerImplFlag, exitOnStdinClose, help };
