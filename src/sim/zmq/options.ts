@@ -10,6 +10,7 @@ import type { JoinGroup } from '../broadcast/types.ts';
 import { FaultError, parseFaults as parseControlFaults, type FaultRule } from '../tokenspeed/faults.ts';
 import type { TokenspeedSimOptions } from '../tokenspeed/options.ts';
 import { parseFaults, type SimFault } from './faults.ts';
+import { flagJson, flagNumber, readFlags } from '../flags.ts';
 
 export interface ZmqSimOptions {
   /** Worker URL the gateway registers: `ipc://<path>` or `tcp://127.0.0.1:<port>`. Default: a fresh ipc path. */
@@ -158,22 +159,6 @@ the gateway binds).
   --help                         this text
 `;
 
-function num(flag: string, v: string): number {
-  const s = v.trim().toLowerCase();
-  if (s === 'inf' || s === 'infinity') return Infinity;
-  const n = Number(s);
-  if (s === '' || !Number.isFinite(n)) throw new Error(`${flag} needs a number, got "${v}"`);
-  return n;
-}
-
-function json(flag: string, raw: string): unknown {
-  try {
-    return JSON.parse(raw);
-  } catch {
-    throw new Error(`${flag} needs JSON, got ${raw}`);
-  }
-}
-
 /** Parses `--flag value` and `--flag=value`; unknown flags are an error. */
 export function parseArgs(argv: readonly string[]): Cli {
   const o: ZmqSimOptions = {};
@@ -181,48 +166,38 @@ export function parseArgs(argv: readonly string[]): Cli {
   const controlFaults: FaultRule[] = [];
   let exitOnStdinClose = false;
   let help = false;
-  for (let i = 0; i < argv.length; i++) {
-    let flag = argv[i];
-    let value: string | undefined;
-    const eq = flag.indexOf('=');
-    if (flag.startsWith('--') && eq > 0) { value = flag.slice(eq + 1); flag = flag.slice(0, eq); }
-    const next = (): string => {
-      if (value !== undefined) return value;
-      const v = argv[++i];
-      if (v === undefined) throw new Error(`${flag} needs a value`);
-      return v;
-    };
+  readFlags(argv, (flag, next) => {
     switch (flag) {
       case '--help': case '-h': help = true; break;
       case '--url': o.url = next(); break;
       case '--handshake-address': o.handshakeAddress = next(); break;
-      case '--dp-rank': o.rank = num(flag, next()); break;
-      case '--dp-size': o.dpSize = num(flag, next()); break;
-      case '--tp-size': o.tpSize = num(flag, next()); break;
-      case '--pp-size': o.ppSize = num(flag, next()); break;
+      case '--dp-rank': o.rank = flagNumber(flag, next()); break;
+      case '--dp-size': o.dpSize = flagNumber(flag, next()); break;
+      case '--tp-size': o.tpSize = flagNumber(flag, next()); break;
+      case '--pp-size': o.ppSize = flagNumber(flag, next()); break;
       case '--model': case '--model-path': o.model = next(); break;
       case '--weight-version': o.weightVersion = next(); break;
-      case '--token-rate': o.tokenRate = num(flag, next()); break;
-      case '--max-running': o.maxRunning = num(flag, next()); break;
-      case '--context-length': o.contextLength = num(flag, next()); break;
+      case '--token-rate': o.tokenRate = flagNumber(flag, next()); break;
+      case '--max-running': o.maxRunning = flagNumber(flag, next()); break;
+      case '--context-length': o.contextLength = flagNumber(flag, next()); break;
       case '--version': o.version = next(); break;
-      case '--port': case '--admin-port': o.adminPort = num(flag, next()); break;
-      case '--rl-control-port': o.rlControlPort = num(flag, next()); break;
+      case '--port': case '--admin-port': o.adminPort = flagNumber(flag, next()); break;
+      case '--rl-control-port': o.rlControlPort = flagNumber(flag, next()); break;
       case '--no-rl-control': o.rlControlPort = null; break;
       case '--rl-control-host': o.rlControlHost = next(); break;
       case '--rl-control-api-key': o.rlControlApiKey = next(); break;
-      case '--fault': faults.push(...parseFaults(json(flag, next()))); break;
+      case '--fault': faults.push(...parseFaults(flagJson(flag, next()))); break;
       case '--control-fault':
-        try { controlFaults.push(...parseControlFaults(json(flag, next()))); } catch (e) {
+        try { controlFaults.push(...parseControlFaults(flagJson(flag, next()))); } catch (e) {
           throw e instanceof FaultError ? new Error(`--control-fault: ${e.message}`) : e;
         }
         break;
-      case '--group-timeout': o.groupTimeoutMs = num(flag, next()); break;
-      case '--record-limit': o.recordLimit = num(flag, next()); break;
+      case '--group-timeout': o.groupTimeoutMs = flagNumber(flag, next()); break;
+      case '--record-limit': o.recordLimit = flagNumber(flag, next()); break;
       case '--exit-on-stdin-close': exitOnStdinClose = true; break;
       default: throw new Error(`unknown flag ${flag} (see --help)`);
     }
-  }
+  });
   if (faults.length > 0) o.faults = faults;
   if (controlFaults.length > 0) o.controlFaults = controlFaults;
   return { options: o, exitOnStdinClose, help };
