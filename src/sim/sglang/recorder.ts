@@ -2,23 +2,9 @@
 // query, headers, body, HTTP version, time) and in-flight/peak concurrency counters, so gateway
 // tests can assert forwarded bytes and fan-out caps. It never answers requests.
 
-import type { IncomingHttpHeaders } from 'node:http';
+import type { RecordedRequest } from '../request-record.ts';
 
-export interface RecordedRequest {
-  /** 1-based arrival order since start (not reset by clearing). */
-  seq: number;
-  /** ISO-8601 arrival time. */
-  time: string;
-  method: string;
-  path: string;
-  /** Raw query string without '?', '' when absent. */
-  query: string;
-  headers: IncomingHttpHeaders;
-  /** Body as UTF-8 text ('' when there was none). */
-  body: string;
-  bodyBytes: number;
-  httpVersion: string;
-}
+export type { RecordedRequest } from '../request-record.ts';
 
 export class RequestRecorder {
   private records: RecordedRequest[] = [];

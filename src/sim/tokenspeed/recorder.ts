@@ -2,21 +2,9 @@
 // query, headers, body, HTTP version) and of every gRPC call (method, metadata, decoded request).
 // It never answers anything and never stores the admin routes' traffic.
 
-export interface ControlRecord {
-  /** 1-based arrival order since start (not reset by clearing). */
-  seq: number;
-  /** ISO-8601 arrival time. */
-  time: string;
-  method: string;
-  path: string;
-  /** Raw query string without '?', '' when absent. */
-  query: string;
-  headers: Record<string, string | string[] | undefined>;
-  /** Body as UTF-8 text ('' when there was none). */
-  body: string;
-  bodyBytes: number;
-  httpVersion: string;
-}
+import type { RecordedRequest } from '../request-record.ts';
+/** One control-app request: the shape every simulator records requests in. */
+export type ControlRecord = RecordedRequest;
 
 export interface RpcRecord {
   seq: number;
