@@ -8,24 +8,25 @@ import type { ResolvedOptions } from './options.ts';
 import { Concurrency, RequestRecorder } from './recorder.ts';
 import { Scheduler } from './scheduler.ts';
 import { WeightStore } from './weights.ts';
+import { MemoryGate } from '../memory-gate.ts';
 
 export const MEMORY_TAGS = ['weights', 'kv_cache', 'cuda_graph'] as const;
 
 export class SimEngine {
   weightVersion: string;
   readonly scheduler: Scheduler;
+  /** Released memory tags; admission stays shut while any is released. */
+  readonly memory = new MemoryGate(() => this.scheduler.lockGate());
   readonly weights: WeightStore;
   readonly faults = new FaultTable();
   readonly recorder: RequestRecorder;
   readonly concurrency = new Concurrency();
   /** Memory tags currently released; any released tag holds new requests at the gate. */
-  readonly memoryReleased = new Set<string>();
   /** Responses held by a `hang` fault, ended only by close or POST /_sim/release-hung. */
   readonly hung = new Set<ServerResponse>();
   /** Requests sleeping in a `delayMs` fault right now. */
   delayed = 0;
   readonly startedAt = Date.now();
-  private memoryUnlock: (() => void) | null = null;
   private rr = 0;
 
   constructor(readonly opts: ResolvedOptions) {
@@ -49,16 +50,11 @@ export class SimEngine {
   }
 
   releaseMemory(tags: readonly string[]): void {
-    for (const t of tags) this.memoryReleased.add(t);
-    if (this.memoryReleased.size > 0 && !this.memoryUnlock) this.memoryUnlock = this.scheduler.lockGate();
+    this.memory.release(tags);
   }
 
   resumeMemory(tags: readonly string[]): void {
-    for (const t of tags) this.memoryReleased.delete(t);
-    if (this.memoryReleased.size === 0 && this.memoryUnlock) {
-      this.memoryUnlock();
-      this.memoryUnlock = null;
-    }
+    this.memory.resume(tags);
   }
 
   /** Everything GET /_sim/state reports. */
@@ -75,7 +71,7 @@ export class SimEngine {
       waiting: c.waiting,
       held: c.held,
       sequences: this.scheduler.sequences(1000),
-      memoryReleased: [...this.memoryReleased],
+      memoryReleased: [...this.memory.released],
       weights: this.weights.snapshot(),
       inFlight: this.concurrency.inFlight,
       peakInFlight: this.concurrency.peak,

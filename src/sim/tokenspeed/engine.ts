@@ -10,6 +10,7 @@ import { Recorder } from './recorder.ts';
 import { Scheduler } from './scheduler.ts';
 import type { Finish } from './sequence.ts';
 import { WeightStore } from './weights.ts';
+import { MemoryGate } from '../memory-gate.ts';
 
 export const MEMORY_TAGS = ['weights', 'kv_cache', 'cuda_graph'] as const;
 /** Reported as max_total_num_tokens; the simulator has no real KV pool. */
@@ -20,12 +21,13 @@ export class TsEngine {
   /** The version at launch: what the rust profile keeps reporting in model/server facts. */
   readonly launchVersion: string;
   readonly scheduler: Scheduler;
+  /** Released memory tags; admission stays shut while any is released. */
+  readonly memory = new MemoryGate(() => this.scheduler.lockGate());
   readonly weights: WeightStore;
   readonly faults = new FaultTable();
   readonly recorder: Recorder;
   /** null when SubscribeKvEvents answers UNIMPLEMENTED. */
   readonly kv: KvRelay | null;
-  readonly memoryReleased = new Set<string>();
   profiling: { since: string; outputDir: string | null } | null = null;
   /** Set on SIGTERM: health turns false / NOT_SERVING, new Generate calls are refused. */
   shuttingDown = false;
@@ -45,7 +47,6 @@ export class TsEngine {
   controlInFlight = 0;
   peakControlInFlight = 0;
   readonly startedAt = Date.now();
-  private memoryUnlock: (() => void) | null = null;
   private rr = 0;
 
   constructor(readonly opts: ResolvedOptions) {
@@ -96,16 +97,11 @@ export class TsEngine {
   }
 
   releaseMemory(tags: readonly string[]): void {
-    for (const t of tags) this.memoryReleased.add(t);
-    if (this.memoryReleased.size > 0 && !this.memoryUnlock) this.memoryUnlock = this.scheduler.lockGate();
+    this.memory.release(tags);
   }
 
   resumeMemory(tags: readonly string[]): void {
-    for (const t of tags) this.memoryReleased.delete(t);
-    if (this.memoryReleased.size === 0 && this.memoryUnlock) {
-      this.memoryUnlock();
-      this.memoryUnlock = null;
-    }
+    this.memory.resume(tags);
   }
 
   loadFacts(): { running: number; waiting: number; usedTokens: number; maxTotalTokens: number; maxRunning: number } {
@@ -138,7 +134,7 @@ export class TsEngine {
       waiting: c.waiting,
       held: c.held,
       sequences: this.scheduler.sequences(1000),
-      memoryReleased: [...this.memoryReleased],
+      memoryReleased: [...this.memory.released],
       profiling: this.profiling,
       weights: this.weights.snapshot(),
       controlApp: this.controlApp,
