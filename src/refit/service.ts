@@ -143,7 +143,16 @@ export class RefitService {
       phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
       this.publish(id, { type: 'phase', phase: input.phase, step: input.phase === 'refit' ? plan.steps[input.stepIndex]?.name : undefined, targets: input.targets });
       // Engines given the same spec share one call object, so it crosses the bus once per replica.
-      const legs = input.targets.map((wid) => ({ worker: byId.get(wid)!, call: args.calls.get(callKey(input.phase, input.stepIndex, wid))! }));
+      // Each call's deadline starts now, when its phase sends it: stamped when the refit was
+      // planned, a slow pause and load would eat the resume's budget.
+      const sentAt = Date.now();
+      const stamped = new Map<ControlCall, ControlCall>();
+      const stamp = (call: ControlCall): ControlCall => {
+        let fresh = stamped.get(call);
+        if (!fresh) stamped.set(call, (fresh = { ...call, deadline: sentAt + call.timeoutSecs * 1000 }));
+        return fresh;
+      };
+      const legs = input.targets.map((wid) => ({ worker: byId.get(wid)!, call: stamp(args.calls.get(callKey(input.phase, input.stepIndex, wid))!) }));
       void this.deps.passthrough
         .runLegs(legs, abort.signal, (wid, outcome) => {
           sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: legResult(input.phase, outcome, req.weight_version) });

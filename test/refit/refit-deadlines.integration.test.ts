@@ -51,3 +51,33 @@ describe('refit phase deadlines', () => {
     for (const s of sims) expect((await s.state()).paused).toBeNull();
   });
 });
+
+describe('call deadlines start when their phase sends them', () => {
+  let t: TestGateway;
+  let sim: SimProcess;
+
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '0']);
+    t = await startTestGateway({ rl: { controlTimeoutSecs: 4 } });
+    await t.register([sim.url]);
+  });
+  afterAll(async () => {
+    await t?.close();
+    await sim?.stop();
+  });
+
+  it('a slow pause and load do not eat the resume\'s budget (4 s timeout; 2.5 s + 2 s + 2.5 s)', async () => {
+    await sim.setFaults([
+      { route: 'pause_generation', delayMs: 2_500, times: 1 },
+      { route: 'update_weights_from_disk', delayMs: 2_000, times: 1 },
+      { route: 'continue_generation', delayMs: 2_500, times: 1 },
+    ]);
+    const r = await t.http('POST', '/v1/rl/refits', { body: { weight_version: '3', source: { kind: 'disk', model_path: '/m/3' } } });
+    expect(r.json.failed).toEqual([]);
+    expect(r.status).toBe(200);
+    const s = await sim.state();
+    expect(s.paused).toBeNull();
+    expect(s.weightVersion).toBe('3');
+  }, 20_000);
+});
+
