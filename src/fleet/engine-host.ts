@@ -29,6 +29,8 @@ export interface EngineTimings {
   probeIntervalMs: number;
   probeFailureThreshold: number;
   retryIntervalMs: number;
+  /** Deadline of one discovery: an engine that accepts TCP and never answers must not stay `registering`. */
+  discoveryTimeoutMs: number;
   breakerThreshold: number;
   breakerCooldownMs: number;
 }
@@ -149,7 +151,16 @@ export class EngineHost {
     const seededLabel = mergedLabels(worker).weight_version;
     const machine = engineMachine.provide({
       actors: {
-        discover: fromPromise(async ({ signal }) => discoverAndSeed(worker.id, this.hosted.get(worker.id), signal, this.deps)),
+        discover: fromPromise(async ({ signal }) => {
+          const ms = this.deps.timings.discoveryTimeoutMs;
+          const timeout = AbortSignal.timeout(ms);
+          try {
+            return await discoverAndSeed(worker.id, this.hosted.get(worker.id), AbortSignal.any([signal, timeout]), this.deps);
+          } catch (err) {
+            if (timeout.aborted && !signal.aborted) throw new Error(`discovery got no answer within ${ms / 1000} s`);
+            throw err;
+          }
+        }),
         // Looked up per tick: a new api key or URL replaces the client after this actor started.
         probeTicker: fromCallback(({ sendBack, input }) => probeLoop(() => this.hosted.get(worker.id)?.client, input.intervalMs, sendBack)),
       },

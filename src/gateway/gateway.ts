@@ -100,6 +100,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         probeIntervalMs: config.probeIntervalSecs * 1000,
         probeFailureThreshold: Math.max(1, config.probeFailureThreshold),
         retryIntervalMs: Math.max(100, config.retryIntervalSecs * 1000),
+        discoveryTimeoutMs: Math.max(100, config.discoveryTimeoutSecs * 1000),
         breakerThreshold: Math.max(1, config.breakerThreshold),
         breakerCooldownMs: Math.max(100, config.breakerCooldownSecs * 1000),
       },
