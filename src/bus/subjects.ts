@@ -21,6 +21,9 @@ export interface Subjects {
   engineState(workerId: string): string;
   /** Wildcard over every engine's state subject (operators, web page, other replicas). */
   allEngineStates(): string;
+  /** Notices for an engine's owner from replicas that route to it (data-plane results, API writes). */
+  engineNotice(workerId: string): string;
+  allEngineNotices(): string;
   /** One fan-out command naming the targets a replica owns; answered per leg, then a sentinel. */
   replicaCmd(replicaId: string): string;
   /** Cancels a replica's outstanding work for one request id (the caller went away). */
@@ -39,6 +42,8 @@ export function subjects(root: string = DEFAULT_ROOT): Subjects {
     engineCmd: (id) => `${root}.engine.${validateToken('worker id', id)}.cmd`,
     engineState: (id) => `${root}.engine.${validateToken('worker id', id)}.state`,
     allEngineStates: () => `${root}.engine.*.state`,
+    engineNotice: (id) => `${root}.engine.${validateToken('worker id', id)}.notice`,
+    allEngineNotices: () => `${root}.engine.*.notice`,
     replicaCmd: (replica) => `${root}.replica.${validateToken('replica id', replica)}.cmd`,
     replicaCancel: (replica) => `${root}.replica.${validateToken('replica id', replica)}.cancel`,
     refitRequest: () => `${root}.refit.request`,

@@ -1,10 +1,13 @@
-// Hosts the engine actors this gateway replica owns: creates one per registry worker with its
-// engine client, provides the machine's side effects (discovery, probes), answers the engine's
-// command subject on NATS, and counts data-plane load. Commands run in `command-runner.ts`, state
-// goes out through `state-publisher.ts`; the machine itself never learns about NATS or HTTP.
+// Holds a data-plane client for every engine of the fleet, and the engine actors this replica
+// owns: one per owned worker, with the machine's side effects (discovery, probes), the engine's
+// command subject on NATS, and data-plane load. Engines owned elsewhere are routed from their
+// shared record (engine-record.ts); what this replica learns about them (a data-plane failure, an
+// API write) goes to their owner as a notice. Commands run in `command-runner.ts`, state goes out
+// through `state-publisher.ts`; the machine itself never learns about NATS or HTTP.
 
 import { createActor, fromCallback, fromPromise } from 'xstate';
 import { engineMachine, type EngineActor, type EngineSnapshot } from '../../actors/engine.ts';
+import type { JsonBucket } from '../bus/buckets.ts';
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
@@ -21,6 +24,7 @@ import { CommandRunner } from './command-runner.ts';
 import { discoverAndSeed, seedFrom } from './discovery-seed.ts';
 import { probeLoop } from './probe-loop.ts';
 import { StatePublisher } from './state-publisher.ts';
+import type { EngineNotice, EngineRecord } from './engine-record.ts';
 import { baseUrlOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker } from './worker.ts';
 
 export type { EngineStateEvent } from './state-publisher.ts';
@@ -35,17 +39,27 @@ export interface EngineTimings {
   breakerCooldownMs: number;
 }
 
+/** One engine of the fleet, as this replica holds it. */
 interface Hosted {
-  actor: EngineActor;
+  url: string;
   client: EngineClient;
+  /** Data-plane requests in flight from this replica; a plain counter, never an actor event (hot path). */
+  load: number;
+  /** Present while this replica owns the engine. */
+  owned: Owned | undefined;
+}
+
+/** The actor side of an engine this replica owns. */
+interface Owned {
+  actor: EngineActor;
+  readonly client: EngineClient;
+  readonly load: number;
   /** Tokens of commands sent to this actor and not answered yet. */
   pending: Set<string>;
   /** Control calls in flight, by command token: aborted when the engine is removed. */
   running: Map<string, AbortController>;
   /** Completed discoveries: the first seeds from labels, later ones trust the engine. */
   discoveries: number;
-  /** Data-plane requests in flight; a plain counter, never an actor event (hot path). */
-  load: number;
   cmdSub: BusSubscription;
   lastPublished: string;
   /** The weight_version label last seen, to re-seed only when it changes (spec §12.3). */
@@ -59,8 +73,11 @@ export class EngineHost {
    */
   generation = 0;
   private readonly hosted = new Map<string, Hosted>();
+  /** Every engine's last shared record (the `engines` bucket), read while another replica owns it. */
+  private readonly records = new Map<string, EngineRecord>();
   private readonly commands: CommandRunner;
   private readonly states: StatePublisher;
+  private readonly noticeSub: BusSubscription;
 
   constructor(
     private readonly deps: {
@@ -73,22 +90,46 @@ export class EngineHost {
       cancels: Cancellations;
       metrics: Metrics;
       log: Logger;
+      /** The shared `engines` bucket: owned engines' records are written there. */
+      records?: JsonBucket<EngineRecord>;
     },
   ) {
-    const { registry, bus, subjects, control, metrics, log } = deps;
-    this.commands = new CommandRunner({ registry, control, metrics, log, actorOf: (id) => this.hosted.get(id)?.actor });
-    this.states = new StatePublisher({ registry, bus, subjects, metrics, log, loadOf: (id) => this.load(id) });
+    const { registry, bus, subjects, control, metrics, log, records, replicaId } = deps;
+    this.commands = new CommandRunner({ registry, control, metrics, log, actorOf: (id) => this.hosted.get(id)?.owned?.actor });
+    this.states = new StatePublisher({ registry, bus, subjects, metrics, log, loadOf: (id) => this.load(id), records, replicaId });
     registry.on('added', (w) => this.host(w));
     registry.on('replaced', (prev, next) => this.replaced(prev, next));
     registry.on('removed', (w) => void this.unhost(w.id));
+    registry.on('owner', (w, prev) => this.ownerChanged(w, prev));
+    this.noticeSub = bus.subscribe(subjects.allEngineNotices(), (data, msg) => {
+      const id = msg.subject.split('.').at(-2) ?? '';
+      this.applyNotice(id, data as EngineNotice);
+    });
   }
 
   has(id: string): boolean {
     return this.hosted.has(id);
   }
 
+  /** True when this replica runs the engine's actor. */
+  owns(id: string): boolean {
+    return this.hosted.get(id)?.owned !== undefined;
+  }
+
   snapshot(id: string): EngineSnapshot | undefined {
-    return this.hosted.get(id)?.actor.getSnapshot();
+    return this.hosted.get(id)?.owned?.actor.getSnapshot();
+  }
+
+  /** The owner's shared record of an engine this replica does not own. */
+  remote(id: string): EngineRecord | undefined {
+    return this.hosted.get(id)?.owned ? undefined : this.records.get(id);
+  }
+
+  /** A record from the shared `engines` bucket (null: deleted). */
+  setRemote(id: string, record: EngineRecord | null): void {
+    if (record) this.records.set(id, record);
+    else this.records.delete(id);
+    if (!this.hosted.get(id)?.owned) this.generation++;
   }
 
   client(id: string): EngineClient | undefined {
@@ -109,12 +150,21 @@ export class EngineHost {
     const h = this.hosted.get(id);
     if (!h) return;
     h.load = Math.max(0, h.load - 1);
-    if (outcome === 'failure') h.actor.send({ type: 'dp.failure' });
+    const actor = h.owned?.actor;
+    if (!actor) {
+      // The breaker lives with the owner: failures go there, and successes only while it has
+      // something to forget (they would cost a bus message per request otherwise).
+      if (outcome === 'failure' || (outcome === 'success' && (this.records.get(id)?.breaker ?? 'closed') !== 'closed')) {
+        this.notify(id, { kind: 'dp', ok: outcome === 'success' });
+      }
+      return;
+    }
+    if (outcome === 'failure') actor.send({ type: 'dp.failure' });
     else if (outcome === 'success') {
       // A success only matters to a breaker that has failures to forget or is half-open: skip
       // the actor step on the hot path otherwise.
-      const snap = h.actor.getSnapshot();
-      if (snap.context.breakerFailures > 0 || (snap.value as { breaker: string }).breaker !== 'closed') h.actor.send({ type: 'dp.success' });
+      const snap = actor.getSnapshot();
+      if (snap.context.breakerFailures > 0 || (snap.value as { breaker: string }).breaker !== 'closed') actor.send({ type: 'dp.success' });
     }
   }
 
@@ -123,31 +173,72 @@ export class EngineHost {
    * Aborting `signal` drops the call if it is still queued, or aborts it if it is running.
    */
   run(id: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
-    const h = this.hosted.get(id);
-    if (!h) return Promise.reject(new Error(`engine ${id} is not hosted by this replica`));
-    return this.commands.submit(h, call, signal);
+    const owned = this.hosted.get(id)?.owned;
+    if (!owned) return Promise.reject(new Error(`engine ${id} is not owned by this replica`));
+    return this.commands.submit(owned, call, signal);
   }
 
-  /** Gateway-local writes (spec §11): applied to every DP rank of the engine. */
+  /** Gateway-local writes (spec §11): applied to every DP rank of the engine, by its owner. */
   setVersion(baseUrl: string, version: string, source: 'api' | 'passthrough' | 'registration'): void {
-    for (const w of this.deps.registry.siblings(baseUrl)) {
-      this.hosted.get(w.id)?.actor.send({ type: 'version.set', version, source });
-    }
+    for (const w of this.deps.registry.siblings(baseUrl)) this.applyNotice(w.id, { kind: 'version', version, source }, true);
   }
 
   setControl(baseUrl: string, control: 'active' | 'paused' | 'asleep'): void {
-    for (const w of this.deps.registry.siblings(baseUrl)) {
-      this.hosted.get(w.id)?.actor.send({ type: 'control.set', control });
-    }
+    for (const w of this.deps.registry.siblings(baseUrl)) this.applyNotice(w.id, { kind: 'control', control }, true);
   }
 
   async close(): Promise<void> {
+    this.noticeSub.unsubscribe();
     await Promise.all([...this.hosted.keys()].map((id) => this.unhost(id)));
   }
 
+  /** Applies a notice to an owned engine's actor; forwards it to the owner otherwise (when local). */
+  private applyNotice(id: string, notice: EngineNotice, local = false): void {
+    const h = this.hosted.get(id);
+    const actor = h?.owned?.actor;
+    if (!actor) {
+      if (local && h) this.notify(id, notice);
+      return;
+    }
+    if (notice.kind === 'dp') actor.send({ type: notice.ok ? 'dp.success' : 'dp.failure' });
+    else if (notice.kind === 'version') actor.send({ type: 'version.set', version: notice.version, source: notice.source });
+    else if (notice.kind === 'control') actor.send({ type: 'control.set', control: notice.control });
+  }
+
+  private notify(id: string, notice: EngineNotice): void {
+    try {
+      this.deps.bus.publish(this.deps.subjects.engineNotice(id), notice);
+    } catch (err) {
+      this.deps.log.debug({ err, worker_id: id }, 'could not notify the engine owner');
+    }
+  }
+
+  /** Every registered engine gets a data-plane client; the owner also gets its actor. */
   private host(worker: Worker): void {
-    if (worker.owner !== this.deps.replicaId || this.hosted.has(worker.id)) return;
-    const client = this.makeClient(worker);
+    if (this.hosted.has(worker.id)) return;
+    this.hosted.set(worker.id, { url: worker.url, client: this.makeClient(worker), load: 0, owned: undefined });
+    this.generation++;
+    // Another listener may have set the owner since this event was emitted: read it afresh.
+    const current = this.deps.registry.get(worker.id) ?? worker;
+    if (current.owner === this.deps.replicaId) this.own(current);
+  }
+
+  private ownerChanged(worker: Worker, prev: string): void {
+    const h = this.hosted.get(worker.id);
+    if (!h) return;
+    if (worker.owner === this.deps.replicaId) {
+      this.deps.log.info({ worker_id: worker.id, url: worker.url, from: prev || null }, 'engine owned by this replica');
+      this.own(worker);
+    } else if (prev === this.deps.replicaId) {
+      this.deps.log.warn({ worker_id: worker.id, url: worker.url, to: worker.owner }, 'engine owned by another replica now');
+      this.disown(worker.id, h);
+    }
+  }
+
+  /** Starts the engine's actor here: it discovers the engine first, so its state is read, not assumed. */
+  private own(worker: Worker): void {
+    const h = this.hosted.get(worker.id);
+    if (!h || h.owned) return;
     const seededLabel = mergedLabels(worker).weight_version;
     const machine = engineMachine.provide({
       actors: {
@@ -155,7 +246,7 @@ export class EngineHost {
           const ms = this.deps.timings.discoveryTimeoutMs;
           const timeout = AbortSignal.timeout(ms);
           try {
-            return await discoverAndSeed(worker.id, this.hosted.get(worker.id), AbortSignal.any([signal, timeout]), this.deps);
+            return await discoverAndSeed(worker.id, this.hosted.get(worker.id)?.owned, AbortSignal.any([signal, timeout]), this.deps);
           } catch (err) {
             if (timeout.aborted && !signal.aborted) throw new Error(`discovery got no answer within ${ms / 1000} s`);
             throw err;
@@ -165,18 +256,35 @@ export class EngineHost {
         probeTicker: fromCallback(({ sendBack, input }) => probeLoop(() => this.hosted.get(worker.id)?.client, input.intervalMs, sendBack)),
       },
     });
+    const last = this.records.get(worker.id);
+    const seed = last?.weight_version ?? seedFrom(seededLabel);
     const actor = createActor(machine, {
       systemId: `engine:${worker.id}`,
-      input: { workerId: worker.id, url: worker.url, seedVersion: seedFrom(seededLabel), ...this.deps.timings },
+      input: { workerId: worker.id, url: worker.url, seedVersion: seed ?? undefined, ...this.deps.timings },
     });
     const cmdSub = this.deps.bus.respond(this.deps.subjects.engineCmd(worker.id), async (data) => {
       const { call, requestId } = data as { call: ControlCall; requestId?: string };
       return this.deps.cancels.track(requestId, (signal) => this.run(worker.id, call, signal));
     });
-    const hosted: Hosted = { actor, client, pending: new Set(), running: new Map(), discoveries: 0, load: 0, cmdSub, lastPublished: '', seededLabel };
-    this.hosted.set(worker.id, hosted);
+    const owned: Owned = {
+      actor,
+      get client() {
+        return h.client;
+      },
+      get load() {
+        return h.load;
+      },
+      pending: new Set(),
+      running: new Map(),
+      // A takeover is a rediscovery: the engine is believed over what the last owner recorded.
+      discoveries: last ? 1 : 0,
+      cmdSub,
+      lastPublished: '',
+      seededLabel,
+    };
+    h.owned = owned;
     // The machine says what runs when; the I/O happens in the runner, its result goes back as an event.
-    this.commands.listen(worker.id, hosted);
+    this.commands.listen(worker.id, owned);
     let seen: unknown;
     actor.subscribe({
       next: (snap) => {
@@ -185,12 +293,23 @@ export class EngineHost {
           seen = snap;
           this.generation++;
         }
-        this.states.publish(worker.id, hosted, snap);
+        if (h.owned === owned) this.states.publish(worker.id, owned, snap);
       },
       error: (err) => this.deps.log.error({ err, worker_id: worker.id }, 'engine actor failed'),
     });
     actor.start();
     this.generation++;
+  }
+
+  /** Another replica owns the engine now: its actor stops here, its client stays for routing. */
+  private disown(id: string, h: Hosted): void {
+    const owned = h.owned;
+    if (!owned) return;
+    h.owned = undefined;
+    this.generation++;
+    owned.cmdSub.unsubscribe();
+    owned.actor.stop();
+    this.commands.abandon(id, owned);
   }
 
   private replaced(prev: Worker, next: Worker): void {
@@ -203,23 +322,25 @@ export class EngineHost {
       void h.client.close();
       h.client = this.makeClient(next);
     }
+    const owned = h.owned;
+    if (!owned) return;
     const label = mergedLabels(next).weight_version;
-    const versionChanged = label !== h.seededLabel;
-    h.seededLabel = label;
+    const versionChanged = label !== owned.seededLabel;
+    owned.seededLabel = label;
     // The discovery this triggers is a registration: label seeding rules, caller labels win.
-    h.discoveries = 0;
-    h.actor.send({ type: 'registration.changed', seedVersion: seedFrom(label), versionChanged });
+    owned.discoveries = 0;
+    owned.actor.send({ type: 'registration.changed', seedVersion: seedFrom(label), versionChanged });
   }
 
   private async unhost(id: string): Promise<void> {
     const h = this.hosted.get(id);
     if (!h) return;
+    const url = h.url;
+    if (h.owned) this.deps.records?.delete(id).catch(() => {});
+    this.records.delete(id);
+    this.disown(id, h);
     this.hosted.delete(id);
     this.generation++;
-    h.cmdSub.unsubscribe();
-    h.actor.stop();
-    this.commands.abandon(id, h);
-    const url = h.actor.getSnapshot().context.url;
     // The engine's gauges go only when no DP rank of it is left.
     const base = baseUrlOf(url).baseUrl;
     const engineGone = this.deps.registry.siblings(base).length === 0;

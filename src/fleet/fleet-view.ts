@@ -39,6 +39,8 @@ export interface RlWorkerEntry {
   state: string;
   breaker: string;
   load: number;
+  /** The replica that runs this engine's actor (null until a replica holds its lease). */
+  owner: string | null;
 }
 
 /** Runtime facts of one engine, from its actor (or defaults while it is not hosted here). */
@@ -60,6 +62,18 @@ export class FleetView {
   engine(w: Worker): EngineView {
     const snap = this.deps.host.snapshot(w.id);
     if (!snap) {
+      const r = this.deps.host.remote(w.id);
+      if (r) {
+        return {
+          state: r.state,
+          control: r.control as EngineView['control'],
+          version: r.weight_version ?? undefined,
+          versionSource: r.version_source ?? undefined,
+          breaker: r.breaker as EngineView['breaker'],
+          load: this.deps.host.load(w.id),
+          hosted: false,
+        };
+      }
       const label = mergedLabels(w).weight_version;
       return { state: 'registering', control: 'active', version: label, versionSource: undefined, breaker: 'closed', load: 0, hosted: false };
     }
@@ -151,6 +165,7 @@ export class FleetView {
       state: e.state,
       breaker: e.breaker,
       load: e.load,
+      owner: w.owner || null,
     };
   }
 

@@ -1,9 +1,10 @@
 // The registry: which engine endpoints exist, their labels and their owner replica. It holds
-// facts about workers, never their runtime state (that belongs to each engine's actor).
-// In-process for now; its event stream is what a KV-backed registry will replay for replicas.
+// facts about workers, never their runtime state (that belongs to each engine's actor). Every
+// replica holds the whole fleet: registry-sync.ts mirrors local changes into the shared KV bucket
+// and applies the other replicas' (`applyRemote`), and ownership.ts sets owners (`setOwner`).
 
 import { EventEmitter } from 'node:events';
-import { randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { GatewayError } from '../http/errors.ts';
 import { laneAddresses } from '../engines/zmq/handshake.ts';
 import { baseUrlOf, connectionModeOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker, type WorkerRegistration } from './worker.ts';
@@ -15,6 +16,8 @@ export interface RegistryEvents {
   /** Discovery results landed. */
   discovered: [Worker];
   removed: [Worker];
+  /** The replica that owns the worker's actor changed (a claim, a takeover). */
+  owner: [Worker, string];
 }
 
 export class Registry extends EventEmitter<RegistryEvents> {
@@ -72,7 +75,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
     const { baseUrl, dpRank } = baseUrlOf(url);
     const existing = this.findByUrl(url);
     const worker: Worker = {
-      id: existing?.id ?? randomUUID(),
+      id: existing?.id ?? idForUrl(url),
       url,
       baseUrl,
       dpAware: dpRank !== null,
@@ -129,6 +132,36 @@ export class Registry extends EventEmitter<RegistryEvents> {
     return next;
   }
 
+  /**
+   * A worker as another replica wrote it (the shared bucket). The owner is not part of it: it
+   * comes from the ownership lease. Changes nothing, and says nothing, when nothing changed.
+   */
+  applyRemote(remote: Omit<Worker, 'owner'>): Worker {
+    const existing = this.byId.get(remote.id);
+    const next: Worker = { ...remote, owner: existing?.owner ?? '' };
+    if (existing && sameWorker(existing, next)) return existing;
+    if (existing && existing.url !== next.url) this.byUrl.delete(existing.url);
+    this.store(existing, next);
+    this.byUrl.set(next.url, next.id);
+    let ranks = this.byBase.get(next.baseUrl);
+    if (!ranks) this.byBase.set(next.baseUrl, (ranks = new Set()));
+    ranks.add(next.id);
+    this.generation++;
+    if (existing) this.emit('replaced', existing, next);
+    else this.emit('added', next);
+    return next;
+  }
+
+  /** Records which replica owns the worker's actor now. */
+  setOwner(id: string, owner: string): void {
+    const w = this.byId.get(id);
+    if (!w || w.owner === owner) return;
+    const next: Worker = { ...w, owner };
+    this.byId.set(id, next);
+    this.generation++;
+    this.emit('owner', next, w.owner);
+  }
+
   remove(id: string): Worker {
     const w = this.require(id);
     this.byId.delete(id);
@@ -181,6 +214,22 @@ export class Registry extends EventEmitter<RegistryEvents> {
     }
     return out;
   }
+}
+
+/**
+ * A worker's id follows from its URL, so every replica (and a restarted one) names the same
+ * engine alike, and two replicas registering one URL at once register one worker. UUID-shaped.
+ */
+export function idForUrl(url: string): string {
+  const h = createHash('sha256').update(normaliseUrl(url)).digest('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-5${h.slice(13, 16)}-${((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16)}${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}
+
+/** Registry facts equal (the owner aside): a re-delivered write changes nothing. */
+export function sameWorker(a: Worker, b: Worker): boolean {
+  const { owner: _a, ...ra } = a;
+  const { owner: _b, ...rb } = b;
+  return JSON.stringify(ra) === JSON.stringify(rb);
 }
 
 function normaliseUrl(url: string): string {

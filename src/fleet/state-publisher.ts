@@ -4,10 +4,12 @@
 // and an event never carries a secret.
 
 import { breakerOf, lifecycleOf, type EngineSnapshot } from '../../actors/engine.ts';
+import type { JsonBucket } from '../bus/buckets.ts';
 import type { Bus } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
+import type { EngineRecord } from './engine-record.ts';
 import type { Registry } from './registry.ts';
 import { baseUrlOf } from './worker.ts';
 
@@ -47,6 +49,9 @@ export class StatePublisher {
       log: Logger;
       /** Data-plane load of a hosted worker. */
       loadOf: (id: string) => number;
+      /** The shared `engines` bucket, where other replicas read what this one observed. */
+      records?: JsonBucket<EngineRecord>;
+      replicaId: string;
     },
   ) {}
 
@@ -79,6 +84,10 @@ export class StatePublisher {
     } catch (err) {
       this.deps.log.warn({ err, worker_id: id }, 'could not publish engine state');
     }
+    // Written in the order observed; a write lost to a bus outage is repaired by the next change.
+    this.deps.records?.put(id, { ...event, owner: this.deps.replicaId }).catch((err: unknown) => {
+      this.deps.log.debug({ err, worker_id: id }, 'could not write the shared engine record');
+    });
   }
 
   /** The engine's last DP rank is gone: a later one with this base URL is a first sighting again. */

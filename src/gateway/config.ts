@@ -25,6 +25,8 @@ export interface GatewayConfig {
   probeIntervalSecs: number;
   probeFailureThreshold: number;
   retryIntervalSecs: number;
+  /** A replica whose heartbeat is this old is dead: its engines are taken over. */
+  leaseSecs: number;
   /** Deadline of one discovery (server and model info) of an engine. */
   discoveryTimeoutSecs: number;
   breakerThreshold: number;
@@ -64,6 +66,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'max-body-bytes', key: 'maxBodyBytes', kind: 'int', help: 'largest request body accepted (default 67108864)' },
   { flag: 'health-check-interval-secs', key: 'probeIntervalSecs', kind: 'int', help: 'engine liveness probe period; 0 turns probes off (default 5)' },
   { flag: 'health-failure-threshold', key: 'probeFailureThreshold', kind: 'int', help: 'failed probes in a row before an engine is unreachable (default 3)' },
+  { flag: 'lease-secs', key: 'leaseSecs', kind: 'int', help: 'ownership lease: a replica silent this long is dead and another takes its engines (default 5)' },
   { flag: 'discovery-timeout-secs', key: 'discoveryTimeoutSecs', kind: 'int', help: 'deadline of one engine discovery; an engine that accepts connections and never answers is unreachable after it (default 10)' },
   { flag: 'retry-interval-secs', key: 'retryIntervalSecs', kind: 'int', help: 'how often an unreachable engine is rediscovered (default 2)' },
   { flag: 'cb-failure-threshold', key: 'breakerThreshold', kind: 'int', help: 'consecutive data-plane failures that open a breaker (default 5)' },
@@ -90,6 +93,7 @@ export function defaultConfig(): GatewayConfig {
     probeFailureThreshold: 3,
     retryIntervalSecs: 2,
     discoveryTimeoutSecs: 10,
+    leaseSecs: 5,
     breakerThreshold: 5,
     breakerCooldownSecs: 30,
     replicaId: undefined,

@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { connectBus, type Bus, type BusSubscription } from '../bus/connection.ts';
 import { startEmbeddedNats, type EmbeddedNats } from '../bus/server.ts';
+import { openBuckets, type JsonBucket } from '../bus/buckets.ts';
 import { subjects } from '../bus/subjects.ts';
 import { Dispatcher } from '../control/dispatch.ts';
 import { Passthrough } from '../control/passthrough.ts';
@@ -15,6 +16,9 @@ import { ControlClient } from '../engines/control-client.ts';
 import { EngineHost } from '../fleet/engine-host.ts';
 import { FleetView } from '../fleet/fleet-view.ts';
 import { Registry } from '../fleet/registry.ts';
+import { RegistrySync, type StoredWorker } from '../fleet/registry-sync.ts';
+import { Ownership, type Heartbeat, type OwnerLease } from '../fleet/ownership.ts';
+import type { EngineRecord } from '../fleet/engine-record.ts';
 import { serveReplicaCommands } from '../fleet/replica.ts';
 import { Router } from '../fleet/router.ts';
 import { Cancellations } from '../fleet/cancellations.ts';
@@ -81,6 +85,8 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       log.warn({ max_payload: maxPayload }, 'the NATS server max_payload is below 2 MiB: engine answers near the 1 MiB body cap cannot cross the bus; set max_payload to 8MB');
     }
     const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true });
+    // The fleet's shared state: every replica on this subject root reads and writes the same buckets.
+    const buckets = await openBuckets(bus.nc, config.subjectRoot);
     const registry = new Registry(replicaId);
     const cancels = new Cancellations();
     cancels.listen(bus, subj, replicaId);
@@ -96,6 +102,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       cancels,
       metrics,
       log: log.child({ component: 'engines' }),
+      records: buckets.engines as JsonBucket<EngineRecord>,
       timings: {
         probeIntervalMs: config.probeIntervalSecs * 1000,
         probeFailureThreshold: Math.max(1, config.probeFailureThreshold),
@@ -106,6 +113,22 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       },
     });
     cleanups.push(() => host.close());
+    const stopRecords = await buckets.engines.watch((id, record) => host.setRemote(id, record as EngineRecord | null));
+    cleanups.push(stopRecords);
+    const ownership = new Ownership({
+      replicaId,
+      registry,
+      owners: buckets.owners as JsonBucket<OwnerLease>,
+      replicas: buckets.replicas as JsonBucket<Heartbeat>,
+      leaseMs: config.leaseSecs * 1000,
+      log: log.child({ component: 'ownership' }),
+    });
+    const registrySync = new RegistrySync({ replicaId, registry, bucket: buckets.workers as JsonBucket<StoredWorker>, log: log.child({ component: 'registry' }) });
+    cleanups.push(() => registrySync.close());
+    // Last out (it runs before the host closes): deleting the heartbeat hands the engines over at once.
+    cleanups.push(() => ownership.close());
+    await ownership.start();
+    await registrySync.start();
     const replicaSub = serveReplicaCommands({ bus, subjects: subj, replicaId, host, cancels });
     cleanups.push(() => replicaSub.unsubscribe());
     const view = new FleetView({ registry, host });

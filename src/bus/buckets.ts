@@ -1,0 +1,117 @@
+// The JetStream KV buckets that hold the fleet's shared state, one set per subject root, so that
+// every gateway replica on a root sees the same fleet and a restarted one finds it again. This
+// file owns their names, their options and a small JSON face over them; what goes in each bucket
+// belongs to its user in src/fleet/ and src/refit/ (docs/nats.md lists them all).
+
+import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { decode, encode } from './codec.ts';
+
+/** What each bucket holds (its writer in brackets). */
+export const BUCKETS = {
+  /** Registry facts per worker id, api keys included [the replica that registered or changed it]. */
+  workers: 'workers',
+  /** Each engine's last observed state, no secrets [its owner]. */
+  engines: 'engines',
+  /** Which replica owns each engine's actor: the lease, changed by compare-and-set [claimants]. */
+  owners: 'owners',
+  /** Each replica's heartbeat [that replica]. */
+  replicas: 'replicas',
+  /** Resumes owed to engines that a refit paused [the refit's runner; paid by the owner]. */
+  owed: 'owed',
+  /** Each refit's journal and, at the end, its report [the replica running it]. */
+  refits: 'refits',
+} as const;
+
+export type BucketName = keyof typeof BUCKETS;
+
+/** One KV bucket holding JSON values. */
+export class JsonBucket<T> {
+  constructor(readonly kv: KV) {}
+
+  async get(key: string): Promise<{ value: T; revision: number } | null> {
+    const e = await this.kv.get(key);
+    if (!e || e.operation !== 'PUT' || e.length === 0) return null;
+    return { value: decode(e.value) as T, revision: e.revision };
+  }
+
+  put(key: string, value: T): Promise<number> {
+    return this.kv.put(key, encode(value));
+  }
+
+  /** Fails if the key exists (the first claim wins). */
+  create(key: string, value: T): Promise<number> {
+    return this.kv.create(key, encode(value));
+  }
+
+  /** Compare-and-set: fails unless the key is still at `revision`. */
+  update(key: string, value: T, revision: number): Promise<number> {
+    return this.kv.update(key, encode(value), revision);
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.kv.delete(key);
+  }
+
+  /**
+   * Every current value, then every change, in order, until the returned stop is called.
+   * `onReady` runs once the current values have all been delivered.
+   */
+  async watch(onEntry: (key: string, value: T | null, revision: number) => void, onReady?: () => void): Promise<() => void> {
+    // An empty bucket delivers nothing before its updates; otherwise the last current value
+    // arrives with nothing left pending (delta 0).
+    const empty = (await this.kv.status()).values === 0;
+    const iter = await this.kv.watch({ include: '' });
+    let ready = false;
+    const markReady = () => {
+      if (ready) return;
+      ready = true;
+      onReady?.();
+    };
+    if (empty) queueMicrotask(markReady);
+    void (async () => {
+      for await (const e of iter) {
+        onEntry(e.key, valueOf<T>(e), e.revision);
+        if (e.isUpdate || !e.delta) markReady();
+      }
+    })().catch(() => {});
+    return () => iter.stop();
+  }
+
+  async keys(): Promise<string[]> {
+    const out: string[] = [];
+    for await (const k of await this.kv.keys()) out.push(k);
+    return out;
+  }
+}
+
+function valueOf<T>(e: KvEntry): T | null {
+  if (e.operation !== 'PUT' || e.length === 0) return null;
+  try {
+    return decode(e.value) as T;
+  } catch {
+    return null;
+  }
+}
+
+export type FleetBuckets = { [K in BucketName]: JsonBucket<unknown> };
+
+/** Bucket names allow [A-Za-z0-9_-]: a dotted subject root maps its dots to `_`. */
+export function bucketName(root: string, name: string): string {
+  return `rlgate_${root.replace(/[^A-Za-z0-9_-]/g, '_')}_${name}`;
+}
+
+/**
+ * Creates (or opens) every bucket of a subject root. On a cluster the buckets are replicated to
+ * three nodes, so losing one node loses no state.
+ */
+export async function openBuckets(nc: NatsConnection, root: string, opts: { replicas?: number } = {}): Promise<FleetBuckets> {
+  const kvm = new Kvm(nc);
+  const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
+  const out: Partial<FleetBuckets> = {};
+  for (const [key, name] of Object.entries(BUCKETS) as Array<[BucketName, string]>) {
+    const kv = await kvm.create(bucketName(root, name), { history: 1, replicas });
+    out[key] = new JsonBucket(kv);
+  }
+  return out as FleetBuckets;
+}

@@ -1,0 +1,166 @@
+// Which replica runs each engine's actor. Ownership is a lease in the shared `owners` bucket,
+// taken and moved by compare-and-set on the key's revision, so exactly one claimant wins. NATS 2.9
+// has no per-key TTL, so a lease is not refreshed key by key: each replica refreshes one heartbeat
+// in the `replicas` bucket, and an owner whose heartbeat has not changed for the lease time (by
+// this replica's own clock, so clocks need not agree) is dead: its engines are taken over.
+// A replica that shuts down cleanly deletes its heartbeat, so its engines move at once.
+
+import type { JsonBucket } from '../bus/buckets.ts';
+import type { Logger } from '../obs/logger.ts';
+import type { Registry } from './registry.ts';
+
+export interface OwnerLease {
+  replica: string;
+  since: string;
+}
+
+export interface Heartbeat {
+  replica: string;
+  time: string;
+  /** The replica's HTTP address, for operators. */
+  url?: string;
+}
+
+export class Ownership {
+  /** Owner lease per worker id, with the revision a takeover must name. */
+  private readonly leases = new Map<string, { replica: string; revision: number }>();
+  /** When (this replica's clock) each replica's heartbeat last changed. */
+  private readonly seen = new Map<string, number>();
+  /** When each worker without a lease was first met: others get a moment to claim what they registered. */
+  private readonly unleased = new Map<string, number>();
+  private readonly stops: Array<() => void> = [];
+  private timers: NodeJS.Timeout[] = [];
+  private closed = false;
+  private url: string | undefined;
+
+  constructor(
+    private readonly deps: {
+      replicaId: string;
+      registry: Registry;
+      owners: JsonBucket<OwnerLease>;
+      replicas: JsonBucket<Heartbeat>;
+      /** A replica silent this long is dead (default 5 s). */
+      leaseMs: number;
+      log: Logger;
+    },
+  ) {
+    deps.registry.on('added', (w) => this.placed(w.id));
+    deps.registry.on('removed', (w) => this.released(w.id));
+  }
+
+  /** Replicas whose heartbeat is fresh, this one included. */
+  alive(replica: string): boolean {
+    if (replica === this.deps.replicaId) return !this.closed;
+    const t = this.seen.get(replica);
+    return t !== undefined && Date.now() - t < this.deps.leaseMs;
+  }
+
+  ownerOf(id: string): string | undefined {
+    return this.leases.get(id)?.replica;
+  }
+
+  async start(url?: string): Promise<void> {
+    this.url = url;
+    await this.beat();
+    const { replicas, owners } = this.deps;
+    const first = Date.now();
+    await new Promise<void>((resolve, reject) => {
+      replicas
+        .watch((replica, hb) => {
+          if (hb === null) this.seen.delete(replica);
+          // A replica first met at start-up gets a whole lease from now before it counts as dead.
+          else this.seen.set(replica, Math.max(Date.now(), first));
+        }, resolve)
+        .then((stop) => this.stops.push(stop), reject);
+    });
+    await new Promise<void>((resolve, reject) => {
+      owners
+        .watch((id, lease, revision) => this.leaseChanged(id, lease, revision), resolve)
+        .then((stop) => this.stops.push(stop), reject);
+    });
+    const period = Math.max(50, Math.floor(this.deps.leaseMs / 5));
+    this.timers.push(setInterval(() => void this.beat(), period).unref());
+    this.timers.push(setInterval(() => void this.sweep(), period).unref());
+    await this.sweep();
+  }
+
+  /** Stops refreshing and deletes the heartbeat, so other replicas take the engines at once. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const t of this.timers) clearInterval(t);
+    this.timers = [];
+    for (const stop of this.stops.splice(0)) stop();
+    await this.deps.replicas.delete(this.deps.replicaId).catch(() => {});
+  }
+
+  private async beat(): Promise<void> {
+    if (this.closed) return;
+    try {
+      await this.deps.replicas.put(this.deps.replicaId, { replica: this.deps.replicaId, time: new Date().toISOString(), url: this.url });
+    } catch (err) {
+      this.deps.log.debug({ err }, 'could not refresh this replica\'s heartbeat');
+    }
+  }
+
+  private leaseChanged(id: string, lease: OwnerLease | null, revision: number): void {
+    if (lease === null) {
+      this.leases.delete(id);
+      return;
+    }
+    this.leases.set(id, { replica: lease.replica, revision });
+    this.unleased.delete(id);
+    this.deps.registry.setOwner(id, lease.replica);
+  }
+
+  /** A worker appeared in the registry: it takes its lease's owner, or is claimed. */
+  private placed(id: string): void {
+    const lease = this.leases.get(id);
+    if (lease) return this.deps.registry.setOwner(id, lease.replica);
+    // Registered here: claimed at once. Registered elsewhere: its registrar's claim is on its way.
+    if (this.deps.registry.get(id)?.owner === this.deps.replicaId) void this.claim(id);
+    else this.unleased.set(id, Date.now());
+  }
+
+  private released(id: string): void {
+    this.unleased.delete(id);
+    if (this.leases.get(id)?.replica !== this.deps.replicaId) return;
+    this.leases.delete(id);
+    this.deps.owners.delete(id).catch(() => {});
+  }
+
+  /** First claim on a worker without a lease: the create fails for everyone but one replica. */
+  private async claim(id: string): Promise<void> {
+    if (this.closed) return;
+    try {
+      await this.deps.owners.create(id, { replica: this.deps.replicaId, since: new Date().toISOString() });
+    } catch {
+      // Someone else holds it (its lease reaches us through the watch), or the bus is down
+      // (the next sweep tries again).
+    }
+  }
+
+  /** Moves the lease of a dead owner's engine to this replica, if no one beat us to it. */
+  private async takeOver(id: string, from: string, revision: number): Promise<void> {
+    try {
+      await this.deps.owners.update(id, { replica: this.deps.replicaId, since: new Date().toISOString() }, revision);
+      this.deps.log.warn({ worker_id: id, from }, 'took over an engine whose owner stopped answering');
+    } catch {
+      // Another replica took it first, or the dead one came back: the watch tells us which.
+    }
+  }
+
+  private async sweep(): Promise<void> {
+    if (this.closed) return;
+    const work: Array<Promise<void>> = [];
+    for (const w of this.deps.registry.all()) {
+      const lease = this.leases.get(w.id);
+      if (!lease) {
+        const since = this.unleased.get(w.id);
+        if (since === undefined || Date.now() - since > this.deps.leaseMs / 5) work.push(this.claim(w.id));
+      }
+      else if (!this.alive(lease.replica)) work.push(this.takeOver(w.id, lease.replica, lease.revision));
+    }
+    await Promise.all(work);
+  }
+}
