@@ -15,6 +15,8 @@ import {
   TimeoutError,
 } from '@nats-io/transport-node';
 import { decode, encode, SENTINEL } from './codec.ts';
+import type { NatsConnectOptions } from './connect-options.ts';
+import { redactUrl } from '../obs/redact-url.ts';
 
 const encoder = new TextEncoder();
 
@@ -158,7 +160,11 @@ export interface Bus {
 }
 
 export interface ConnectBusOptions {
-  url: string;
+  /** One server; or `servers` (a cluster) with `authenticator` and `tls`, from natsConnectOptions(). */
+  url?: string;
+  servers?: string[];
+  authenticator?: NatsConnectOptions['authenticator'];
+  tls?: NatsConnectOptions['tls'];
   /** Connection name shown by the server's /connz (e.g. `rlgate-gateway-<replica>`). */
   name: string;
   /** Deadline for the first connection (default 5 s). */
@@ -171,7 +177,9 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
   let nc: NatsConnection;
   try {
     nc = await connect({
-      servers: opts.url,
+      servers: opts.servers ?? opts.url,
+      authenticator: opts.authenticator,
+      tls: opts.tls,
       name: opts.name,
       timeout: opts.timeoutMs ?? 5_000,
       reconnect: true,
@@ -179,7 +187,7 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
       waitOnFirstConnect: false,
     });
   } catch (err) {
-    throw new Error(`cannot connect to NATS at ${opts.url}: ${(err as Error).message}`, { cause: err });
+    throw new Error(`cannot connect to NATS at ${redactUrl(opts.servers?.join(',') ?? opts.url ?? '?')}: ${(err as Error).message}`, { cause: err });
   }
   const report =
     opts.onHandlerError ??

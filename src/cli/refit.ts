@@ -1,13 +1,16 @@
 // `rlgate refit`: a trainer's refit over NATS — one request on `rl.refit.request`, answered by
 // whichever gateway replica takes it, with the per-engine report. Exit 0 on 200, 3 on 207.
 
+import { natsClientFlagsHelp, readNatsClientFlags } from '../bus/client-flags.ts';
+import { natsConnectOptions } from '../bus/connect-options.ts';
 import { connectBus } from '../bus/connection.ts';
 import { subjects } from '../bus/subjects.ts';
 
 const HELP = `usage: rlgate refit --version V (--model-path P | --request FILE) [--selector S] [--nats-url U]
-                     [--subject-root R] [--timeout-secs N]
+                     [--subject-root R] [--timeout-secs N] [NATS credential flags]
   Sends {"weight_version", "selector", "source": {"kind": "disk", "model_path"}} (or the JSON
-  request in FILE) on <root>.refit.request and prints the report.`;
+  request in FILE) on <root>.refit.request and prints the report.
+${natsClientFlagsHelp()}`;
 
 export async function refitCommand(argv: string[]): Promise<number> {
   if (argv.includes('--help')) {
@@ -34,10 +37,10 @@ export async function refitCommand(argv: string[]): Promise<number> {
     const selector = get('--selector');
     if (selector) request.selector = selector;
   }
-  const url = get('--nats-url') ?? process.env.RLGATE_NATS_URL ?? 'nats://127.0.0.1:4222';
+  const nats = readNatsClientFlags(argv);
   const subj = subjects(get('--subject-root') ?? process.env.RLGATE_SUBJECT_ROOT ?? 'rl');
   const timeoutMs = Number(get('--timeout-secs') ?? 900) * 1000;
-  const bus = await connectBus({ url, name: 'rlgate-refit' });
+  const bus = await connectBus({ ...natsConnectOptions(nats.url, nats.auth), name: 'rlgate-refit' });
   try {
     const answer = await bus.request<{ status: number; report: unknown }>(subj.refitRequest(), request, timeoutMs);
     process.stdout.write(`${JSON.stringify(answer.report, null, 2)}\n`);

@@ -1,21 +1,24 @@
 // `rlgate watch`: the operator's view of the fleet — every engine actor transition as it is
 // published on `rl.engine.*.state`, one line each (`--json` for raw events).
 
+import { natsClientFlagsHelp, readNatsClientFlags } from '../bus/client-flags.ts';
+import { natsConnectOptions } from '../bus/connect-options.ts';
 import { connectBus } from '../bus/connection.ts';
 import { subjects } from '../bus/subjects.ts';
 import type { EngineStateEvent } from '../fleet/engine-host.ts';
+import { redactUrl } from '../obs/redact-url.ts';
 
 export async function watchCommand(argv: string[]): Promise<number> {
   if (argv.includes('--help')) {
-    process.stdout.write('usage: rlgate watch [--nats-url U] [--subject-root R] [--json]\n  env: RLGATE_NATS_URL, RLGATE_SUBJECT_ROOT\n');
+    process.stdout.write(`usage: rlgate watch [--nats-url U] [--subject-root R] [--json] [NATS credential flags]\n  env: RLGATE_NATS_URL (then NATS_URL), RLGATE_SUBJECT_ROOT\n${natsClientFlagsHelp()}\n`);
     return 0;
   }
-  const url = flag(argv, '--nats-url') ?? process.env.RLGATE_NATS_URL ?? 'nats://127.0.0.1:4222';
+  const nats = readNatsClientFlags(argv);
   const root = flag(argv, '--subject-root') ?? process.env.RLGATE_SUBJECT_ROOT ?? 'rl';
   const json = argv.includes('--json');
-  const bus = await connectBus({ url, name: 'rlgate-watch' });
+  const bus = await connectBus({ ...natsConnectOptions(nats.url, nats.auth), name: 'rlgate-watch' });
   const subj = subjects(root);
-  process.stderr.write(`watching ${subj.allEngineStates()} on ${url} (Ctrl-C to stop)\n`);
+  process.stderr.write(`watching ${subj.allEngineStates()} on ${redactUrl(nats.url)} (Ctrl-C to stop)\n`);
   bus.subscribe(subj.allEngineStates(), (data) => {
     const e = data as EngineStateEvent;
     process.stdout.write(json ? `${JSON.stringify(e)}\n` : `${formatEvent(e)}\n`);

@@ -3,12 +3,17 @@
 // < environment < flags. SMG's flag names are kept so launch scripts port unchanged (spec §1).
 
 import { readFileSync } from 'node:fs';
+import { NATS_CLIENT_FLAGS } from '../bus/client-flags.ts';
+import { checkNatsSettings, noNatsAuth, NatsSettingsError, type NatsAuthSettings } from '../bus/connect-options.ts';
 import { parseVersionPolicy } from '../fleet/version-policy.ts';
 
 export interface GatewayConfig {
   host: string;
   port: number;
+  /** One NATS server or a comma-separated cluster list; userinfo in it is a credential. */
   natsUrl: string | undefined;
+  /** Credential and TLS files for --nats-url (never for the embedded server). */
+  nats: NatsAuthSettings;
   adminKey: string | undefined;
   workerUrls: string[];
   rl: {
@@ -49,12 +54,15 @@ interface Setting {
   kind: Kind;
   help: string;
   aliases?: string[];
+  /** A second environment variable read when RLGATE_<FLAG> is unset (NATS_URL, as the NATS tools). */
+  envFallback?: string;
 }
 
 export const SETTINGS: Setting[] = [
   { flag: 'host', key: 'host', kind: 'string', help: 'address to listen on (default 127.0.0.1)' },
   { flag: 'port', key: 'port', kind: 'int', help: 'port to listen on (default 30000; 0 picks a free one)' },
-  { flag: 'nats-url', key: 'natsUrl', kind: 'string', help: 'join this NATS server or cluster; absent: start an embedded nats-server' },
+  { flag: 'nats-url', key: 'natsUrl', kind: 'string', help: 'join this NATS server or cluster (comma-separated list; nats://user:pass@host carries credentials); absent: start an embedded nats-server', envFallback: 'NATS_URL' },
+  ...NATS_CLIENT_FLAGS.map((f): Setting => ({ flag: f.flag, key: `nats.${f.key}`, kind: 'string', help: f.help })),
   { flag: 'enable-rl', key: 'rl.enabled', kind: 'bool', help: 'serve the /v1/rl control plane (default off)' },
   { flag: 'admin-key', key: 'adminKey', kind: 'string', help: 'bearer token required on /v1/rl (default: no check)' },
   { flag: 'worker-urls', key: 'workerUrls', kind: 'list', help: 'engine URLs to register at start (space- or comma-separated)' },
@@ -83,6 +91,7 @@ export function defaultConfig(): GatewayConfig {
     host: '127.0.0.1',
     port: 30000,
     natsUrl: undefined,
+    nats: noNatsAuth(),
     adminKey: undefined,
     workerUrls: [],
     rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: 32, versionPolicy: 'any' },
@@ -115,8 +124,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
   const file = (flags.get('config') as string | undefined) ?? env.RLGATE_CONFIG;
   if (file) applyObject(cfg, readConfigFile(file));
   for (const s of SETTINGS) {
-    const raw = env[envName(s.flag)];
-    if (raw !== undefined && raw !== '') setPath(cfg, s.key, coerce(s, raw, `environment variable ${envName(s.flag)}`));
+    const name = [envName(s.flag), s.envFallback].find((n) => n !== undefined && env[n] !== undefined && env[n] !== '');
+    if (name !== undefined) setPath(cfg, s.key, coerce(s, env[name]!, `environment variable ${name}`));
   }
   for (const s of SETTINGS) {
     if (flags.has(s.flag)) setPath(cfg, s.key, coerce(s, flags.get(s.flag)!, `--${s.flag}`));
@@ -135,6 +144,7 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   if (!Number.isInteger(cfg.port) || cfg.port < 0 || cfg.port > 65535) throw new ConfigError('port must be 0..65535');
   if (!(cfg.requestTimeoutSecs >= 1)) throw new ConfigError('request_timeout_secs must be >= 1');
   if (cfg.requestTimeoutSecs > MAX_TIMER_SECS) throw new ConfigError(`request_timeout_secs must be <= ${MAX_TIMER_SECS} (about 24.8 days)`);
+  checkNats(cfg);
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
     if (policy !== 'any') throw new ConfigError('rl.version_policy requires rl.enabled');
@@ -151,12 +161,27 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   return cfg;
 }
 
+/** Credentials and TLS only with --nats-url, one kind of credential, a cert with its key. */
+function checkNats(cfg: GatewayConfig): void {
+  const given = NATS_CLIENT_FLAGS.filter((f) => cfg.nats?.[f.key] !== undefined);
+  if (!cfg.natsUrl) {
+    if (given.length > 0) throw new ConfigError(`--${given[0]!.flag} needs --nats-url: the embedded nats-server has no users and no TLS`);
+    return;
+  }
+  try {
+    checkNatsSettings(cfg.natsUrl, cfg.nats);
+  } catch (err) {
+    if (err instanceof NatsSettingsError) throw new ConfigError(err.message); // userinfo already masked
+    throw err;
+  }
+}
+
 export function helpText(command = 'rlgate gateway'): string {
   const lines = [`usage: ${command} [flags]`, '', 'Every flag can also be set as RLGATE_<FLAG> in the environment or in a JSON --config file.', ''];
   lines.push(`  --config FILE${' '.repeat(24)}JSON config file (keys as in docs/operations.md)`);
   for (const s of SETTINGS) {
     const left = `  --${s.flag}${s.kind === 'bool' ? '' : s.kind === 'list' ? ' U ...' : ' V'}`;
-    lines.push(`${left.padEnd(39)}${s.help}  [${envName(s.flag)}]`);
+    lines.push(`${left.padEnd(39)}${s.help}  [${[envName(s.flag), s.envFallback].filter(Boolean).join(', then ')}]`);
   }
   return lines.join('\n');
 }
@@ -247,6 +272,7 @@ const FILE_ALIASES: Record<string, string> = {
   request_timeout_secs: 'requestTimeoutSecs',
   workers_list_control_urls: 'workersListControlUrls',
   synthesize_logprobs: 'synthesizeLogprobs',
+  ...Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [`nats.${f.fileKey}`, `nats.${f.key}`])),
 };
 
 function applyObject(cfg: GatewayConfig, obj: Record<string, unknown>, prefix = ''): void {

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { connectBus, type Bus, type BusSubscription } from '../bus/connection.ts';
+import { natsConnectOptions } from '../bus/connect-options.ts';
 import { startEmbeddedNats, type EmbeddedNats } from '../bus/server.ts';
 import { openBuckets, type JsonBucket } from '../bus/buckets.ts';
 import { subjects } from '../bus/subjects.ts';
@@ -26,6 +27,7 @@ import { buildApp } from '../http/app.ts';
 import { GatewayError } from '../http/errors.ts';
 import type { Services } from '../http/services.ts';
 import { createLogger, type Logger } from '../obs/logger.ts';
+import { redactUrl } from '../obs/redact-url.ts';
 import { Metrics } from '../obs/metrics.ts';
 import { RefitService } from '../refit/service.ts';
 import { reportStatus } from '../refit/report.ts';
@@ -37,6 +39,7 @@ export interface Gateway {
   /** http://host:port the gateway listens on. */
   url: string;
   port: number;
+  /** The NATS server(s) joined, with any credentials masked. */
   natsUrl: string;
   replicaId: string;
   services: Services;
@@ -69,7 +72,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       log.info({ nats_url: natsUrl, nats_pid: embedded.pid }, 'embedded nats-server started');
     }
     const bus: Bus = await connectBus({
-      url: natsUrl,
+      ...natsConnectOptions(natsUrl, config.nats),
       name: `rlgate-gateway-${replicaId}`,
       onHandlerError: (err, subject) => log.warn({ err, subject }, 'bus handler failed'),
     });
@@ -194,6 +197,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         throw err;
       }
     }
+    natsUrl = redactUrl(natsUrl);
     log.info({ url, nats_url: natsUrl, replica_id: replicaId, rl: config.rl.enabled }, 'gateway listening');
     return { url, port, natsUrl, replicaId, services, app, close };
   } catch (err) {
