@@ -52,9 +52,10 @@ describe('parseTrainerArgs', () => {
     expect(parseTrainerArgs([
       '--gateway', 'http://127.0.0.1:1', '--version', '7', '--params', '10', '--per-chunk', '4',
       '--admin-key', 'k', '--selector', 'role=rollout', '--group', 'slime-pp_0', '--dtype', 'float32', '--shape', '2,3',
+      '--master-address', 'trainer',
     ], {})).toEqual({
       gateway: 'http://127.0.0.1:1', version: '7', params: 10, perChunk: 4, adminKey: 'k',
-      selector: 'role=rollout', groupName: 'slime-pp_0', dtype: 'float32', shape: [2, 3],
+      selector: 'role=rollout', groupName: 'slime-pp_0', dtype: 'float32', shape: [2, 3], masterAddress: 'trainer',
     });
   });
 

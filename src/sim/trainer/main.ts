@@ -9,9 +9,12 @@ import { runDistributedRefit, type DistributedRefitResult } from './refit.ts';
 
 export const TRAINER_USAGE = `usage: trainer --gateway URL --version V [--params N] [--per-chunk K]
                [--admin-key KEY] [--selector EXPR] [--group NAME] [--dtype D] [--shape A,B]
+               [--master-address HOST]
   --params     parameters in the synthetic model (default 146)
   --per-chunk  parameters per update_weights_from_distributed call (default 64)
-  --admin-key  gateway admin key (default: $RLGATE_ADMIN_KEY)`;
+  --admin-key  gateway admin key (default: $RLGATE_ADMIN_KEY)
+  --master-address  address the broadcast group binds and the engines dial (default 127.0.0.1;
+               in containers, the trainer's host name)`;
 
 export interface TrainerArgs {
   gateway: string;
@@ -21,6 +24,7 @@ export interface TrainerArgs {
   adminKey?: string;
   selector?: string;
   groupName?: string;
+  masterAddress?: string;
   dtype: string;
   shape: number[];
 }
@@ -39,6 +43,7 @@ export function parseTrainerArgs(argv: string[], env: NodeJS.ProcessEnv = proces
       'admin-key': { type: 'string' },
       selector: { type: 'string' },
       group: { type: 'string' },
+      'master-address': { type: 'string' },
       dtype: { type: 'string', default: DEFAULT_DTYPE },
       shape: { type: 'string', default: DEFAULT_SHAPE.join(',') },
     },
@@ -62,6 +67,7 @@ export function parseTrainerArgs(argv: string[], env: NodeJS.ProcessEnv = proces
     ...(adminKey ? { adminKey } : {}),
     ...(values.selector === undefined ? {} : { selector: values.selector }),
     ...(values.group === undefined ? {} : { groupName: values.group }),
+    ...(values['master-address'] === undefined ? {} : { masterAddress: values['master-address'] }),
   };
 }
 
@@ -84,6 +90,7 @@ export async function trainerCommand(argv: string[]): Promise<number> {
       ...(args.adminKey ? { adminKey: args.adminKey } : {}),
       ...(args.selector === undefined ? {} : { selector: args.selector }),
       ...(args.groupName === undefined ? {} : { groupName: args.groupName }),
+      ...(args.masterAddress === undefined ? {} : { masterAddress: args.masterAddress }),
     });
   } catch (err) {
     process.stderr.write(`refit ${args.version} not requested: ${err instanceof Error ? err.message : String(err)}\n`);
