@@ -55,6 +55,8 @@ export interface CoordinatorContext extends CoordinatorInput {
   engines: Record<string, EngineRecord>;
   /** Engines that passed the pause. */
   paused: string[];
+  /** Engines whose resume answered 2xx: they owe nothing, whatever else failed. */
+  resumed: string[];
   stepIndex: number;
   /** The running phase, and its legs (or its step's) that have not answered yet. */
   phase: Phase;
@@ -116,6 +118,7 @@ export const coordinatorMachine = setup({
         engines: { ...context.engines, [event.workerId]: rec },
         pending: context.pending.filter((id) => id !== event.workerId),
         paused: event.phase === 'pause' && event.result.ok ? [...context.paused, event.workerId] : context.paused,
+        resumed: event.phase === 'resume' && event.result.ok ? [...context.resumed, event.workerId] : context.resumed,
       };
     }),
     // A deadline names every engine that had not answered: it stalled in this phase.
@@ -147,6 +150,7 @@ export const coordinatorMachine = setup({
     ...input,
     engines: Object.fromEntries(input.targets.map((id) => [id, { phases: {} }])),
     paused: [],
+    resumed: [],
     stepIndex: 0,
     phase: 'pause',
     pending: [],

@@ -203,13 +203,18 @@ export const engineMachine = setup({
                 { target: 'serving' },
               ],
             },
-            // Liveness is probed only while serving: a paused or refitting engine is expected not
-            // to generate, and SGLang's /health runs a generation (it would hang, then fail).
+            // Liveness is probed in every resting state, so an engine that dies (and comes back)
+            // while paused is noticed. A paused or asleep engine gets a quiet probe: SGLang's
+            // /health runs a generation, which it would hold. Never while a command changes it.
             serving: {
-              invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs }) },
+              invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs, quiet: false }) },
             },
-            paused: {},
-            asleep: {},
+            paused: {
+              invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs, quiet: true }) },
+            },
+            asleep: {
+              invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs, quiet: true }) },
+            },
             // A pause is on its way to the engine: no new request may be routed to it. Its
             // answer's control.set (or, if it failed, cmd.finished) decides where it rests.
             pausing: {
@@ -332,7 +337,7 @@ function fromMissing<I, O>(name: string) {
 }
 
 function fromMissingCallback(name: string) {
-  return fromCallback<EngineEvent, { intervalMs: number }>(() => {
+  return fromCallback<EngineEvent, { intervalMs: number; quiet: boolean }>(() => {
     throw new Error(`engine actor: implementation '${name}' was not provided`);
   });
 }

@@ -8,13 +8,22 @@ import type { ConnectionMode } from '../fleet/worker.ts';
 export interface EngineFacts {
   serverInfo: Record<string, unknown>;
   modelInfo: Record<string, unknown> | null;
+  /**
+   * The engine's own pause state, where its wire can say it (TokenSpeed's `is_paused`, SGLang's
+   * `/ready` on builds that have it); undefined when it cannot. Read at every discovery, so an
+   * engine's control state after a restart or a takeover is observed, not assumed.
+   */
+  paused?: boolean;
 }
 
 export interface EngineClient {
   readonly mode: ConnectionMode;
   readonly url: string;
   discover(signal: AbortSignal): Promise<EngineFacts>;
-  /** Resolves when the engine answers its liveness check; rejects otherwise. */
-  probe(signal: AbortSignal): Promise<void>;
+  /**
+   * Resolves when the engine answers its liveness check; rejects otherwise. `quiet` asks for a
+   * check that runs no generation (a paused engine would hold one until it is resumed).
+   */
+  probe(signal: AbortSignal, quiet?: boolean): Promise<void>;
   close(): Promise<void>;
 }

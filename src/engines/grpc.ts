@@ -106,10 +106,16 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
     if (typeof server.tokenspeed_version === 'string' && server.tokenspeed_version) serverArgs.version ??= server.tokenspeed_version;
     const scheduler = structToJson(server.scheduler_info);
     if (scheduler.shm_namespace_id !== undefined) serverArgs.shm_namespace_id = scheduler.shm_namespace_id;
-    return { serverInfo: serverArgs, modelInfo: model as Record<string, unknown> };
+    // is_paused is the live scheduler state (the rust servicer always says false).
+    return { serverInfo: serverArgs, modelInfo: model as Record<string, unknown>, paused: typeof server.is_paused === 'boolean' ? server.is_paused : undefined };
   }
 
-  async probe(signal: AbortSignal): Promise<void> {
+  async probe(signal: AbortSignal, quiet = false): Promise<void> {
+    // HealthCheck runs a generation: a paused engine is only asked for its model info.
+    if (quiet) {
+      await this.unary('GetModelInfo', {}, signal, 10_000);
+      return;
+    }
     const res = await this.unary('HealthCheck', {}, signal, 25_000);
     if (!res.healthy) throw new Error(`HealthCheck: unhealthy${res.message ? `: ${res.message}` : ''}`);
   }

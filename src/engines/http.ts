@@ -30,13 +30,24 @@ export class HttpEngineClient implements EngineClient {
     const serverInfo = await this.getJsonWithFallback(['/server_info', '/get_server_info'], signal);
     if (!serverInfo) throw new Error(`${this.url} answered neither /server_info nor /get_server_info`);
     const modelInfo = await this.getJsonWithFallback(['/model_info', '/get_model_info'], signal);
-    return { serverInfo, modelInfo };
+    return { serverInfo, modelInfo, paused: await this.readPaused(signal) };
   }
 
-  async probe(signal: AbortSignal): Promise<void> {
-    const res = await this.pool.request({ path: '/health', method: 'GET', headers: this.authHeader, signal });
+  async probe(signal: AbortSignal, quiet = false): Promise<void> {
+    // SGLang's /health runs a generation on newer builds; a paused engine would hold it.
+    const path = quiet ? '/model_info' : '/health';
+    const res = await this.pool.request({ path, method: 'GET', headers: this.authHeader, signal });
     await res.body.dump();
-    if (res.statusCode >= 500) throw new Error(`/health answered ${res.statusCode}`);
+    if (res.statusCode >= 500 || (quiet && res.statusCode >= 300 && res.statusCode !== 404)) throw new Error(`${path} answered ${res.statusCode}`);
+  }
+
+  /** `/ready` (newest SGLang builds) is 503 while the engine admits no request: paused. Older builds: unknown. */
+  private async readPaused(signal: AbortSignal): Promise<boolean | undefined> {
+    const res = await this.pool.request({ path: '/ready', method: 'GET', headers: this.authHeader, signal });
+    await res.body.dump();
+    if (res.statusCode === 200) return false;
+    if (res.statusCode === 503) return true;
+    return undefined;
   }
 
   async close(): Promise<void> {

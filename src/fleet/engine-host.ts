@@ -253,7 +253,7 @@ export class EngineHost {
           }
         }),
         // Looked up per tick: a new api key or URL replaces the client after this actor started.
-        probeTicker: fromCallback(({ sendBack, input }) => probeLoop(() => this.hosted.get(worker.id)?.client, input.intervalMs, sendBack)),
+        probeTicker: fromCallback(({ sendBack, input }) => probeLoop(() => this.hosted.get(worker.id)?.client, input.intervalMs, sendBack, input.quiet)),
       },
     });
     const last = this.records.get(worker.id);

@@ -1,12 +1,13 @@
-// The liveness loop an engine actor runs while `serving`: one probe per interval through the
-// engine's current client, reported as `probe.ok` / `probe.failed`. Stops (and aborts a probe in
-// flight) when the actor leaves the state.
+// The liveness loop an engine actor runs while it rests (`serving`, `paused`, `asleep`): one probe
+// per interval through the engine's current client, reported as `probe.ok` / `probe.failed`; a
+// quiet probe (no generation) while paused or asleep. Stops (and aborts a probe in flight) when
+// the actor leaves the state.
 
 import type { EngineClient } from '../engines/engine-client.ts';
 
 export type ProbeEvent = { type: 'probe.ok' } | { type: 'probe.failed'; error: string };
 
-export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: number, sendBack: (e: ProbeEvent) => void): () => void {
+export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: number, sendBack: (e: ProbeEvent) => void, quiet = false): () => void {
   if (intervalMs <= 0) return () => {};
   let stopped = false;
   let ctrl: AbortController | undefined;
@@ -19,7 +20,7 @@ export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: 
       // A probe that outlives its interval (SGLang's /health runs a generation) is a failure.
       const timer = setTimeout(() => ctrl?.abort(), Math.max(1000, intervalMs));
       try {
-        await client.probe(ctrl.signal);
+        await client.probe(ctrl.signal, quiet);
         if (!stopped) sendBack({ type: 'probe.ok' });
       } catch (err) {
         if (!stopped) sendBack({ type: 'probe.failed', error: String((err as Error)?.message ?? err) });

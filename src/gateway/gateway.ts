@@ -31,6 +31,7 @@ import { redactUrl } from '../obs/redact-url.ts';
 import { Metrics } from '../obs/metrics.ts';
 import { RefitService } from '../refit/service.ts';
 import { reportStatus } from '../refit/report.ts';
+import { ResumesOwed, type OwedResume } from '../refit/resumes-owed.ts';
 import type { GatewayConfig } from './config.ts';
 import { onMixedComparison } from '../fleet/versions.ts';
 import { BODY_CAP } from '../engines/control-call.ts';
@@ -132,6 +133,17 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(() => ownership.close());
     await ownership.start();
     await registrySync.start();
+    const owed = new ResumesOwed({
+      replicaId,
+      bucket: buckets.owed as JsonBucket<OwedResume>,
+      host,
+      alive: (replica) => ownership.alive(replica),
+      timeoutSecs: config.rl.controlTimeoutSecs,
+      intervalMs: Math.min(2_000, Math.max(200, config.retryIntervalSecs * 1000)),
+      log: log.child({ component: 'refit' }),
+    });
+    await owed.start();
+    cleanups.push(() => owed.close());
     const replicaSub = serveReplicaCommands({ bus, subjects: subj, replicaId, host, cancels });
     cleanups.push(() => replicaSub.unsubscribe());
     const view = new FleetView({ registry, host });
@@ -160,6 +172,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         verifyMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
         resumeMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
       },
+      owed,
     });
     // Shutdown lets running refits finish (and resume what they paused) while this replica still
     // answers its engines' commands: it stops taking refits, drains, and only then lets go.

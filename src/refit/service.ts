@@ -19,6 +19,7 @@ import type { Metrics } from '../obs/metrics.ts';
 import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
 import { buildReport, type RefitReport } from './report.ts';
 import { parseRefitRequest, type RefitRequest } from './request.ts';
+import type { ResumesOwed } from './resumes-owed.ts';
 
 const KEEP_REPORTS = 256;
 
@@ -44,6 +45,8 @@ export class RefitService {
       metrics: Metrics;
       log: Logger;
       deadlines: RefitDefaults;
+      /** Where the refit's pauses are recorded as resumes owed. */
+      owed: ResumesOwed;
     },
   ) {}
 
@@ -76,8 +79,9 @@ export class RefitService {
     const asleep = targets.filter((w) => this.deps.view.engine(w).control === 'asleep');
     const active = targets.filter((w) => !asleep.includes(w));
     // Engines an operator paused before the refit stay paused after it: the refit resumes only
-    // what it paused.
-    const keepPaused = active.filter((w) => this.deps.view.engine(w).control === 'paused').map((w) => w.id);
+    // what it paused. A pause that an earlier refit made and could not undo is no operator's: it
+    // is a resume owed, and this refit resumes it.
+    const keepPaused = active.filter((w) => this.deps.view.engine(w).control === 'paused' && !this.deps.owed.has(w.id)).map((w) => w.id);
     const id = randomUUID();
     const plan = planRefit(req, active);
     // Every call of every phase is built (and size-checked) before anything is paused, so a bad
@@ -85,7 +89,17 @@ export class RefitService {
     const calls = this.prepareCalls(plan, active, id);
 
     for (const w of targets) this.busy.add(w.id);
-    const running = this.execute({ id, req, selector: selectorText ?? null, targets: active, asleep, keepPaused, plan, calls, origin });
+    const owing = active.filter((w) => !keepPaused.includes(w.id)).map((w) => w.id);
+    try {
+      await this.deps.owed.owe(owing, id);
+    } catch (err) {
+      for (const w of targets) this.busy.delete(w.id);
+      throw new GatewayError('bus_unavailable', `the refit's pauses could not be recorded, so nothing was paused: ${(err as Error).message}`);
+    }
+    const running = this.execute({ id, req, selector: selectorText ?? null, targets: active, asleep, keepPaused, plan, calls, origin }).then(async ({ report, resumed }) => {
+      await Promise.all(owing.map((wid) => this.deps.owed.settle(wid, resumed.has(wid), id)));
+      return report;
+    });
     this.running.add(running);
     try {
       return await running;
@@ -128,7 +142,7 @@ export class RefitService {
     plan: RefitPlan;
     calls: Map<string, ControlCall>;
     origin: string;
-  }): Promise<RefitReport> {
+  }): Promise<{ report: RefitReport; resumed: Set<string> }> {
     const { id, req, selector, targets, plan, origin } = args;
     const startedAt = new Date();
     const byId = new Map(targets.map((w) => [w.id, w]));
@@ -205,7 +219,7 @@ export class RefitService {
     this.deps.metrics.refit(report.status, phaseMs);
     this.publish(id, { type: 'report', report });
     this.deps.log.info({ refit_id: id, status: report.status, succeeded: report.succeeded, total: report.total, duration_ms: report.duration_ms }, 'refit finished');
-    return report;
+    return { report, resumed: new Set(result.resumed) };
   }
 
   private callOf(spec: CallSpec, refitId: string) {
