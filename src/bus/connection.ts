@@ -1,7 +1,9 @@
 // One NATS connection and the four ways rlgate uses it: publish/subscribe, request/reply with a
 // deadline, a request answered by a stream of replies ended by a sentinel, and close. Payloads are
 // JSON (codec.ts); subject strings come from subjects.ts and are never built here.
-// Request failures become BusNoResponders ("nobody hosts this subject") or BusTimeout ("it stalled").
+// Request failures become BusNoResponders ("nobody hosts this subject"), BusTimeout ("it stalled")
+// or BusUnavailable ("NATS itself is gone": refused at once while disconnected, and failed when the
+// connection drops under a request, instead of waiting for a deadline no reply can meet).
 
 import {
   connect,
@@ -47,6 +49,23 @@ export class BusTimeout extends Error {
   }
 }
 
+/**
+ * The connection to NATS is down (nats.js is reconnecting) or closed. Nothing was sent if the
+ * request came while disconnected; a request in flight when the connection dropped may have
+ * reached its responder, but its reply can no longer arrive.
+ */
+export class BusUnavailable extends Error {
+  override readonly name = 'BusUnavailable';
+  readonly code = 'bus_unavailable';
+  constructor(
+    readonly subject: string,
+    detail = 'not connected to NATS (reconnecting); nothing was sent',
+    options?: ErrorOptions,
+  ) {
+    super(`${detail} (${subject})`, options);
+  }
+}
+
 /** The responder's handler threw; `code` is the thrown error's `code` (or `internal_error`). */
 export class BusRemoteError extends Error {
   override readonly name = 'BusRemoteError';
@@ -67,8 +86,12 @@ export class BusRemoteError extends Error {
  * checked too, in case a second copy of nats-core makes `instanceof` miss. Other errors pass through.
  */
 export function mapRequestError(err: unknown, subject = '?', timeoutMs?: number): Error {
-  if (err instanceof BusNoResponders || err instanceof BusTimeout) return err;
+  if (err instanceof BusNoResponders || err instanceof BusTimeout || err instanceof BusUnavailable) return err;
   const name = (e: unknown) => (e instanceof Error ? e.name : '');
+  // A request cut short by close() (shutdown) is a bus outage to its caller, not an internal error.
+  if (name(err) === 'ClosedConnectionError' || name(err) === 'DrainingConnectionError') {
+    return new BusUnavailable(subject, 'the NATS connection is closing', { cause: err });
+  }
   const noResponders = (e: unknown) => e instanceof NoRespondersError || name(e) === 'NoResponders';
   const timeout = (e: unknown) => e instanceof TimeoutError || name(e) === 'TimeoutError';
   if (noResponders(err)) return new BusNoResponders(subject, { cause: err });
@@ -123,9 +146,25 @@ export interface RequestStreamOptions {
   onMessage(data: unknown): void | Promise<void>;
 }
 
+/** A change of the connection, as `onStatus` listeners receive it. */
+export interface BusStatus {
+  connected: boolean;
+  /** `disconnect`: lost, nats.js reconnects; `reconnect`: back; `close`: closed for good. */
+  event: 'disconnect' | 'reconnect' | 'close';
+  /** The server the event concerns, when nats.js names one. */
+  server?: string;
+}
+
 export interface Bus {
   readonly nc: NatsConnection;
-  /** One request, one JSON reply. Throws BusNoResponders, BusTimeout or BusRemoteError. */
+  /** False from the moment the connection drops until nats.js has re-established it, and after close. */
+  readonly connected: boolean;
+  /** Calls `listener` on every disconnect, reconnect and the final close. Returns the unsubscribe. */
+  onStatus(listener: (status: BusStatus) => void): () => void;
+  /**
+   * One request, one JSON reply. Throws BusNoResponders, BusTimeout, BusRemoteError, or
+   * BusUnavailable (at once while disconnected, or as soon as the connection drops under it).
+   */
   request<T>(subject: string, payload: unknown, timeoutMs: number): Promise<T>;
   publish(subject: string, payload: unknown): void;
   /** Messages are handled one at a time, in order (state events must not overtake each other). */
@@ -152,11 +191,16 @@ export interface Bus {
   /**
    * One request, many replies, ended by an empty-payload sentinel. Resolves at the sentinel.
    * Rejects with BusTimeout (with `received`) if the deadline comes first — the replies that did
-   * arrive were already given to onMessage — and with BusNoResponders or BusRemoteError.
+   * arrive were already given to onMessage — and with BusNoResponders, BusRemoteError or
+   * BusUnavailable (as `request`).
    */
   requestStream(subject: string, payload: unknown, opts: RequestStreamOptions): Promise<void>;
-  /** Drains: pending handlers' replies and buffered publishes go out, then the socket closes. */
-  close(): Promise<void>;
+  /**
+   * Drains (pending handlers' replies and buffered publishes go out, then the socket closes), for
+   * at most `timeoutMs` (default 5 s); then, or at once while disconnected, closes without draining:
+   * a drain waits on the server, and a dead server would make it wait forever.
+   */
+  close(opts?: { timeoutMs?: number }): Promise<void>;
 }
 
 export interface ConnectBusOptions {
@@ -173,6 +217,12 @@ export interface ConnectBusOptions {
   onHandlerError?: (err: unknown, subject: string) => void;
 }
 
+// Between reconnect attempts: short, so a restarted server is picked up within about a second
+// (nats.js waits 2 s by default), with jitter so that replicas do not dial in lockstep.
+const RECONNECT_WAIT_MS = 250;
+const RECONNECT_JITTER_MS = 250;
+const CLOSE_DRAIN_MS = 5_000;
+
 export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
   let nc: NatsConnection;
   try {
@@ -184,6 +234,8 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
       timeout: opts.timeoutMs ?? 5_000,
       reconnect: true,
       maxReconnectAttempts: -1,
+      reconnectTimeWait: RECONNECT_WAIT_MS,
+      reconnectJitter: RECONNECT_JITTER_MS,
       waitOnFirstConnect: false,
     });
   } catch (err) {
@@ -199,6 +251,78 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
     } catch (err) {
       report(err, msg.subject); // e.g. reply over max_payload, or connection closed
     }
+  };
+
+  // The connection's state as nats.js reports it. Requests and streams in flight register here so
+  // a drop fails them at once: their replies would go to an inbox the server no longer routes to us.
+  let connected = true;
+  // host:port only (nats.js keeps credentials out of it), so it is safe in messages and logs.
+  let server: string | undefined = nc.getServer() || undefined;
+  const listeners = new Set<(status: BusStatus) => void>();
+  const inFlight = new Set<(detail: string) => void>();
+  const emit = (status: BusStatus) => {
+    for (const l of [...listeners]) {
+      try {
+        l(status);
+      } catch (err) {
+        report(err, 'bus status listener');
+      }
+    }
+  };
+  const at = () => (server ? ` at ${server}` : '');
+  const dropped = (event: 'disconnect' | 'close') => {
+    const wasConnected = connected;
+    connected = false;
+    const detail =
+      event === 'close' ? 'the NATS connection closed before the reply came' : `lost the connection to NATS${at()} before the reply came`;
+    for (const fail of [...inFlight]) fail(detail);
+    if (wasConnected || event === 'close') emit({ connected: false, event, server });
+  };
+  void (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === 'disconnect') {
+        server = s.server;
+        dropped('disconnect');
+      } else if (s.type === 'reconnect') {
+        server = s.server;
+        connected = true;
+        emit({ connected: true, event: 'reconnect', server });
+      }
+    }
+  })().catch((err) => report(err, 'bus status'));
+  void nc.closed().then(() => dropped('close'));
+  const notConnected = () =>
+    nc.isClosed() ? 'the NATS connection is closed; nothing was sent' : `not connected to NATS${at()} (reconnecting); nothing was sent`;
+
+  /** `pending`, unless the connection drops first: then BusUnavailable naming `subject`. */
+  const whileConnected = <T>(subject: string, pending: Promise<T>): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      const fail = (detail: string) => {
+        inFlight.delete(fail);
+        pending.catch(() => {}); // it still settles later (its own timeout); nobody listens then
+        reject(new BusUnavailable(subject, detail));
+      };
+      inFlight.add(fail);
+      pending.then(
+        (v) => {
+          inFlight.delete(fail);
+          resolve(v);
+        },
+        (e) => {
+          inFlight.delete(fail);
+          reject(e);
+        },
+      );
+    });
+
+  // Every request over this connection, JetStream's and KV's included (they call nc.request
+  // themselves), is refused while disconnected and failed when the connection drops under it.
+  // Otherwise nats.js queues it, drops it at the next dial (or sends it after a reconnect, to an
+  // engine whose caller gave up), and the caller waits out its whole timeout for nothing.
+  const natsRequest = nc.request.bind(nc);
+  nc.request = (subject, payload, requestOpts) => {
+    if (!connected) return Promise.reject(new BusUnavailable(subject, notConnected()));
+    return whileConnected(subject, natsRequest(subject, payload, requestOpts));
   };
 
   // Streamed requests share one wildcard inbox subscription (as nats.js muxes plain requests),
@@ -219,13 +343,23 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
     return inboxPrefix;
   };
 
+  let closing: Promise<void> | undefined;
   const bus: Bus = {
     nc,
+
+    get connected() {
+      return connected;
+    },
+
+    onStatus(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
 
     async request<T>(subject: string, payload: unknown, timeoutMs: number): Promise<T> {
       let msg: Msg;
       try {
-        msg = await nc.request(subject, encode(payload), { timeout: timeoutMs });
+        msg = await nc.request(subject, encode(payload), { timeout: timeoutMs }); // fails fast: see above
       } catch (err) {
         throw mapRequestError(err, subject, timeoutMs);
       }
@@ -335,20 +469,24 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
 
     requestStream(subject, payload, streamOpts) {
       const { timeoutMs, onMessage } = streamOpts;
+      if (!connected) return Promise.reject(new BusUnavailable(subject, notConnected()));
       const inbox = streamInbox();
       const id = `${++streamSeq}`;
       return new Promise<void>((resolve, reject) => {
         let received = 0;
         let chain: Promise<void> = Promise.resolve();
         let done = false;
+        const onDrop = (detail: string) => finish(new BusUnavailable(subject, detail));
         const finish = (err?: Error) => {
           if (done) return;
           done = true;
           clearTimeout(timer);
           streams.delete(id);
+          inFlight.delete(onDrop);
           if (err) reject(err);
           else resolve();
         };
+        inFlight.add(onDrop);
         const timer = setTimeout(() => finish(new BusTimeout(subject, timeoutMs, received)), timeoutMs);
         streams.set(id, (msg) => {
           if (msg.data.length === 0) {
@@ -380,10 +518,26 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
       });
     },
 
-    async close() {
-      if (nc.isClosed() || nc.isDraining()) return nc.closed().then(() => undefined);
-      await nc.drain();
+    close(closeOpts = {}) {
+      closing ??= (async () => {
+        if (connected && !nc.isClosed()) {
+          const drained = await within(nc.drain().then(() => true, () => false), closeOpts.timeoutMs ?? CLOSE_DRAIN_MS);
+          if (drained) return;
+        }
+        await nc.close().catch(() => undefined);
+      })();
+      return closing;
     },
   };
   return bus;
+}
+
+/** `pending`'s value, or false once `ms` have passed (the timer does not hold the process open). */
+function within(pending: Promise<boolean>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+    timer.unref();
+  });
+  return Promise.race([pending, expired]).finally(() => clearTimeout(timer));
 }

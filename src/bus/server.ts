@@ -2,6 +2,9 @@
 // with JetStream, bound to 127.0.0.1 only. It owns the child process and its temp dir; it never
 // speaks the NATS protocol beyond a readiness probe (connections live in connection.ts).
 //
+// Supervision: a server that exits without stop() is started again on the same port and store dir,
+// after a short backoff; `onEvent` hears of it. stop() ends the supervision.
+//
 // Lifetime guarantee: stop() sends SIGTERM, then SIGKILL after a grace, and removes the temp dir.
 // If our process exits without stop(), an 'exit' hook SIGKILLs every live server and removes its
 // temp dir. If our process dies without running JS (SIGKILL, crash, unhandled signal), the child
@@ -32,12 +35,23 @@ export interface EmbeddedNatsOptions {
   log?: (line: string) => void;
   /** How long to wait for readiness (default 15 s). */
   readyTimeoutMs?: number;
+  /** Start the server again when it exits without stop() (default true). */
+  restart?: boolean;
+  /** Told when the server exits unexpectedly and when it is (or cannot be) started again. */
+  onEvent?: (event: NatsServerEvent) => void;
 }
+
+/** What the supervision of the embedded server reports. */
+export type NatsServerEvent =
+  | { type: 'exited'; pid: number; code: number | null; signal: NodeJS.Signals | null; restartInMs: number }
+  | { type: 'restarted'; pid: number }
+  | { type: 'restart_failed'; error: Error; retryInMs: number };
 
 export interface EmbeddedNats {
   /** `nats://127.0.0.1:<port>` */
   readonly url: string;
   readonly port: number;
+  /** The running child's pid; a new one after each restart. */
   readonly pid: number;
   /** `http://127.0.0.1:<port>` when a monitor port was asked for. */
   readonly monitorUrl: string | undefined;
@@ -54,6 +68,10 @@ const HOST = '127.0.0.1';
 const STOP_GRACE_MS = 5_000;
 const PORT_RACE_ATTEMPTS = 5;
 const LOG_TAIL_LINES = 40;
+const RESTART_FIRST_MS = 200;
+const RESTART_MAX_MS = 5_000;
+// A server that ran this long before dying was healthy: its restart starts the backoff over.
+const HEALTHY_RUN_MS = 30_000;
 
 /** The server binary is not installed (or RLGATE_NATS_SERVER points at nothing runnable). */
 export class NatsServerNotFound extends Error {
@@ -176,7 +194,15 @@ interface LaunchPlan {
   opts: EmbeddedNatsOptions;
 }
 
-async function launch(p: LaunchPlan): Promise<EmbeddedNats> {
+/** One running child: the process, its exit, and its entry in the exit hook's set. */
+interface Running {
+  child: ChildProcess;
+  exited: Promise<void>;
+  entry: Live;
+}
+
+/** Spawns one nats-server for the plan and waits until it is ready; a child that is not is killed. */
+async function spawnServer(p: LaunchPlan): Promise<Running> {
   // max_payload has no flag; the monitor goes in the file too so it is pinned to loopback.
   const conf = join(p.dir, 'nats.conf');
   const lines = [`max_payload: ${p.maxPayload}`];
@@ -227,25 +253,102 @@ async function launch(p: LaunchPlan): Promise<EmbeddedNats> {
   // A forgotten server must not keep our process alive: the 'exit' hook reaps it instead.
   child.unref();
   for (const s of [child.stdout, child.stderr]) (s as { unref?: () => void } | null)?.unref?.();
+  return { child, exited, entry };
+}
+
+/**
+ * The first server is up: from here on a child that exits without stop() is started again on the
+ * same port and store (clients reconnect to the same URL, JetStream data survives), after a
+ * backoff that grows while restarts keep failing or the server keeps dying young.
+ */
+async function launch(p: LaunchPlan): Promise<EmbeddedNats> {
+  let current = await spawnServer(p);
+  let stopped = false;
+  let reviving: Promise<void> | undefined;
+  let attempt = 0; // restarts in a row that failed, or whose server died young
+  const backoff = new AbortController(); // stop() cuts a pending wait short
+  const emit = (event: NatsServerEvent) => {
+    try {
+      p.opts.onEvent?.(event);
+    } catch {
+      // a listener's failure must not end the supervision
+    }
+  };
+
+  const supervise = (run: Running) => {
+    const startedAt = Date.now();
+    void run.exited.then(() => {
+      if (stopped || run !== current || p.opts.restart === false) return;
+      live.delete(run.entry);
+      if (Date.now() - startedAt >= HEALTHY_RUN_MS) attempt = 0;
+      reviving = revive(run).finally(() => (reviving = undefined));
+    });
+  };
+
+  const revive = async (dead: Running) => {
+    let waitMs = restartDelay(attempt++);
+    emit({ type: 'exited', pid: dead.child.pid as number, code: dead.child.exitCode, signal: dead.child.signalCode, restartInMs: waitMs });
+    for (;;) {
+      await backoffWait(waitMs, backoff.signal);
+      if (stopped) return;
+      try {
+        current = await spawnServer(p);
+      } catch (err) {
+        if (stopped) return;
+        waitMs = restartDelay(attempt++);
+        emit({ type: 'restart_failed', error: err as Error, retryInMs: waitMs });
+        continue;
+      }
+      emit({ type: 'restarted', pid: current.child.pid as number });
+      supervise(current);
+      return;
+    }
+  };
+  supervise(current);
 
   let stopping: Promise<void> | undefined;
   return {
     url: `nats://${HOST}:${p.port}`,
     port: p.port,
-    pid: child.pid as number,
+    get pid() {
+      return current.child.pid as number;
+    },
     monitorUrl: p.monitorPort === undefined ? undefined : `http://${HOST}:${p.monitorPort}`,
     dir: p.dir,
     storeDir: p.storeDir,
     deathGuard: SETPRIV ? 'pdeathsig' : 'exit-hook',
     stop() {
       stopping ??= (async () => {
-        await terminate(child, exited);
-        live.delete(entry);
+        stopped = true;
+        backoff.abort();
+        await reviving; // a restart in progress finishes (or fails) first, so its child is ours to end
+        await terminate(current.child, current.exited);
+        live.delete(current.entry);
         await rm(p.dir, { recursive: true, force: true, maxRetries: 3 });
       })();
       return stopping;
     },
   };
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts (stop() must not wait out a backoff). */
+function backoffWait(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    t.unref(); // a server being restarted must not keep the process alive on its own
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
+/** 200 ms, doubling per restart in a row, at most 5 s. */
+function restartDelay(attempt: number): number {
+  return Math.min(RESTART_MAX_MS, RESTART_FIRST_MS * 2 ** attempt);
 }
 
 /** SIGTERM (nats-server shuts JetStream down cleanly), SIGKILL if it lingers past the grace. */
