@@ -1,10 +1,12 @@
 // Sends control calls to the replicas that own the engines: one NATS request per single-engine
 // call (`rl.engine.<id>.cmd`), and ONE request per owning replica for a fan-out
 // (`rl.replica.<id>.cmd`), whose replies stream back one per leg. Bus failures become per-leg
-// outcomes, so a dead replica reads like a dead engine to the caller, never like a 500.
+// outcomes, so a dead replica reads like a dead engine to the caller, never like a 500; a bus that
+// is down marks its outcomes `bus_unavailable`, so callers can tell "NATS is gone" from "the engine is".
+// Both fail at once while NATS is disconnected (connection.ts refuses to queue them).
 
 import { randomUUID } from 'node:crypto';
-import { BusNoResponders, BusTimeout, type Bus } from '../bus/connection.ts';
+import { BusNoResponders, BusTimeout, BusUnavailable, type Bus } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
 import type { Registry } from '../fleet/registry.ts';
@@ -133,6 +135,9 @@ export class Dispatcher {
 }
 
 function busFailure(err: unknown, url: string, call: ControlCall): ControlOutcome {
+  if (err instanceof BusUnavailable) {
+    return { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${url}\` not called: ${err.message}` };
+  }
   if (err instanceof BusTimeout) {
     return { kind: 'timeout', latencyMs: 0, message: `upstream \`${url}\` timed out after ${call.timeoutSecs}s` };
   }

@@ -42,7 +42,7 @@ export function failedCall(w: Pick<Worker, 'id' | 'url'>, o: ControlOutcome): Rl
     case 'timeout':
       return { worker_id: w.id, url: w.url, error: 'upstream_timeout', message: o.message };
     case 'unreachable':
-      return { worker_id: w.id, url: w.url, error: 'upstream_unreachable', message: o.message };
+      return { worker_id: w.id, url: w.url, error: o.code ?? 'upstream_unreachable', message: o.message };
     case 'no_control_endpoint':
       return { worker_id: w.id, url: w.url, error: 'no_control_endpoint', message: o.message, connection_mode: o.connectionMode };
   }
@@ -58,7 +58,8 @@ export function proxyAnswer(w: Pick<Worker, 'id' | 'url'>, o: ControlOutcome): {
     case 'timeout':
       throw new GatewayError('upstream_timeout', o.message, { worker_id: w.id, url: w.url });
     case 'unreachable':
-      throw new GatewayError('upstream_unreachable', o.message, { worker_id: w.id, url: w.url });
+      // bus_unavailable is a 503: the gateway's bus is down, the engine may well be fine.
+      throw new GatewayError(o.code ?? 'upstream_unreachable', o.message, { worker_id: w.id, url: w.url });
     case 'no_control_endpoint':
       throw new GatewayError('no_control_endpoint', o.message, { worker_id: w.id, url: w.url, connection_mode: o.connectionMode });
   }

@@ -32,7 +32,13 @@ export type ControlOutcome =
       truncated: boolean;
     }
   | { kind: 'timeout'; latencyMs: number; message: string }
-  | { kind: 'unreachable'; latencyMs: number; message: string }
+  | {
+      kind: 'unreachable';
+      latencyMs: number;
+      message: string;
+      /** Set when the gateway's own bus was down: the call may never have left the gateway. */
+      code?: 'bus_unavailable';
+    }
   | { kind: 'no_control_endpoint'; latencyMs: 0; message: string; connectionMode: string };
 
 export const BODY_CAP = 1024 * 1024;

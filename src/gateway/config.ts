@@ -43,6 +43,8 @@ export interface GatewayConfig {
   tokenizerPath: string | undefined;
   /** `return_logprob` on a token engine without logprobs answers 0.0 per token instead of failing (slime §5.1). */
   synthesizeLogprobs: boolean;
+  /** How long a shutdown may take in all; past it the process exits anyway. */
+  shutdownTimeoutSecs: number;
 }
 
 type Kind = 'string' | 'int' | 'bool' | 'list';
@@ -83,6 +85,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'subject-root', key: 'subjectRoot', kind: 'string', help: 'root token of every NATS subject (default rl)' },
   { flag: 'tokenizer-path', key: 'tokenizerPath', kind: 'string', help: 'tokenizer directory (tokenizer.json) for `text` prompts on ZMQ workers, and on gRPC workers without GetTokenizer (default unset)' },
   { flag: 'synthesize-logprobs', key: 'synthesizeLogprobs', kind: 'bool', help: 'answer `return_logprob` with 0.0 per token when a token engine returns no logprobs (only safe when the trainer recomputes them); default off: such requests fail with 502 logprobs_unavailable' },
+  { flag: 'shutdown-timeout-secs', key: 'shutdownTimeoutSecs', kind: 'int', help: 'longest a shutdown on SIGINT/SIGTERM may take (running refits drain meanwhile); then the process exits anyway (default 30)' },
   { flag: 'log-level', key: 'logLevel', kind: 'string', help: 'pino level: trace|debug|info|warn|error|silent (default info)' },
 ];
 
@@ -110,6 +113,7 @@ export function defaultConfig(): GatewayConfig {
     logLevel: 'info',
     tokenizerPath: undefined,
     synthesizeLogprobs: false,
+    shutdownTimeoutSecs: 30,
   };
 }
 
@@ -144,6 +148,7 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   if (!Number.isInteger(cfg.port) || cfg.port < 0 || cfg.port > 65535) throw new ConfigError('port must be 0..65535');
   if (!(cfg.requestTimeoutSecs >= 1)) throw new ConfigError('request_timeout_secs must be >= 1');
   if (cfg.requestTimeoutSecs > MAX_TIMER_SECS) throw new ConfigError(`request_timeout_secs must be <= ${MAX_TIMER_SECS} (about 24.8 days)`);
+  if (!(cfg.shutdownTimeoutSecs >= 1 && cfg.shutdownTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`shutdown_timeout_secs must be 1..${MAX_TIMER_SECS}`);
   checkNats(cfg);
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
@@ -272,6 +277,7 @@ const FILE_ALIASES: Record<string, string> = {
   request_timeout_secs: 'requestTimeoutSecs',
   workers_list_control_urls: 'workersListControlUrls',
   synthesize_logprobs: 'synthesizeLogprobs',
+  shutdown_timeout_secs: 'shutdownTimeoutSecs',
   ...Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [`nats.${f.fileKey}`, `nats.${f.key}`])),
 };
 

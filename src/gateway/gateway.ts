@@ -34,6 +34,8 @@ import { reportStatus } from '../refit/report.ts';
 import { ResumesOwed, type OwedResume } from '../refit/resumes-owed.ts';
 import type { GatewayConfig } from './config.ts';
 import { onMixedComparison } from '../fleet/versions.ts';
+import { runCleanups } from './shutdown.ts';
+import { logBusStatus, logNatsServerEvent } from './bus-events.ts';
 import { BODY_CAP } from '../engines/control-call.ts';
 
 export interface Gateway {
@@ -52,22 +54,14 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
   const log = opts.log ?? createLogger({ level: config.logLevel });
   const replicaId = config.replicaId ?? randomBytes(4).toString('hex');
   const cleanups: Array<() => Promise<void> | void> = [];
-  const close = async () => {
-    for (const c of cleanups.reverse()) {
-      try {
-        await c();
-      } catch (err) {
-        log.warn({ err }, 'error during shutdown');
-      }
-    }
-    cleanups.length = 0;
-  };
+  // Every step bounded by one deadline: a step waiting on a dead NATS server cannot hang shutdown.
+  const close = () => runCleanups(cleanups, { timeoutMs: (config.shutdownTimeoutSecs ?? 30) * 1000, log });
 
   try {
     let embedded: EmbeddedNats | undefined;
     let natsUrl = config.natsUrl;
     if (!natsUrl) {
-      embedded = await startEmbeddedNats({ log: (line) => log.debug({ component: 'nats-server' }, line) });
+      embedded = await startEmbeddedNats({ log: (line) => log.debug({ component: 'nats-server' }, line), onEvent: logNatsServerEvent(log) });
       cleanups.push(() => embedded!.stop());
       natsUrl = embedded.url;
       log.info({ nats_url: natsUrl, nats_pid: embedded.pid }, 'embedded nats-server started');
@@ -78,6 +72,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       onHandlerError: (err, subject) => log.warn({ err, subject }, 'bus handler failed'),
     });
     cleanups.push(() => bus.close());
+    cleanups.push(logBusStatus(bus, log));
 
     const subj = subjects(config.subjectRoot);
     // Spec §12.2: comparing a numeric with a text version is legal but usually a trainer bug.
@@ -179,7 +174,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(() => refits.drain());
     const subs: BusSubscription[] = [];
     const router = new Router({ registry, view, host });
-    const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, router };
+    const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, router, bus };
 
     if (config.rl.enabled) {
       // Trainers on the bus: one replica answers each refit request (queue group).

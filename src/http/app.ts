@@ -92,7 +92,16 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     reply.code(404).send({ error: 'not_found', message: `no route for ${req.method} ${req.url.split('?')[0]}` });
   });
 
-  app.get('/health', async () => ({ status: 'ok' }));
+  // Unhealthy while NATS is down: every control call and refit fails then (bus_unavailable), so a
+  // load balancer or supervisor should look elsewhere; nats.js keeps reconnecting meanwhile.
+  app.get('/health', async (_req, reply) => {
+    if (services.bus.connected) return { status: 'ok' };
+    return reply.code(503).send({
+      status: 'unavailable',
+      reason: 'bus_unavailable',
+      message: 'the gateway is not connected to NATS (reconnecting); control calls and refits fail with bus_unavailable until it is back',
+    });
+  });
   await app.register(workerRoutes, { services });
   await app.register(generateRoutes, { services });
   await app.register(metricsRoutes, { services });

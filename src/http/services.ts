@@ -10,6 +10,7 @@ import type { EngineHost } from '../fleet/engine-host.ts';
 import type { Passthrough } from '../control/passthrough.ts';
 import type { RefitService } from '../refit/service.ts';
 import type { Router } from '../fleet/router.ts';
+import type { Bus } from '../bus/connection.ts';
 
 export interface Services {
   config: GatewayConfig;
@@ -21,6 +22,8 @@ export interface Services {
   passthrough: Passthrough;
   refits: RefitService;
   router: Router;
+  /** Only whether NATS is connected (GET /health); routes never use the bus directly. */
+  bus: Pick<Bus, 'connected'>;
 }
 
 export interface RouteOptions {

@@ -256,7 +256,7 @@ function callKey(phase: Phase, step: number, workerId: string): string {
  */
 export function legResult(phase: Phase, o: ControlOutcome, target: string): LegResult {
   if (o.kind !== 'answer') {
-    const error = o.kind === 'timeout' ? 'upstream_timeout' : o.kind === 'unreachable' ? 'upstream_unreachable' : 'no_control_endpoint';
+    const error = o.kind === 'timeout' ? 'upstream_timeout' : o.kind === 'unreachable' ? (o.code ?? 'upstream_unreachable') : 'no_control_endpoint';
     return { ok: false, error, message: o.message, latencyMs: o.latencyMs };
   }
   const body = o.body as { success?: unknown; message?: unknown; weight_version?: unknown } | string | null;
