@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure what `npm test`, `npm run demo` and `npm run bench` need is present: node_modules
-# matching package-lock.json, and the nats-server binary (Debian package `nats-server`).
+# matching package-lock.json, the nats-server binary (Debian package `nats-server`), the Python
+# packages of the cross-language test and docker-compose (the compose file's validation).
 # `ensure-deps.sh bench` also wants the data-plane benchmark's yardsticks, nginx and wrk.
 # Quiet when everything is there; installs only what is missing; never edits package files.
 set -euo pipefail
@@ -63,6 +64,19 @@ if ! py_ready; then
     echo "ensure-deps: the cross-language test needs Debian packages: apt-get install ${PY_PKGS[*]}" >&2
     exit 1
   fi
+fi
+
+# The deployment test validates docker-compose.yml with Debian's docker-compose 1.29, which needs no
+# docker engine; --no-install-recommends keeps the engine from being pulled in.
+if ! command -v docker-compose >/dev/null 2>&1; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: installing docker-compose (validates docker-compose.yml; no engine needed)" >&2
+    apt-get update >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-compose >&2
+  fi
+  # Only one test file needs it, so the demo still runs without: that test says what is missing.
+  command -v docker-compose >/dev/null 2>&1 \
+    || echo "ensure-deps: the deployment test needs docker-compose: apt-get install --no-install-recommends docker-compose" >&2
 fi
 
 # The data-plane benchmark compares the gateway with nginx `proxy_pass` and loads it with wrk.

@@ -1,0 +1,141 @@
+// docker-compose.yml as Debian's docker-compose 1.29 reads it (no engine needed): it validates,
+// and its normalised form has a 3-node NATS cluster on the shipped config, two gateway replicas
+// on one subject root listing all three nodes, one simulator per engine wire and the trainer.
+// Every rlgate command in it is parsed by the real flag parsers, so a flag typo fails here, and
+// the NATS node config is checked by nats-server itself (`-t`).
+
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { splitServers } from '../../src/bus/connect-options.ts';
+import { findNatsServer } from '../../src/bus/server.ts';
+import { loadConfig } from '../../src/gateway/config.ts';
+import { parseArgs as parseSglangArgs } from '../../src/sim/sglang/options.ts';
+import { parseArgs as parseTokenspeedArgs } from '../../src/sim/tokenspeed/cli.ts';
+import { parseArgs as parseZmqArgs } from '../../src/sim/zmq/options.ts';
+import { parseTrainerArgs } from '../../src/sim/trainer/main.ts';
+
+const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const COMPOSE = join(REPO_ROOT, 'docker-compose.yml');
+
+interface Service {
+  image?: string;
+  build?: { context: string };
+  command?: string[];
+  volumes?: string[];
+  environment?: Record<string, string>;
+  network_mode?: string;
+}
+
+/** The environment without the variables the compose file reads, so its defaults apply. */
+function composeEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('RLGATE_') && !k.startsWith('COMPOSE_')) env[k] = v;
+  return env;
+}
+
+function compose(args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync('docker-compose', ['-f', COMPOSE, ...args], { cwd: REPO_ROOT, env: composeEnv(), encoding: 'utf8', timeout: 60_000 });
+  if (r.error) throw new Error(`docker-compose could not run (Debian: apt-get install --no-install-recommends docker-compose): ${r.error.message}`);
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** The normalised file as JSON: docker-compose prints YAML, and it depends on PyYAML itself. */
+function normalised(): { services: Record<string, Service>; volumes?: Record<string, unknown> } {
+  const yaml = compose(['config']);
+  expect(yaml.status, yaml.stderr).toBe(0);
+  const json = execFileSync('/usr/bin/python3', ['-c', 'import json,sys,yaml; print(json.dumps(yaml.safe_load(sys.stdin)))'], { input: yaml.stdout, encoding: 'utf8' });
+  return JSON.parse(json);
+}
+
+const flag = (command: string[], name: string) => {
+  const hit = command.find((a) => a.startsWith(`--${name}=`));
+  if (hit) return hit.slice(name.length + 3);
+  const i = command.indexOf(`--${name}`);
+  return i >= 0 ? command[i + 1] : undefined;
+};
+
+describe('docker-compose.yml', () => {
+  it('passes `docker-compose config -q`', () => {
+    const r = compose(['config', '-q']);
+    expect(r.status, r.stderr).toBe(0);
+  });
+
+  const { services, volumes } = normalised();
+  const byCommand = (...head: string[]) =>
+    Object.entries(services).filter(([, s]) => head.every((h, i) => s.command?.[i] === h));
+
+  it('runs a 3-node NATS 2.9 cluster on deploy/nats/nats.conf, each node with its own name and store', () => {
+    const nodes = Object.entries(services).filter(([, s]) => s.image?.startsWith('nats:'));
+    expect(nodes.map(([name]) => name).sort()).toEqual(['nats-1', 'nats-2', 'nats-3']);
+    for (const [name, s] of nodes) {
+      expect(s.image).toBe('nats:2.9');
+      expect(flag(s.command!, 'config')).toBe('/etc/nats/nats.conf');
+      expect(flag(s.command!, 'server_name')).toBe(name);
+      expect(s.volumes).toContain(`${join(REPO_ROOT, 'deploy/nats')}:/etc/nats:ro`);
+      expect(s.volumes).toContain(`${name}-data:/data:rw`);
+      expect(Object.keys(s.environment ?? {}).sort()).toEqual(['RLGATE_NATS_GATEWAY_PASSWORD', 'RLGATE_NATS_OPERATOR_PASSWORD', 'RLGATE_NATS_TRAINER_PASSWORD']);
+    }
+    expect(Object.keys(volumes ?? {}).sort()).toEqual(['nats-1-data', 'nats-2-data', 'nats-3-data']);
+  });
+
+  it('runs two gateway replicas with RL on, distinct replica ids, one subject root and all three NATS nodes', () => {
+    const gateways = byCommand('gateway');
+    expect(gateways.map(([name]) => name).sort()).toEqual(['gateway-1', 'gateway-2']);
+    const replicaIds = new Set<string>();
+    const roots = new Set<string>();
+    for (const [name, s] of gateways) {
+      expect(s.build?.context, name).toBe(REPO_ROOT);
+      // The gateway's own settings loader accepts the command as written.
+      const cfg = loadConfig(s.command!.slice(1), {});
+      expect(cfg.rl.enabled).toBe(true);
+      expect(cfg.host).toBe('0.0.0.0');
+      replicaIds.add(cfg.replicaId!);
+      roots.add(cfg.subjectRoot);
+      const hosts = splitServers(cfg.natsUrl!).map((u) => new URL(u).hostname);
+      expect(hosts, name).toEqual(['nats-1', 'nats-2', 'nats-3']);
+    }
+    expect(replicaIds.size).toBe(2);
+    expect([...roots]).toEqual(['rl']);
+  });
+
+  it('runs an SGLang, a TokenSpeed and a ZMQ simulator, with flags their parsers accept', () => {
+    const [sglang] = byCommand('sim', 'sglang');
+    const [tokenspeed] = byCommand('sim', 'tokenspeed');
+    const [zmq] = byCommand('sim', 'zmq');
+    expect(sglang && tokenspeed && zmq, JSON.stringify(Object.keys(services))).toBeTruthy();
+    expect(() => parseSglangArgs(sglang![1].command!.slice(2))).not.toThrow();
+    expect(() => parseTokenspeedArgs(tokenspeed![1].command!.slice(2))).not.toThrow();
+    expect(() => parseZmqArgs(zmq![1].command!.slice(2))).not.toThrow();
+    // The ZMQ lane binds loopback: the engine lives in its gateway's network namespace.
+    expect(zmq![1].network_mode).toBe('service:gateway-1');
+  });
+
+  it('runs the trainer simulator against a gateway, reachable by the engines', () => {
+    const [trainer] = byCommand('trainer');
+    expect(trainer).toBeDefined();
+    const args = parseTrainerArgs(trainer![1].command!.slice(1), {});
+    expect(new URL(args.gateway).hostname).toMatch(/^gateway-[12]$/);
+    expect(args.masterAddress).toBe(trainer![0]);
+  });
+
+  it('builds from a Dockerfile that runs `node bin/rlgate.mjs`', () => {
+    expect(existsSync(join(REPO_ROOT, 'Dockerfile'))).toBe(true);
+    expect(existsSync(join(REPO_ROOT, 'bin/rlgate.mjs'))).toBe(true);
+  });
+});
+
+describe('deploy/nats/nats.conf', () => {
+  it('is a valid nats-server configuration once the passwords are set, and refuses to start without them', () => {
+    const conf = join(REPO_ROOT, 'deploy/nats/nats.conf');
+    const bin = findNatsServer();
+    const passwords = { RLGATE_NATS_GATEWAY_PASSWORD: 'a', RLGATE_NATS_TRAINER_PASSWORD: 'b', RLGATE_NATS_OPERATOR_PASSWORD: 'c' };
+    const ok = spawnSync(bin, ['-t', '-c', conf], { env: { ...composeEnv(), ...passwords }, encoding: 'utf8', timeout: 30_000 });
+    expect(ok.status, `${ok.stdout}${ok.stderr}`).toBe(0);
+    const missing = spawnSync(bin, ['-t', '-c', conf], { env: composeEnv(), encoding: 'utf8', timeout: 30_000 });
+    expect(missing.status).not.toBe(0);
+    expect(`${missing.stdout}${missing.stderr}`).toContain('RLGATE_NATS_GATEWAY_PASSWORD');
+  });
+});

@@ -1,0 +1,186 @@
+// The users and permissions of deploy/nats/accounts.conf, loaded into a real single-node
+// nats-server (the file as shipped, after this fixture's loopback listen/monitor/store lines):
+// the trainer may ask for refits but not command engines, the operator may follow state and read
+// the engines bucket but publish nothing that changes anything, nor read the workers bucket (it
+// holds API keys), and the gateway may do all of it. A denied publish does not throw in nats.js
+// v3: the violation arrives on nc.status(); a request rejects with it as the cause.
+
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Kvm } from '@nats-io/kv';
+import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startSecureNats, type SecureNats } from '../fixtures/secure-nats.ts';
+
+const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const ACCOUNTS = readFileSync(join(REPO_ROOT, 'deploy/nats/accounts.conf'), 'utf8');
+const PASSWORDS = {
+  gateway: `gw-${randomBytes(6).toString('hex')}`,
+  trainer: `tr-${randomBytes(6).toString('hex')}`,
+  operator: `op-${randomBytes(6).toString('hex')}`,
+};
+const text = new TextEncoder();
+
+interface Client {
+  nc: NatsConnection;
+  /** Resolves with the permission violation the server reports for `subject` (5 s at most). */
+  violation(subject: string | RegExp, operation: 'publish' | 'subscription'): Promise<Error>;
+}
+
+let nats: SecureNats;
+const clients: Client[] = [];
+let gateway: Client;
+let trainer: Client;
+let operator: Client;
+
+async function login(user: keyof typeof PASSWORDS): Promise<Client> {
+  const nc = await connect({ servers: nats.url, user, pass: PASSWORDS[user], name: `perm-${user}` });
+  const seen: Array<Error & { subject?: string; operation?: string }> = [];
+  void (async () => {
+    for await (const s of nc.status()) if (s.type === 'error') seen.push(s.error as Error & { subject?: string });
+  })();
+  const client: Client = {
+    nc,
+    async violation(subject, operation) {
+      const deadline = Date.now() + 5_000;
+      for (;;) {
+        const matches = (s = '') => (typeof subject === 'string' ? s === subject : subject.test(s));
+        const v = seen.find((e) => e.name === 'PermissionViolationError' && matches(e.subject) && e.operation === operation);
+        if (v) return v;
+        if (Date.now() > deadline) throw new Error(`no ${operation} violation for ${subject}; saw ${seen.map((e) => e.message).join('; ') || 'none'}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+  };
+  clients.push(client);
+  return client;
+}
+
+/** A subscription's next message (5 s at most). */
+async function next(sub: AsyncIterable<Msg>): Promise<Msg> {
+  const it = sub[Symbol.asyncIterator]();
+  const timeout = new Promise<never>((_, rej) => setTimeout(() => rej(new Error('no message within 5 s')), 5_000).unref());
+  const r = await Promise.race([it.next(), timeout]);
+  if (r.done) throw new Error('subscription ended without a message');
+  return r.value;
+}
+
+beforeAll(async () => {
+  nats = await startSecureNats({
+    conf: ACCOUNTS,
+    env: {
+      RLGATE_NATS_GATEWAY_PASSWORD: PASSWORDS.gateway,
+      RLGATE_NATS_TRAINER_PASSWORD: PASSWORDS.trainer,
+      RLGATE_NATS_OPERATOR_PASSWORD: PASSWORDS.operator,
+    },
+  });
+  gateway = await login('gateway');
+  trainer = await login('trainer');
+  operator = await login('operator');
+});
+afterAll(async () => {
+  await Promise.all(clients.map((c) => c.nc.close().catch(() => undefined)));
+  await nats?.stop();
+});
+
+describe('deploy/nats/accounts.conf', () => {
+  it('a wrong password is refused', async () => {
+    await expect(connect({ servers: nats.url, user: 'trainer', pass: PASSWORDS.gateway })).rejects.toThrow(/authorization/i);
+  });
+
+  it('the trainer can request a refit (request/reply) and submit one; a gateway receives both', async () => {
+    const answering = gateway.nc.subscribe('rl.refit.request', { callback: (_e, m) => void m.respond(text.encode('{"status":200}')) });
+    const submits = gateway.nc.subscribe('rl.refit.submit');
+    await gateway.nc.flush();
+    const reply = await trainer.nc.request('rl.refit.request', text.encode('{}'), { timeout: 5_000 });
+    expect(reply.string()).toBe('{"status":200}');
+    trainer.nc.publish('rl.refit.submit', text.encode('{"weight_version":"7"}'));
+    expect((await next(submits)).string()).toBe('{"weight_version":"7"}');
+    answering.unsubscribe();
+    submits.unsubscribe();
+  });
+
+  it('the trainer cannot command an engine: a publish is reported on status, a request rejects', async () => {
+    trainer.nc.publish('rl.engine.x.cmd', text.encode('{}'));
+    expect((await trainer.violation('rl.engine.x.cmd', 'publish')).message).toMatch(/permissions violation/i);
+    const err = await trainer.nc.request('rl.engine.x.cmd', text.encode('{}'), { timeout: 5_000 }).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    expect(err?.cause).toMatchObject({ name: 'PermissionViolationError', operation: 'publish', subject: 'rl.engine.x.cmd' });
+  });
+
+  it('the trainer cannot follow engine state', async () => {
+    trainer.nc.subscribe('rl.engine.x.state');
+    await trainer.violation('rl.engine.x.state', 'subscription');
+  });
+
+  it('the operator follows engine state and refit events', async () => {
+    const states = operator.nc.subscribe('rl.engine.*.state');
+    const events = operator.nc.subscribe('rl.refit.*.events');
+    await operator.nc.flush();
+    gateway.nc.publish('rl.engine.x.state', text.encode('{"state":"serving"}'));
+    gateway.nc.publish('rl.refit.r1.events', text.encode('{"type":"phase"}'));
+    expect((await next(states)).string()).toBe('{"state":"serving"}');
+    expect((await next(events)).string()).toBe('{"type":"phase"}');
+    states.unsubscribe();
+    events.unsubscribe();
+  });
+
+  it('the operator cannot command an engine or ask for a refit', async () => {
+    operator.nc.publish('rl.engine.x.cmd', text.encode('{}'));
+    await operator.violation('rl.engine.x.cmd', 'publish');
+    operator.nc.publish('rl.refit.request', text.encode('{}'));
+    await operator.violation('rl.refit.request', 'publish');
+  });
+
+  it('the gateway can command engines and follow their state', async () => {
+    const cmds = gateway.nc.subscribe('rl.engine.*.cmd');
+    const states = gateway.nc.subscribe('rl.engine.*.state');
+    await gateway.nc.flush();
+    gateway.nc.publish('rl.engine.x.cmd', text.encode('pause'));
+    gateway.nc.publish('rl.engine.x.state', text.encode('paused'));
+    expect((await next(cmds)).string()).toBe('pause');
+    expect((await next(states)).string()).toBe('paused');
+    cmds.unsubscribe();
+    states.unsubscribe();
+  });
+
+  describe('KV buckets', () => {
+    beforeAll(async () => {
+      const kvm = new Kvm(gateway.nc);
+      await (await kvm.create('rlgate_rl_engines', { history: 1 })).put('e1', '{"state":"serving"}');
+      await (await kvm.create('rlgate_rl_workers', { history: 1 })).put('w1', '{"api_key":"sk-secret"}');
+    });
+
+    it('the operator reads and watches the engines bucket', async () => {
+      const kv = await new Kvm(operator.nc).open('rlgate_rl_engines');
+      expect((await kv.get('e1'))?.string()).toBe('{"state":"serving"}');
+      const watch = await kv.watch();
+      const first = await next(watch as unknown as AsyncIterable<Msg>);
+      expect((first as unknown as { key: string }).key).toBe('e1');
+      watch.stop();
+    });
+
+    it('the operator cannot write the engines bucket', async () => {
+      const kv = await new Kvm(operator.nc).open('rlgate_rl_engines');
+      await expect(kv.put('e1', '{"state":"forged"}')).rejects.toThrow();
+      await operator.violation('$KV.rlgate_rl_engines.e1', 'publish');
+      expect((await (await new Kvm(gateway.nc).open('rlgate_rl_engines')).get('e1'))?.string()).toBe('{"state":"serving"}');
+    });
+
+    it('neither the operator nor the trainer can read the workers bucket (it holds API keys)', async () => {
+      await expect(new Kvm(operator.nc).open('rlgate_rl_workers').then((kv) => kv.get('w1'))).rejects.toThrow();
+      // open() asks nothing; get() is a JetStream API request for the bucket's stream.
+      await operator.violation('$JS.API.STREAM.MSG.GET.KV_rlgate_rl_workers', 'publish');
+      await expect(new Kvm(operator.nc).open('rlgate_rl_workers').then((kv) => kv.watch())).rejects.toThrow();
+      // The v3 client names the consumer and the filter in the subject (…CREATE.<stream>.<name>.<filter>).
+      await operator.violation(/^\$JS\.API\.CONSUMER\.CREATE\.KV_rlgate_rl_workers(\.|$)/, 'publish');
+      operator.nc.subscribe('$KV.rlgate_rl_workers.>');
+      await operator.violation('$KV.rlgate_rl_workers.>', 'subscription');
+      await expect(new Kvm(trainer.nc).open('rlgate_rl_engines').then((kv) => kv.get('e1'))).rejects.toThrow();
+    });
+  });
+});
