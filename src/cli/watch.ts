@@ -1,12 +1,17 @@
 // `rlgate watch`: the operator's view of the fleet — every engine actor transition as it is
-// published on `rl.engine.*.state`, one line each (`--json` for raw events).
+// published on `rl.engine.*.state`, one line each (`--json` for raw events), and a line when the
+// NATS connection drops or comes back. Exits 0 on SIGINT/SIGTERM, connected or not.
 
 import { natsClientFlagsHelp, readNatsClientFlags } from '../bus/client-flags.ts';
 import { natsConnectOptions } from '../bus/connect-options.ts';
 import { connectBus } from '../bus/connection.ts';
 import { subjects } from '../bus/subjects.ts';
+import { waitForStop } from './stop-signals.ts';
 import type { EngineStateEvent } from '../fleet/engine-host.ts';
 import { redactUrl } from '../obs/redact-url.ts';
+
+// A watcher has nothing to drain worth waiting for.
+const WATCH_CLOSE_MS = 1_000;
 
 export async function watchCommand(argv: string[]): Promise<number> {
   if (argv.includes('--help')) {
@@ -23,11 +28,16 @@ export async function watchCommand(argv: string[]): Promise<number> {
     const e = data as EngineStateEvent;
     process.stdout.write(json ? `${JSON.stringify(e)}\n` : `${formatEvent(e)}\n`);
   });
-  await new Promise<void>((resolve) => {
-    process.once('SIGINT', resolve);
-    process.once('SIGTERM', resolve);
+  // Silence is not "nothing happens": say when the bus is gone and when it is back (nats.js keeps
+  // reconnecting and re-subscribes by itself).
+  bus.onStatus((s) => {
+    if (s.event === 'close') return;
+    const status = s.event === 'disconnect' ? 'disconnected' : 'reconnected';
+    if (json) process.stdout.write(`${JSON.stringify({ bus: status, server: s.server ?? null, time: new Date().toISOString() })}\n`);
+    else process.stderr.write(s.event === 'disconnect' ? `NATS disconnected (${s.server ?? '?'}); reconnecting…\n` : `NATS reconnected (${s.server ?? '?'})\n`);
   });
-  await bus.close();
+  await waitForStop();
+  await bus.close({ timeoutMs: WATCH_CLOSE_MS });
   return 0;
 }
 
