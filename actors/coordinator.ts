@@ -38,6 +38,25 @@ export interface CoordinatorInput {
   /** Engines that were paused before the refit: they are refitted but left paused. */
   keepPaused: string[];
   deadlines: { pauseMs: number; refitMs: number; verifyMs: number; resumeMs: number };
+  /**
+   * A refit taken over from a replica that died: where it goes on and what its journal recorded.
+   * Nothing recorded as done is sent again (see `Recovered`).
+   */
+  recovered?: Recovered;
+}
+
+/**
+ * Where a taken-over refit goes on. `verifying` and `resuming` skip engines whose verify or resume
+ * is recorded; `cleanup` runs the cleanup step (destroying the weight-update group) on the engines
+ * that passed the pause, then resumes.
+ */
+export interface Recovered {
+  at: 'verifying' | 'resuming' | 'cleanup';
+  engines: Record<string, EngineRecord>;
+  paused: string[];
+  resumed: string[];
+  stepIndex: number;
+  abortReason?: CoordinatorContext['abortReason'];
 }
 
 export interface EngineRecord {
@@ -62,7 +81,7 @@ export interface CoordinatorContext extends CoordinatorInput {
   phase: Phase;
   pending: string[];
   /** Why the refit stopped short of its refit phase, if it did. */
-  abortReason?: 'quorum_not_met' | 'no_target_paused';
+  abortReason?: 'quorum_not_met' | 'no_target_paused' | 'gateway_failover';
 }
 
 export type CoordinatorEvent =
@@ -92,7 +111,8 @@ export const coordinatorMachine = setup({
     quorumMet: ({ context }) => context.paused.length >= context.quorum && context.paused.length > 0,
     moreSteps: ({ context }) => context.stepIndex + 1 < context.steps.length,
     cleanupPending: ({ context }) => context.steps.at(-1)?.runOn === 'joined' && context.stepIndex < context.steps.length - 1,
-    verifyWanted: ({ context }) => context.verify && survivors(context).length > 0,
+    verifyWanted: ({ context }) => context.verify && verifyTargets(context).length > 0,
+    recoverAt: ({ context }, at: Recovered['at']) => context.recovered?.at === at,
   },
   delays: {
     pauseDeadline: ({ context }) => context.deadlines.pauseMs,
@@ -145,17 +165,27 @@ export const coordinatorMachine = setup({
   },
 }).createMachine({
   id: 'coordinator',
-  initial: 'pausing',
+  initial: 'boot',
   context: ({ input }) => ({
     ...input,
-    engines: Object.fromEntries(input.targets.map((id) => [id, { phases: {} }])),
-    paused: [],
-    resumed: [],
-    stepIndex: 0,
+    engines: input.recovered?.engines ?? Object.fromEntries(input.targets.map((id) => [id, { phases: {} }])),
+    paused: input.recovered?.paused ?? [],
+    resumed: input.recovered?.resumed ?? [],
+    stepIndex: input.recovered?.stepIndex ?? 0,
     phase: 'pause',
     pending: [],
+    abortReason: input.recovered?.abortReason,
   }),
   states: {
+    // A new refit starts with the pause; a taken-over one goes on where its journal says.
+    boot: {
+      always: [
+        { guard: { type: 'recoverAt', params: 'verifying' }, target: 'afterRefit' },
+        { guard: { type: 'recoverAt', params: 'cleanup' }, target: 'cleanup' },
+        { guard: { type: 'recoverAt', params: 'resuming' }, target: 'resuming' },
+        { target: 'pausing' },
+      ],
+    },
     pausing: {
       entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'pause' as const, targets: context.targets }) },
       invoke: {
@@ -242,10 +272,10 @@ export const coordinatorMachine = setup({
       always: [{ guard: 'verifyWanted', target: 'verifying' }, { target: 'resuming' }],
     },
     verifying: {
-      entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'verify' as const, targets: survivors(context) }) },
+      entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'verify' as const, targets: verifyTargets(context) }) },
       invoke: {
         src: 'runPhase',
-        input: ({ context }) => ({ refitId: context.refitId, phase: 'verify' as const, stepIndex: 0, targets: survivors(context) }),
+        input: ({ context }) => ({ refitId: context.refitId, phase: 'verify' as const, stepIndex: 0, targets: verifyTargets(context) }),
       },
       on: {
         'leg.done': { actions: 'recordLeg' },
@@ -287,8 +317,14 @@ export function survivors(context: CoordinatorContext): string[] {
   return context.paused.filter((id) => context.engines[id]?.failedIn === undefined);
 }
 
+/** Every target the refit may have paused and has not resumed yet (its resume is recorded). */
 function resumeTargets(context: CoordinatorContext): string[] {
-  return context.targets.filter((id) => !context.keepPaused.includes(id));
+  return context.targets.filter((id) => !context.keepPaused.includes(id) && !context.resumed.includes(id));
+}
+
+/** Survivors whose version was not checked yet (all of them, but after a takeover). */
+function verifyTargets(context: CoordinatorContext): string[] {
+  return survivors(context).filter((id) => context.engines[id]?.phases.verify === undefined);
 }
 
 function stepTargets(context: CoordinatorContext): string[] {

@@ -110,7 +110,8 @@ export async function openBuckets(nc: NatsConnection, root: string, opts: { repl
   const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
   const out: Partial<FleetBuckets> = {};
   for (const [key, name] of Object.entries(BUCKETS) as Array<[BucketName, string]>) {
-    const kv = await kvm.create(bucketName(root, name), { history: 1, replicas });
+    // Journals and reports are kept a day; the fleet's state stays until it is removed.
+    const kv = await kvm.create(bucketName(root, name), { history: 1, replicas, ...(key === 'refits' ? { ttl: 24 * 3_600_000 } : {}) });
     out[key] = new JsonBucket(kv);
   }
   return out as FleetBuckets;

@@ -30,6 +30,10 @@ export interface Subjects {
   replicaCancel(replicaId: string): string;
   /** Refit requests from trainers (request/reply; the reply is the refit report). */
   refitRequest(): string;
+  /** The durable refit queue (JetStream work queue): one message per refit, its id as the msg id. */
+  refitSubmit(): string;
+  /** The one final report of a refit. */
+  refitReport(refitId: string): string;
   /** Lifecycle of one refit: phase changes and the final report. */
   refitEvents(refitId: string): string;
   allRefitEvents(): string;
@@ -47,6 +51,8 @@ export function subjects(root: string = DEFAULT_ROOT): Subjects {
     replicaCmd: (replica) => `${root}.replica.${validateToken('replica id', replica)}.cmd`,
     replicaCancel: (replica) => `${root}.replica.${validateToken('replica id', replica)}.cancel`,
     refitRequest: () => `${root}.refit.request`,
+    refitSubmit: () => `${root}.refit.submit`,
+    refitReport: (id) => `${root}.refit.${validateToken('refit id', id)}.report`,
     refitEvents: (id) => `${root}.refit.${validateToken('refit id', id)}.events`,
     allRefitEvents: () => `${root}.refit.*.events`,
   };

@@ -30,6 +30,9 @@ import { createLogger, type Logger } from '../obs/logger.ts';
 import { redactUrl } from '../obs/redact-url.ts';
 import { Metrics } from '../obs/metrics.ts';
 import { RefitService } from '../refit/service.ts';
+import { RefitRunner } from '../refit/runner.ts';
+import { RefitQueue } from '../bus/refit-queue.ts';
+import type { RefitJournal } from '../refit/journal.ts';
 import { reportStatus } from '../refit/report.ts';
 import { ResumesOwed, type OwedResume } from '../refit/resumes-owed.ts';
 import type { GatewayConfig } from './config.ts';
@@ -128,11 +131,14 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(() => ownership.close());
     await ownership.start();
     await registrySync.start();
+    // The refit service is built after the debts it records; the ledger reads it through this.
+    const refitsRef: { current?: RefitService } = {};
     const owed = new ResumesOwed({
       replicaId,
       bucket: buckets.owed as JsonBucket<OwedResume>,
       host,
       alive: (replica) => ownership.alive(replica),
+      refitRunning: (refitId) => refitsRef.current?.running(refitId) ?? false,
       timeoutSecs: config.rl.controlTimeoutSecs,
       intervalMs: Math.min(2_000, Math.max(200, config.retryIntervalSecs * 1000)),
       log: log.child({ component: 'refit' }),
@@ -154,7 +160,16 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       // base64 grows a body by 4/3; leave room for the call's other fields.
       maxCallBodyBytes: Math.floor(((maxPayload || 1024 * 1024) - 16 * 1024) * 0.75),
     });
-    const refits = new RefitService({
+    // Refits are durable work: queued in JetStream, run by one replica, journaled in KV, taken
+    // over by another replica if that one dies (after the ack wait: one lease).
+    const queue = await RefitQueue.open(bus.nc, subj, { ackWaitMs: Math.max(2_000, config.leaseSecs * 1000) });
+    const journals = buckets.refits as JsonBucket<RefitJournal>;
+    let refits: RefitService | undefined;
+    const runner = new RefitRunner({
+      replicaId,
+      queue,
+      journals,
+      registry,
       view,
       passthrough,
       bus,
@@ -168,7 +183,18 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         resumeMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
       },
       owed,
+      clashes: (id, targets) => refits?.clashes(id, targets),
+      ownersSettled: async (ids, dead, timeoutMs) => {
+        const until = Date.now() + timeoutMs;
+        const settled = () => ids.every((id) => { const o = registry.get(id)?.owner; return !o || (o !== dead && ownership.alive(o)); });
+        while (!settled() && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+      },
     });
+    refits = new RefitService({ view, passthrough, queue, journals, runner, log: log.child({ component: 'refit' }) });
+    refitsRef.current = refits;
+    await refits.start();
+    cleanups.push(() => refits.close());
+    if (config.rl.enabled) await runner.start();
     // Shutdown lets running refits finish (and resume what they paused) while this replica still
     // answers its engines' commands: it stops taking refits, drains, and only then lets go.
     cleanups.push(() => refits.drain());

@@ -87,7 +87,9 @@ export function buildReport(args: {
       r.message =
         result.abortReason === 'quorum_not_met'
           ? `only ${result.paused.length} of the ${result.quorum} engines the quorum needs could be paused; no engine was refitted`
-          : 'engine was not refitted';
+          : result.abortReason === 'gateway_failover'
+            ? 'the replica running the refit died before the refit phase; the replica that took it over resumed the engines without refitting them'
+            : 'engine was not refitted';
     }
     if (args.group) r.rank_offset = args.group.rankOffsets[w.id];
     return r;

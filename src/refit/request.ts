@@ -57,6 +57,11 @@ const Deadlines = Type.Object(
 
 export const RefitRequestSchema = Type.Object(
   {
+    /**
+     * The refit's id, chosen by the client so that a retried request is the same refit (the queue
+     * de-duplicates on it) and its report can be fetched by id from any replica. Generated if absent.
+     */
+    refit_id: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,128}$' })),
     weight_version: Type.String(),
     selector: Type.Optional(Type.String()),
     source: Type.Union([DiskSource, DistributedSource]),

@@ -35,6 +35,8 @@ export class ResumesOwed {
       host: EngineHost;
       /** Is this replica's heartbeat fresh (ownership.ts)? */
       alive: (replica: string) => boolean;
+      /** Is this refit's journal still running? Then whoever takes it over resumes the engine. */
+      refitRunning: (refitId: string) => boolean;
       /** Deadline of one resume call. */
       timeoutSecs: number;
       /** How often owned engines' debts are looked at. */
@@ -99,7 +101,9 @@ export class ResumesOwed {
   private payDue(): void {
     for (const [id, { value, revision }] of this.owed) {
       if (this.paying.has(id) || !this.deps.host.owns(id)) continue;
-      const due = value.due || (value.holder !== this.deps.replicaId && !this.deps.alive(value.holder));
+      // A running refit whose replica died is taken over with its debts: its new runner resumes.
+      const orphaned = value.holder !== this.deps.replicaId && !this.deps.alive(value.holder) && !this.deps.refitRunning(value.refit_id);
+      const due = value.due || orphaned;
       if (!due) continue;
       const snap = this.deps.host.snapshot(id);
       if (!snap || !RESTING.has(lifecycleOf(snap))) continue;

@@ -1,0 +1,100 @@
+// The durable refit queue: a JetStream work-queue stream that holds each refit request until a
+// replica has run it to its report, de-duplicated by refit id (the message id). One shared pull
+// consumer hands each message to one replica; the runner keeps it with `working()` while the
+// refit runs and acks it after the report. A replica that dies stops extending it, so after the
+// ack wait the message goes to another replica, which reads the refit's journal (refit/journal.ts).
+
+import { AckPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType, type JsMsg } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { encode } from './codec.ts';
+import type { Subjects } from './subjects.ts';
+
+/** Shared pull consumer of every replica on a subject root. */
+export const RUNNERS = 'refit-runners';
+const NS_PER_MS = 1_000_000;
+
+export function refitStreamName(root: string): string {
+  return `RLGATE_${root.replace(/[^A-Za-z0-9_-]/g, '_').toUpperCase()}_REFITS`;
+}
+
+export class RefitQueue {
+  private stopped = false;
+  private iter: { stop(): void } | undefined;
+
+  private constructor(
+    private readonly nc: NatsConnection,
+    private readonly subjects: Subjects,
+    readonly stream: string,
+    /** How long a taken refit stays with a replica that stopped extending it. */
+    readonly ackWaitMs: number,
+  ) {}
+
+  /** Creates the stream and the shared consumer (or joins them if another replica already did). */
+  static async open(nc: NatsConnection, subjects: Subjects, opts: { ackWaitMs: number; replicas?: number }): Promise<RefitQueue> {
+    const jsm = await jetstreamManager(nc);
+    const stream = refitStreamName(subjects.root);
+    const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
+    try {
+      await jsm.streams.info(stream);
+    } catch {
+      try {
+        await jsm.streams.add({
+          name: stream,
+          subjects: [subjects.refitSubmit()],
+          retention: RetentionPolicy.Workqueue,
+          storage: StorageType.File,
+          num_replicas: replicas,
+          // A retried submission with the same refit id within this window is one refit.
+          duplicate_window: 10 * 60_000 * NS_PER_MS,
+          max_age: 24 * 3_600_000 * NS_PER_MS,
+        });
+      } catch (err) {
+        // Another replica created it at the same moment.
+        await jsm.streams.info(stream).catch(() => {
+          throw err;
+        });
+      }
+    }
+    try {
+      await jsm.consumers.info(stream, RUNNERS);
+    } catch {
+      await jsm.consumers
+        .add(stream, { durable_name: RUNNERS, ack_policy: AckPolicy.Explicit, ack_wait: opts.ackWaitMs * NS_PER_MS, max_deliver: -1 })
+        .catch(async (err: unknown) => {
+          await jsm.consumers.info(stream, RUNNERS).catch(() => {
+            throw err;
+          });
+        });
+    }
+    return new RefitQueue(nc, subjects, stream, opts.ackWaitMs);
+  }
+
+  /** Queues one refit; `duplicate` when a refit with this id was already queued. */
+  async submit(refitId: string, payload: unknown): Promise<{ duplicate: boolean }> {
+    const js = jetstream(this.nc);
+    const ack = await js.publish(this.subjects.refitSubmit(), encode(payload), { msgID: refitId });
+    return { duplicate: ack.duplicate };
+  }
+
+  /** Takes refits as they come; each handler runs on its own, the message in its hands. */
+  async consume(handler: (msg: JsMsg) => void): Promise<void> {
+    const js = jetstream(this.nc);
+    const consumer = await js.consumers.get(this.stream, RUNNERS);
+    const messages = await consumer.consume({ max_messages: 8 });
+    this.iter = messages;
+    void (async () => {
+      for await (const m of messages) {
+        if (this.stopped) {
+          m.nak();
+          continue;
+        }
+        handler(m);
+      }
+    })().catch(() => {});
+  }
+
+  close(): void {
+    this.stopped = true;
+    this.iter?.stop();
+  }
+}

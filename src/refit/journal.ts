@@ -1,0 +1,134 @@
+// A refit's journal in the shared `refits` bucket: the request, the targets, and before each
+// phase's calls go out, which phase and step is running and on which engines; as answers arrive,
+// each engine's outcome. The replica running the refit is its only writer, by compare-and-set, so
+// a replica that lost the refit (it was thought dead and another took it) learns so on its next
+// write and stops. A replica that takes a refit over reads the journal and goes on from it
+// (`recoveryOf`). At the end the journal holds the report.
+
+import type { CoordinatorContext, EngineRecord, Phase, Recovered, RefitStepPlan } from '../../actors/coordinator.ts';
+import type { JsonBucket } from '../bus/buckets.ts';
+import type { RefitReport } from './report.ts';
+import type { RefitRequest } from './request.ts';
+
+export interface RefitJournal {
+  id: string;
+  status: 'running' | 'done';
+  /** The replica running it now. */
+  holder: string;
+  origin: string;
+  submitted_at: string;
+  request: RefitRequest;
+  selector: string | null;
+  targets: string[];
+  asleep: string[];
+  keep_paused: string[];
+  /** The phase (and refit step) whose calls were sent last, and the engines that had not answered. */
+  phase: Phase | null;
+  step_index: number;
+  pending: string[];
+  engines: Record<string, EngineRecord>;
+  paused: string[];
+  resumed: string[];
+  abort_reason?: CoordinatorContext['abortReason'];
+  /** Takeovers so far, each naming the replica that lost the refit. */
+  takeovers: Array<{ from: string; to: string; at: string; phase: Phase | null; step_index: number }>;
+  report?: RefitReport;
+}
+
+/** Someone else holds the refit now: this replica must stop running it. */
+export class JournalFenced extends Error {
+  override readonly name = 'JournalFenced';
+}
+
+/** The single writer of one refit's journal. Writes are serialised; bursts collapse into one. */
+export class JournalWriter {
+  private chain: Promise<void> = Promise.resolve();
+  private queued: Promise<void> | null = null;
+  fenced = false;
+
+  constructor(
+    private readonly bucket: JsonBucket<RefitJournal>,
+    public journal: RefitJournal,
+    private revision: number,
+    private readonly onFenced: () => void,
+  ) {}
+
+  /**
+   * Applies `patch` now and writes the journal. Patches made before the write starts travel in
+   * the same write; the promise resolves when a write holding this patch is in the bucket.
+   */
+  update(patch: Partial<RefitJournal>): Promise<void> {
+    Object.assign(this.journal, patch);
+    if (this.queued) return this.queued;
+    const next = this.chain.then(() => {
+      this.queued = null;
+      return this.write();
+    });
+    this.queued = next;
+    this.chain = next.catch(() => {});
+    return next;
+  }
+
+  private async write(): Promise<void> {
+    if (this.fenced) throw new JournalFenced(`refit ${this.journal.id} is held by another replica`);
+    try {
+      this.revision = await this.bucket.update(this.journal.id, this.journal, this.revision);
+    } catch (err) {
+      // A stale revision is a takeover; any other failure (the bus is down) is retried by the
+      // next write, and the phase that needed it waits for it.
+      if (isWrongRevision(err)) {
+        this.fenced = true;
+        this.onFenced();
+        throw new JournalFenced(`refit ${this.journal.id} was taken over by another replica`);
+      }
+      throw err;
+    }
+  }
+}
+
+function isWrongRevision(err: unknown): boolean {
+  const text = String((err as Error)?.message ?? err);
+  return /wrong last sequence|10071/.test(text);
+}
+
+/**
+ * Where a refit taken over from a dead replica goes on, from its journal. Legs sent and not
+ * answered are in doubt: a pause in doubt is resumed; a disk load in doubt is checked by the
+ * version check (it landed or it did not), never sent again; a distributed transfer in doubt
+ * cannot go on (the trainer's broadcast passed), so its group is torn down and the engines are
+ * reported failed (they may hold part of the weights); a verify or resume in doubt is sent again
+ * (both change nothing on an engine that already had it).
+ */
+export function recoveryOf(j: RefitJournal, steps: RefitStepPlan[], verify: boolean): Recovered {
+  const engines: Record<string, EngineRecord> = structuredClone(j.engines);
+  const base = { engines, paused: [...j.paused], resumed: [...j.resumed], stepIndex: j.step_index, abortReason: j.abort_reason };
+  const fail = (id: string, phase: Phase, step?: string) => {
+    const rec = (engines[id] ??= { phases: {} });
+    if (rec.failedIn !== undefined) return;
+    Object.assign(rec, { failedIn: phase, step, error: 'gateway_failover', message: `the replica running this refit died during the ${phase} phase${step ? ` (${step})` : ''}; its outcome on this engine is unknown` });
+  };
+  switch (j.phase) {
+    case null:
+      return { ...base, at: 'resuming', abortReason: 'gateway_failover' };
+    case 'pause':
+      for (const id of j.pending) fail(id, 'pause');
+      return { ...base, at: 'resuming', abortReason: 'gateway_failover' };
+    case 'refit': {
+      const step = steps[j.step_index];
+      const last = j.step_index === steps.length - 1;
+      if (step?.name === 'update_weights_from_disk' && verify) return { ...base, at: 'verifying' };
+      if (step?.runOn === 'joined' && last) return { ...base, at: verify ? 'verifying' : 'resuming' };
+      for (const id of j.pending) fail(id, 'refit', step?.name);
+      if (steps.length > 1) {
+        // The transfer cannot go on: every engine still in it is failed, the group is torn down.
+        for (const id of j.paused) fail(id, 'refit', step?.name);
+        return { ...base, at: 'cleanup' };
+      }
+      return { ...base, at: 'resuming' };
+    }
+    case 'verify':
+      return { ...base, at: 'verifying' };
+    case 'resume':
+      return { ...base, at: 'resuming' };
+  }
+}

@@ -1,0 +1,419 @@
+// Runs the refits of the durable queue: takes one message, writes (or, after a takeover, reads)
+// its journal, starts one coordinator actor with `runPhase` wired to the control plane (legs
+// through NATS to the engines' owners), journals each phase before its calls go out and each
+// answer as it comes, records the resumes owed, and ends with exactly one report: written to the
+// journal, published on `rl.refit.<id>.report`, then the message is acked. A replica that dies
+// mid-refit stops extending the message; another takes it and goes on from the journal.
+
+import { createActor, fromCallback, toPromise } from 'xstate';
+import type { JsMsg } from '@nats-io/jetstream';
+import { coordinatorMachine, type CoordinatorEvent, type LegResult, type Phase, type PhaseInput, type Recovered } from '../../actors/coordinator.ts';
+import type { JsonBucket } from '../bus/buckets.ts';
+import { decode } from '../bus/codec.ts';
+import type { Bus } from '../bus/connection.ts';
+import type { RefitQueue } from '../bus/refit-queue.ts';
+import type { Subjects } from '../bus/subjects.ts';
+import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
+import type { Passthrough } from '../control/passthrough.ts';
+import type { FleetView } from '../fleet/fleet-view.ts';
+import type { Registry } from '../fleet/registry.ts';
+import { compareVersions } from '../fleet/versions.ts';
+import type { Worker } from '../fleet/worker.ts';
+import type { Logger } from '../obs/logger.ts';
+import type { Metrics } from '../obs/metrics.ts';
+import { JournalFenced, JournalWriter, recoveryOf, type RefitJournal } from './journal.ts';
+import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
+import { buildReport, type RefitReport } from './report.ts';
+import type { RefitRequest } from './request.ts';
+import type { ResumesOwed } from './resumes-owed.ts';
+
+export interface RefitDefaults {
+  pauseMs: number;
+  refitMs: number;
+  verifyMs: number;
+  resumeMs: number;
+}
+
+/** One queued refit: what the replica that accepted it resolved, for whichever replica runs it. */
+export interface QueuedRefit {
+  id: string;
+  request: RefitRequest;
+  selector: string | null;
+  /** Worker ids selected when the refit was accepted. */
+  targets: string[];
+  origin: string;
+  submitted_at: string;
+}
+
+const RETRY_MS = 250;
+
+export class RefitRunner {
+  private readonly running = new Set<Promise<void>>();
+  private closing = false;
+
+  constructor(
+    private readonly deps: {
+      replicaId: string;
+      queue: RefitQueue;
+      journals: JsonBucket<RefitJournal>;
+      registry: Registry;
+      view: FleetView;
+      passthrough: Passthrough;
+      bus: Bus;
+      subjects: Subjects;
+      metrics: Metrics;
+      log: Logger;
+      deadlines: RefitDefaults;
+      owed: ResumesOwed;
+      /** Another running refit already holds one of these engines. */
+      clashes: (refitId: string, targets: string[]) => string | undefined;
+      /**
+       * Resolves when every engine has a live owner other than `dead` (or the time is up): a
+       * refit taken over from a replica that also owned engines waits for their new owner.
+       */
+      ownersSettled: (ids: string[], dead: string, timeoutMs: number) => Promise<void>;
+    },
+  ) {}
+
+  async start(): Promise<void> {
+    await this.deps.queue.consume((msg) => {
+      const p = this.handle(msg).catch((err: unknown) => {
+        this.deps.log.error({ err }, 'refit runner failed');
+        msg.nak(1_000);
+      });
+      this.running.add(p);
+      void p.finally(() => this.running.delete(p));
+    });
+  }
+
+  /** Takes no new refit and waits for the running ones (each still resumes what it paused). */
+  async drain(): Promise<void> {
+    this.closing = true;
+    this.deps.queue.close();
+    await Promise.allSettled([...this.running]);
+  }
+
+  private async handle(msg: JsMsg): Promise<void> {
+    const q = decode(msg.data) as QueuedRefit;
+    if (this.closing) return msg.nak();
+    // Held while it runs: a replica that dies stops extending it, and another takes it.
+    const keep = setInterval(() => msg.working(), Math.max(200, Math.floor(this.deps.queue.ackWaitMs / 3)));
+    try {
+      const existing = await this.deps.journals.get(q.id);
+      if (existing?.value.status === 'done') return msg.ack();
+      const clash = this.deps.clashes(q.id, q.targets);
+      if (clash) return msg.nak(RETRY_MS * 4); // its turn comes when the other refit is over
+      let writer: JournalWriter;
+      let recovered: Recovered | undefined;
+      let actorStop: () => void = () => {};
+      const onFenced = () => actorStop();
+      const targets = q.targets.map((id) => this.deps.registry.get(id) ?? removedWorker(id));
+      if (!existing) {
+        const j = this.newJournal(q, targets);
+        const revision = await this.deps.journals.create(q.id, j).catch(() => null);
+        if (revision === null) return msg.nak(RETRY_MS); // another replica started it just now
+        writer = new JournalWriter(this.deps.journals, j, revision, onFenced);
+      } else {
+        const j = existing.value;
+        const from = j.holder;
+        j.takeovers = [...(j.takeovers ?? []), { from: j.holder, to: this.deps.replicaId, at: new Date().toISOString(), phase: j.phase, step_index: j.step_index }];
+        this.deps.log.warn({ refit_id: q.id, from: j.holder, phase: j.phase, step_index: j.step_index }, 'taking over a refit whose replica stopped');
+        j.holder = this.deps.replicaId;
+        const revision = await this.deps.journals.update(q.id, j, existing.revision).catch(() => null);
+        if (revision === null) return msg.nak(RETRY_MS);
+        writer = new JournalWriter(this.deps.journals, j, revision, onFenced);
+        const active = targets.filter((w) => !j.asleep.includes(w.id));
+        const plan = planRefit(j.request, active);
+        recovered = recoveryOf(j, plan.steps, plan.verify !== null);
+        // The dead replica may have owned engines too: their calls wait for the new owner.
+        await this.deps.ownersSettled(q.targets, from, 3 * this.deps.queue.ackWaitMs);
+      }
+      const report = await this.execute(q, targets, writer, recovered, (stop) => (actorStop = stop));
+      if (!report) return; // fenced: the replica that holds the refit now finishes it
+      await this.finish(writer, report);
+      msg.ack();
+    } finally {
+      clearInterval(keep);
+    }
+  }
+
+  private newJournal(q: QueuedRefit, targets: Worker[]): RefitJournal {
+    const { view, owed } = this.deps;
+    // An asleep engine holds no weights in memory: it is reported, not paused or refitted.
+    const asleep = targets.filter((w) => view.engine(w).control === 'asleep').map((w) => w.id);
+    // Engines an operator paused before the refit stay paused after it: the refit resumes only
+    // what it paused. A pause an earlier refit made and could not undo is a resume owed, not an
+    // operator's: this refit resumes it.
+    const keepPaused = targets.filter((w) => !asleep.includes(w.id) && view.engine(w).control === 'paused' && !owed.has(w.id)).map((w) => w.id);
+    return {
+      id: q.id,
+      status: 'running',
+      holder: this.deps.replicaId,
+      origin: q.origin,
+      submitted_at: q.submitted_at,
+      request: q.request,
+      selector: q.selector,
+      targets: q.targets,
+      asleep,
+      keep_paused: keepPaused,
+      phase: null,
+      step_index: 0,
+      pending: [],
+      engines: {},
+      paused: [],
+      resumed: [],
+      takeovers: [],
+    };
+  }
+
+  /** Runs (or goes on with) the transaction; null when another replica took the refit meanwhile. */
+  private async execute(q: QueuedRefit, all: Worker[], writer: JournalWriter, recovered: Recovered | undefined, onActor: (stop: () => void) => void): Promise<RefitReport | null> {
+    const j = writer.journal;
+    const req = j.request;
+    const id = q.id;
+    const targets = all.filter((w) => !j.asleep.includes(w.id));
+    const asleep = all.filter((w) => j.asleep.includes(w.id));
+    const plan = planRefit(req, targets);
+    const calls = this.prepareCalls(plan, targets, id);
+    const startedAt = new Date();
+    const byId = new Map(targets.map((w) => [w.id, w]));
+    const phaseStarted = new Map<Phase, number>();
+    const phaseMs: Partial<Record<Phase, number>> = {};
+    const d = { ...this.deps.deadlines, ...renameDeadlines(req.deadlines_ms) };
+    const quorum = quorumOf(req, targets.length);
+
+    // The debts are recorded before anything is paused (and re-recorded under this replica after
+    // a takeover), so that a pause this refit cannot undo is paid by the engine's owner.
+    const owing = targets.filter((w) => !j.keep_paused.includes(w.id) && !(recovered?.resumed ?? []).includes(w.id)).map((w) => w.id);
+    await retry(() => this.deps.owed.owe(owing, id), () => writer.fenced);
+    if (writer.fenced) return null;
+    this.deps.log.info({ refit_id: id, origin: q.origin, weight_version: req.weight_version, source: req.source.kind, targets: targets.length, quorum, recovered: recovered?.at ?? null }, recovered ? 'refit taken over' : 'refit started');
+
+    const runPhase = fromCallback<CoordinatorEvent, PhaseInput>(({ input, sendBack }) => {
+      const abort = new AbortController();
+      phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
+      this.publish(id, { type: 'phase', phase: input.phase, step: input.phase === 'refit' ? plan.steps[input.stepIndex]?.name : undefined, targets: input.targets });
+      // Engines given the same spec share one call object, so it crosses the bus once per replica.
+      // Each call's deadline starts now, when its phase sends it: stamped when the refit was
+      // planned, a slow pause and load would eat the resume's budget.
+      void (async () => {
+        // The journal says which engines this phase reaches before any call goes out.
+        await retry(() => writer.update({ phase: input.phase, step_index: input.stepIndex, pending: input.targets }), () => writer.fenced || abort.signal.aborted);
+        if (writer.fenced || abort.signal.aborted) return;
+        const sentAt = Date.now();
+        const stamped = new Map<ControlCall, ControlCall>();
+        const stamp = (call: ControlCall): ControlCall => {
+          let fresh = stamped.get(call);
+          if (!fresh) stamped.set(call, (fresh = { ...call, deadline: sentAt + call.timeoutSecs * 1000 }));
+          return fresh;
+        };
+        const legs = input.targets.map((wid) => ({ worker: byId.get(wid)!, call: stamp(calls.get(callKey(input.phase, input.stepIndex, wid))!) }));
+        await this.deps.passthrough
+          .runLegs(legs, abort.signal, (wid, outcome) => {
+            sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: legResult(input.phase, outcome, req.weight_version) });
+          })
+          .catch((err: unknown) => {
+            // Never leave the coordinator waiting: an unexpected failure fails the phase's legs.
+            this.deps.log.error({ err, refit_id: id, phase: input.phase }, 'refit phase failed unexpectedly');
+            for (const wid of input.targets) {
+              sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: { ok: false, error: 'internal_error', message: 'the gateway failed to run this phase', latencyMs: 0 } });
+            }
+          });
+        if (!abort.signal.aborted) sendBack({ type: 'phase.done' });
+      })();
+      return () => {
+        abort.abort();
+        phaseMs[input.phase] = Math.round(performance.now() - (phaseStarted.get(input.phase) ?? performance.now()));
+      };
+    });
+
+    const actor = createActor(coordinatorMachine.provide({ actors: { runPhase } }), {
+      systemId: `refit:${id}`,
+      input: {
+        refitId: id,
+        targets: targets.map((w) => w.id),
+        steps: plan.steps,
+        verify: plan.verify !== null,
+        quorum,
+        keepPaused: j.keep_paused,
+        deadlines: { pauseMs: d.pauseMs, refitMs: d.refitMs, verifyMs: d.verifyMs, resumeMs: d.resumeMs },
+        recovered,
+      },
+    });
+    // Each answer is journaled as it comes (writes in one burst travel together).
+    actor.subscribe((snap) => {
+      const c = snap.context;
+      if (writer.fenced) return;
+      writer.update({ engines: c.engines, paused: c.paused, resumed: c.resumed, pending: c.pending, abort_reason: c.abortReason }).catch(() => {});
+    });
+    let fenced = false;
+    let stopped: (v: null) => void = () => {};
+    const whenStopped = new Promise<null>((r) => (stopped = r));
+    onActor(() => {
+      fenced = true;
+      actor.stop();
+      stopped(null);
+    });
+    actor.start();
+    // A stopped actor never settles its promise: the fence resolves the race instead.
+    const result = await Promise.race([toPromise(actor).catch(() => null), whenStopped]);
+    if (fenced || !result) {
+      this.deps.log.warn({ refit_id: id }, 'another replica took this refit over; it finishes it');
+      return null;
+    }
+    await Promise.all(owing.map((wid) => this.deps.owed.settle(wid, result.resumed.includes(wid), id)));
+    return buildReport({
+      id,
+      request: req,
+      selector: q.selector,
+      targets,
+      asleep,
+      result,
+      phaseMs,
+      startedAt: recovered ? new Date(j.submitted_at) : startedAt,
+      finishedAt: new Date(),
+      view: this.deps.view,
+      group: plan.group,
+    });
+  }
+
+  /** The report goes to the journal first (the one place a trainer can always read it), then out. */
+  private async finish(writer: JournalWriter, report: RefitReport): Promise<void> {
+    await retry(() => writer.update({ status: 'done', report, pending: [] }), () => writer.fenced);
+    if (writer.fenced) return;
+    this.deps.metrics.refit(report.status, report.phases);
+    this.publish(report.id, { type: 'report', report });
+    try {
+      this.deps.bus.publish(this.deps.subjects.refitReport(report.id), report);
+    } catch (err) {
+      this.deps.log.warn({ err, refit_id: report.id }, 'could not publish the refit report (it is in the journal)');
+    }
+    this.deps.log.info({ refit_id: report.id, status: report.status, succeeded: report.succeeded, total: report.total, duration_ms: report.duration_ms }, 'refit finished');
+  }
+
+  private prepareCalls(plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
+    return prepareCalls(this.deps.passthrough, plan, targets, refitId);
+  }
+
+  private publish(id: string, event: Record<string, unknown>): void {
+    try {
+      this.deps.bus.publish(this.deps.subjects.refitEvents(id), { refit_id: id, time: new Date().toISOString(), ...event });
+    } catch (err) {
+      this.deps.log.warn({ err, refit_id: id }, 'could not publish refit event');
+    }
+  }
+}
+
+/** Every call of every phase, built (and size-checked) up front: a bad request is refused whole. */
+export function prepareCalls(passthrough: Passthrough, plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
+  const shared = new Map<CallSpec, ControlCall>();
+  const calls = new Map<string, ControlCall>();
+  const put = (phase: Phase, step: number, w: Worker, spec: CallSpec) => {
+    let call = shared.get(spec);
+    if (!call) {
+      call = passthrough.callFor(spec.path, {
+        method: spec.method,
+        rawQuery: '',
+        body: spec.body ? Buffer.from(JSON.stringify(spec.body)) : null,
+        contentType: spec.body ? 'application/json' : undefined,
+        trace: { 'x-request-id': `refit-${refitId}` },
+      });
+      shared.set(spec, call);
+    }
+    calls.set(callKey(phase, step, w.id), call);
+  };
+  for (const w of targets) {
+    put('pause', 0, w, plan.pause);
+    plan.steps.forEach((_, i) => put('refit', i, w, plan.step(i, w)));
+    if (plan.verify) put('verify', 0, w, plan.verify);
+    put('resume', 0, w, plan.resume);
+  }
+  return calls;
+}
+
+function callKey(phase: Phase, step: number, workerId: string): string {
+  return `${phase}|${step}|${workerId}`;
+}
+
+/** A target removed from the registry after the refit was accepted: its legs fail as unreachable. */
+function removedWorker(id: string): Worker {
+  return {
+    id,
+    url: id,
+    baseUrl: id,
+    dpAware: false,
+    dpRank: null,
+    connectionMode: 'http',
+    engine: 'unknown',
+    workerType: 'regular',
+    modelId: 'unknown',
+    apiKey: null,
+    httpPool: null,
+    callerLabels: {},
+    discoveredLabels: {},
+    owner: '',
+    registeredAt: 0,
+  };
+}
+
+/** Retries `fn` until it succeeds or `stop()` says to give up (the bus may be down for a while). */
+async function retry(fn: () => Promise<unknown>, stop: () => boolean): Promise<void> {
+  for (;;) {
+    try {
+      await fn();
+      return;
+    } catch (err) {
+      if (err instanceof JournalFenced || stop()) return;
+      await new Promise((r) => setTimeout(r, RETRY_MS));
+    }
+  }
+}
+
+/**
+ * A leg succeeds on a 2xx whose body does not say `success: false` (stricter than the raw
+ * fan-out, which leaves bodies to the trainer). Verification also needs the target version.
+ */
+export function legResult(phase: Phase, o: ControlOutcome, target: string): LegResult {
+  if (o.kind !== 'answer') {
+    const error = o.kind === 'timeout' ? 'upstream_timeout' : o.kind === 'unreachable' ? (o.code ?? 'upstream_unreachable') : 'no_control_endpoint';
+    return { ok: false, error, message: o.message, latencyMs: o.latencyMs };
+  }
+  const body = o.body as { success?: unknown; message?: unknown; weight_version?: unknown } | string | null;
+  if (o.status < 200 || o.status >= 300) {
+    const detail = typeof body === 'object' && body && typeof body.message === 'string' ? `: ${body.message}` : '';
+    return { ok: false, error: 'upstream_error', status: o.status, message: `HTTP ${o.status}${detail}`, latencyMs: o.latencyMs };
+  }
+  if (typeof body === 'object' && body && body.success === false) {
+    return { ok: false, error: 'engine_refused', status: o.status, message: typeof body.message === 'string' ? body.message : 'engine answered success: false', latencyMs: o.latencyMs };
+  }
+  if (phase === 'verify') {
+    const seen = typeof body === 'object' && body ? body.weight_version : undefined;
+    const v = typeof seen === 'number' ? String(seen) : seen;
+    if (typeof v !== 'string' || compareVersions(v.trim(), target) !== 0) {
+      return { ok: false, error: 'verify_failed', status: o.status, message: `engine reports weight_version ${JSON.stringify(seen ?? null)}, expected ${JSON.stringify(target)}`, latencyMs: o.latencyMs };
+    }
+  }
+  return { ok: true, status: o.status, latencyMs: o.latencyMs };
+}
+
+/**
+ * Engines that must pass the pause. Disk refits default to 1: refit whoever could be paused and
+ * report the rest. Distributed refits default to every target: the trainer fixed the group's
+ * world size before the pause, so a missing engine would leave the others waiting for its ranks.
+ */
+export function quorumOf(req: RefitRequest, n: number): number {
+  const q = req.quorum;
+  if (!q) return req.source.kind === 'distributed' ? n : 1;
+  const byCount = q.min_engines ?? 0;
+  const byFraction = q.min_fraction !== undefined ? Math.ceil(q.min_fraction * n) : 0;
+  return Math.min(n, Math.max(1, byCount, byFraction));
+}
+
+function renameDeadlines(d: RefitRequest['deadlines_ms']): Partial<RefitDefaults> {
+  const out: Partial<RefitDefaults> = {};
+  if (d?.pause) out.pauseMs = d.pause;
+  if (d?.refit) out.refitMs = d.refit;
+  if (d?.verify) out.verifyMs = d.verify;
+  if (d?.resume) out.resumeMs = d.resume;
+  return out;
+}
