@@ -11,7 +11,7 @@ import { runAsMain, runUntilStopped } from '../lifetime.ts';
 /** The TCP broadcast transport, when its module is present and loads; null otherwise. */
 async function loadTransport(transport: Transport): Promise<JoinGroup | null> {
   if (transport === 'metadata') return null;
-  // A non-literal specifier: the module is another helper's and may not exist in every checkout.
+  // A non-literal specifier: the broadcast module is optional for this simulator and may be absent.
   const specifier = new URL('../broadcast/member.ts', import.meta.url).href;
   try {
     const mod = (await import(specifier)) as { joinGroup?: JoinGroup };
