@@ -208,6 +208,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         bus.respond(
           subj.refitRequest(),
           async (data) => {
+            if ((data as { dry_run?: unknown } | null)?.dry_run === true) return { status: 200, plan: refits.plan(data) };
             const report = await refits.run(data, 'nats');
             return { status: reportStatus(report), report };
           },

@@ -26,6 +26,7 @@ export const ErrorStatus = {
   unsupported_media_type: 415,
   refit_not_found: 404,
   refit_in_progress: 409,
+  no_eligible_targets: 409,
   model_not_found: 404,
   no_available_workers: 503,
   bus_unavailable: 503,
@@ -34,7 +35,7 @@ export const ErrorStatus = {
 
 export type ErrorCode = keyof typeof ErrorStatus;
 
-export type ErrorContext = Record<string, string | number | boolean | null | undefined>;
+export type ErrorContext = Record<string, string | number | boolean | null | undefined | readonly object[]>;
 
 export class GatewayError extends Error {
   override readonly name = 'GatewayError';

@@ -15,6 +15,7 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
   app.post('/refits', async (req, reply) => {
     // The refit route speaks the generic request-error code; invalid_body belongs to §11 writes.
     const body = parseJsonObject(rawBody(req.body), 'invalid_request');
+    if (body.dry_run === true) return reply.code(200).send(refits.plan(body));
     const report = await refits.run(body, 'http');
     return reply.code(reportStatus(report)).send(report);
   });

@@ -6,6 +6,7 @@ import type { CoordinatorContext, Phase } from '../../actors/coordinator.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { RefitRequest } from './request.ts';
+import type { SkippedEngine } from './targets.ts';
 
 export interface EngineReport {
   worker_id: string;
@@ -41,6 +42,8 @@ export interface RefitReport {
   world_size?: number;
   engines: EngineReport[];
   failed: EngineReport[];
+  /** Selected engines that could not take part: left out before anything was paused. */
+  skipped: SkippedEngine[];
 }
 
 export function buildReport(args: {
@@ -56,6 +59,7 @@ export function buildReport(args: {
   finishedAt: Date;
   view: FleetView;
   group?: { worldSize: number; rankOffsets: Record<string, number> };
+  skipped: SkippedEngine[];
 }): RefitReport {
   const { result, view } = args;
   const engines: EngineReport[] = args.targets.map((w) => {
@@ -125,6 +129,7 @@ export function buildReport(args: {
     quorum: result.quorum,
     engines,
     failed: engines.filter((e) => e.outcome === 'failed'),
+    skipped: args.skipped,
   };
   if (result.abortReason) report.aborted = result.abortReason;
   if (args.group) report.world_size = args.group.worldSize;

@@ -62,6 +62,8 @@ export const RefitRequestSchema = Type.Object(
      * de-duplicates on it) and its report can be fetched by id from any replica. Generated if absent.
      */
     refit_id: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,128}$' })),
+    /** Answer the plan (targets, skipped engines, world size, rank offsets, calls) and touch nothing. */
+    dry_run: Type.Optional(Type.Boolean()),
     weight_version: Type.String(),
     selector: Type.Optional(Type.String()),
     source: Type.Union([DiskSource, DistributedSource]),

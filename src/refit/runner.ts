@@ -26,6 +26,7 @@ import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
 import { buildReport, type RefitReport } from './report.ts';
 import type { RefitRequest } from './request.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
+import type { SkippedEngine } from './targets.ts';
 
 export interface RefitDefaults {
   pauseMs: number;
@@ -39,8 +40,10 @@ export interface QueuedRefit {
   id: string;
   request: RefitRequest;
   selector: string | null;
-  /** Worker ids selected when the refit was accepted. */
+  /** Worker ids selected when the refit was accepted, and able to take part. */
   targets: string[];
+  /** Selected engines left out, with the reason (targets.ts). */
+  skipped: SkippedEngine[];
   origin: string;
   submitted_at: string;
 }
@@ -274,6 +277,7 @@ export class RefitRunner {
       finishedAt: new Date(),
       view: this.deps.view,
       group: plan.group,
+      skipped: q.skipped ?? [],
     });
   }
 

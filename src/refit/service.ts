@@ -16,7 +16,10 @@ import type { RefitJournal } from './journal.ts';
 import { planRefit } from './plan.ts';
 import type { RefitReport } from './report.ts';
 import { parseRefitRequest } from './request.ts';
-import { prepareCalls, type QueuedRefit, type RefitRunner } from './runner.ts';
+import { prepareCalls, quorumOf, type QueuedRefit, type RefitRunner } from './runner.ts';
+import { splitTargets, type SkippedEngine } from './targets.ts';
+import type { Worker } from '../fleet/worker.ts';
+import type { RefitRequest } from './request.ts';
 
 const KEEP_REPORTS = 256;
 
@@ -94,6 +97,39 @@ export class RefitService {
     return undefined;
   }
 
+  /** What a refit would do, touching nothing (`dry_run: true`). */
+  plan(body: unknown): RefitPlanView {
+    const req = parseRefitRequest(body);
+    const { selectorText, targets, skipped } = this.resolve(req);
+    // Asleep engines are reported, not refitted: the plan is made over the others, as the run is.
+    const asleep = targets.filter((w) => this.deps.view.engine(w).control === 'asleep').map((w) => w.id);
+    const active = targets.filter((w) => !asleep.includes(w.id));
+    const plan = planRefit(req, active);
+    prepareCalls(this.deps.passthrough, plan, active, req.refit_id ?? 'dry-run');
+    const ids = active.map((w) => w.id);
+    const phases: RefitPlanView['phases'] = [{ phase: 'pause', step: null, method: plan.pause.method, path: plan.pause.path, engines: ids }];
+    plan.steps.forEach((s, i) => {
+      const spec = active.length ? plan.step(i, active[0]!) : null;
+      phases.push({ phase: 'refit', step: s.name, method: spec?.method ?? 'POST', path: spec?.path ?? s.name.split(' ')[0]!, engines: ids });
+    });
+    if (plan.verify) phases.push({ phase: 'verify', step: null, method: plan.verify.method, path: plan.verify.path, engines: ids });
+    phases.push({ phase: 'resume', step: null, method: plan.resume.method, path: plan.resume.path, engines: ids });
+    return {
+      dry_run: true,
+      refit_id: req.refit_id ?? null,
+      weight_version: req.weight_version,
+      source: req.source.kind,
+      selector: selectorText ?? null,
+      quorum: quorumOf(req, active.length),
+      targets: active.map((w) => ({ worker_id: w.id, url: w.url, ...(plan.group ? { rank_offset: plan.group.rankOffsets[w.id] } : {}) })),
+      skipped,
+      asleep,
+      ...(plan.group ? { world_size: plan.group.worldSize } : {}),
+      phases,
+      calls: phases.reduce((n, p) => n + p.engines.length, 0),
+    };
+  }
+
   /** Validates, queues the transaction, and resolves with its report (never rejects on engine failures). */
   async run(body: unknown, origin: 'http' | 'nats'): Promise<RefitReport> {
     const req = parseRefitRequest(body);
@@ -102,14 +138,7 @@ export class RefitService {
     const known = this.journals.get(id);
     // The same refit id again is the same refit: its report, not a second run.
     if (known?.report) return known.report;
-    const selectorText = req.selector?.trim() ? req.selector : undefined;
-    // Unlike a raw fan-out, a refit without a selector means the whole fleet.
-    const selector = selectorText !== undefined ? selectorFromQuery(selectorText) : undefined;
-    const targets = this.deps.view.targets(selector);
-    if (targets.length === 0) {
-      const text = selector?.text ?? '';
-      throw new GatewayError('no_workers_match', selector ? `no workers match selector \`${text}\`` : 'no workers are registered', { selector: text });
-    }
+    const { selectorText, targets, skipped } = this.resolve(req);
     if (!known) {
       const clash = this.clashes(id, targets.map((w) => w.id));
       if (clash) throw new GatewayError('refit_in_progress', `worker \`${clash}\` is already part of a running refit`, { worker_id: clash });
@@ -120,7 +149,7 @@ export class RefitService {
 
     const report = this.waitFor(id);
     if (!known) this.accepted.set(id, targets.map((w) => w.id));
-    const queued: QueuedRefit = { id, request: req, selector: selectorText ?? null, targets: targets.map((w) => w.id), origin, submitted_at: new Date().toISOString() };
+    const queued: QueuedRefit = { id, request: req, selector: selectorText ?? null, targets: targets.map((w) => w.id), skipped, origin, submitted_at: new Date().toISOString() };
     try {
       await this.deps.queue.submit(id, queued);
     } catch (err) {
@@ -128,6 +157,23 @@ export class RefitService {
       throw new GatewayError('bus_unavailable', `the refit could not be queued, so nothing was paused: ${(err as Error).message}`);
     }
     return report;
+  }
+
+  /** The selected engines, split into those that take part and those left out (targets.ts). */
+  private resolve(req: RefitRequest): { selectorText: string | undefined; targets: Worker[]; skipped: SkippedEngine[] } {
+    const selectorText = req.selector?.trim() ? req.selector : undefined;
+    // Unlike a raw fan-out, a refit without a selector means the whole fleet.
+    const selector = selectorText !== undefined ? selectorFromQuery(selectorText) : undefined;
+    const selected = this.deps.view.targets(selector);
+    if (selected.length === 0) {
+      const text = selector?.text ?? '';
+      throw new GatewayError('no_workers_match', selector ? `no workers match selector \`${text}\`` : 'no workers are registered', { selector: text });
+    }
+    const { targets, skipped } = splitTargets(this.deps.view, selected, req);
+    if (targets.length === 0) {
+      throw new GatewayError('no_eligible_targets', `none of the ${selected.length} selected engines can take this refit`, { skipped });
+    }
+    return { selectorText, targets, skipped };
   }
 
   /** Stops taking refits; the ones this replica runs finish (and resume what they paused). */
@@ -180,6 +226,23 @@ export class RefitService {
       }
     }
   }
+}
+
+/** The answer to a dry run. */
+export interface RefitPlanView {
+  dry_run: true;
+  refit_id: string | null;
+  weight_version: string;
+  source: 'disk' | 'distributed';
+  selector: string | null;
+  quorum: number;
+  targets: Array<{ worker_id: string; url: string; rank_offset?: number }>;
+  skipped: SkippedEngine[];
+  asleep: string[];
+  world_size?: number;
+  phases: Array<{ phase: string; step: string | null; method: string; path: string; engines: string[] }>;
+  /** Engine calls the refit would make when every engine succeeds. */
+  calls: number;
 }
 
 function runningView(j: RefitJournal): RunningRefit {

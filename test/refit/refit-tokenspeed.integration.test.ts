@@ -1,6 +1,7 @@
-// The refit transaction on TokenSpeed workers (issue 3; spec §18 fixture G, engines.md §3.4, §3.6):
-// TokenSpeed's control app refuses disk loads with 501, so a disk refit reports the engine as
-// `upstream_error` 501 and must still resume it: the engine is not left paused and keeps serving.
+// The refit transaction on TokenSpeed workers (fixture G): TokenSpeed engines advertise the
+// sources they load from (`rl.update_from`, no disk), so a disk refit leaves them out before
+// anything is paused and reports them under `skipped`, as it does a worker without a control
+// endpoint; the engines it skips see no call and keep serving.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFixtureG, type FixtureG } from '../fixtures/fixture-g.ts';
@@ -57,61 +58,34 @@ describe('disk refits on a fixture-G fleet (ts-adv, ts-silent, sg)', () => {
   });
   afterAll(() => g?.close());
 
-  it('a disk refit selecting ts-adv is 207 upstream_error 501; the engine is resumed and still generates', async () => {
+  it('a disk refit selecting only ts-adv is refused before anything is paused: it cannot load from disk', async () => {
     await tsAdv.clearRecords();
     const res = await t.http('POST', '/v1/rl/refits', { body: disk('11', `id=${id.adv}`) });
-    expect(res.status).toBe(207);
-    expect(res.json).toMatchObject({ status: 'failed', source: 'disk', total: 1, succeeded: 0, weight_version: '11' });
-    expect(res.json.engines).toHaveLength(1);
-    const e = res.json.engines[0];
-    expect(e).toMatchObject({
-      worker_id: id.adv,
-      url: tsAdv.url,
-      outcome: 'failed',
-      failed_phase: 'refit',
-      failed_step: 'update_weights_from_disk',
-      error: 'upstream_error',
-      status: 501,
-    });
-    expect(e.message).toContain('HTTP 501');
-    expect(e.message).toContain('supported sources: distributed,mooncake');
-    expect(e.phases.pause).toEqual(expect.any(Number));
-    expect(e.phases.resume).toEqual(expect.any(Number));
-    expect(res.json.failed).toEqual([e]);
-
-    // The engine saw pause, the refused load and the resume, in that order, each with its bearer.
-    const calls = await tsAdv.requests();
-    expect(calls.map((c) => `${c.method} ${c.path}`)).toEqual([
-      'POST /pause_generation',
-      'POST /update_weights_from_disk',
-      'POST /continue_generation',
+    expect(res.status).toBe(409);
+    expect(res.json.error).toBe('no_eligible_targets');
+    expect(res.json.skipped).toEqual([
+      { worker_id: id.adv, url: tsAdv.url, reason: 'source_unsupported', message: expect.stringContaining('distributed') },
     ]);
-    for (const c of calls) expect(c.headers.authorization).toBe('Bearer ts-secret');
-    expect(JSON.parse(calls[1]!.body)).toMatchObject({ model_path: '/models/step-11', weight_version: '11' });
-
-    // Not paused afterwards, on the engine or in the gateway; nothing recorded as a new version.
+    // The engine saw no call at all, and still serves.
+    expect(await tsAdv.requests()).toEqual([]);
     const s = await tsAdv.state();
     expect(s.paused).toBeNull();
-    expect(s.gateOpen).toBe(true);
     expect(s.weightVersion).not.toBe('11');
-    expect(await row(id.adv)).toMatchObject({ control: 'active', state: 'serving', health: 'ready', breaker: 'closed', weight_version: 'registered' });
-
     const gen = await generateOn(tsAdv.url);
-    expect(Array.isArray(gen)).toBe(false);
-    expect(gen.output_ids).toHaveLength(3);
     expect(gen.meta_info.weight_version).toBe('v7');
-    expect(gen.meta_info.finish_reason).toEqual({ type: 'length', length: 3 });
   });
 
-  it('a fleet-wide disk refit refits sg and reports ts-adv (501) and ts-silent (no endpoint); nothing is left paused', async () => {
+  it('a fleet-wide disk refit refits sg and skips ts-adv (source) and ts-silent (no endpoint); 200, nothing is left paused', async () => {
+    await tsAdv.clearRecords();
+    await tsSilent.clearRecords();
     const res = await t.http('POST', '/v1/rl/refits', { body: disk('12') });
-    expect(res.status).toBe(207);
-    expect(res.json).toMatchObject({ status: 'partial', total: 3, succeeded: 1 });
-    const byId = new Map<string, Record<string, any>>(res.json.engines.map((e: Record<string, any>) => [e.worker_id, e]));
-    expect(byId.get(id.sg)).toMatchObject({ outcome: 'ok', weight_version: '12' });
-    expect(byId.get(id.adv)).toMatchObject({ outcome: 'failed', failed_phase: 'refit', error: 'upstream_error', status: 501 });
-    expect(byId.get(id.silent)).toMatchObject({ outcome: 'failed', failed_phase: 'pause', error: 'no_control_endpoint' });
-    expect(res.json.failed.map((e: Record<string, any>) => e.worker_id).sort()).toEqual([id.adv, id.silent].sort());
+    expect(res.status).toBe(200);
+    expect(res.json).toMatchObject({ status: 'succeeded', total: 1, succeeded: 1 });
+    expect(res.json.engines.map((e: Record<string, any>) => e.worker_id)).toEqual([id.sg]);
+    const skipped = new Map<string, Record<string, any>>(res.json.skipped.map((e: Record<string, any>) => [e.worker_id, e]));
+    expect(skipped.get(id.adv)).toMatchObject({ url: tsAdv.url, reason: 'source_unsupported' });
+    expect(skipped.get(id.silent)).toMatchObject({ url: tsSilent.url, reason: 'no_control_endpoint' });
+    expect(await tsAdv.requests()).toEqual([]);
 
     await expectServingAndResumed();
     expect((await sg.state()).weightVersion).toBe('12');

@@ -277,6 +277,8 @@ describe('trainer simulator', () => {
       const body = JSON.parse(raw);
       seen.bodies.push(body);
       const src = body.source;
+      // The plan a dry run answers: rank 0 plus every listed row's GPUs.
+      if (body.dry_run === true) return reply(200, { dry_run: true, world_size: 1 + rows.reduce((n, r) => n + (r.tp_size ?? 1), 0) });
       let offset = 1;
       const engines = await Promise.all(rows.map((row) => {
         const gpus = row.tp_size ?? 1;
@@ -299,7 +301,7 @@ describe('trainer simulator', () => {
     return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, seen };
   }
 
-  it('sizes the group from the listing and broadcasts every chunk while the refit call is open', async () => {
+  it('sizes the group from the gateway\'s plan and broadcasts every chunk while the refit call is open', async () => {
     const gw = await standInGateway([{ id: 'a', tp_size: 2 }, { id: 'b', tp_size: null }]);
     const chunks = makeChunks({ params: 5, perChunk: 2, shape: [64, 64] });
     const result = await runDistributedRefit({
@@ -314,19 +316,20 @@ describe('trainer simulator', () => {
     expect(report.loaded.a).toEqual(result.sent);
     expect(report.loaded.b).toEqual(result.sent);
     expect(gw.seen.auth).toEqual(['Bearer admin-secret', 'Bearer admin-secret']);
-    expect(gw.seen.bodies[0]).toEqual({
+    expect(gw.seen.bodies[0]).toMatchObject({ weight_version: '3', selector: 'role=rollout', dry_run: true });
+    expect(gw.seen.bodies[1]).toEqual({
       weight_version: '3', selector: 'role=rollout',
       source: { kind: 'distributed', master_address: '127.0.0.1', master_port: result.masterPort, world_size: 4,
         group_name: 'weight_update_group', backend: 'nccl', chunks },
     });
   });
 
-  it('a refused listing is an error and no refit is requested', async () => {
+  it('a refused plan is an error and no refit is requested', async () => {
     const gw = await standInGateway([{ id: 'a', tp_size: 1 }]);
     const err = await runDistributedRefit({ gateway: gw.url, version: '1', chunks: [], adminKey: 'wrong' })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TrainerError);
-    expect(err).toMatchObject({ code: 'workers_listing_failed', status: 401 });
+    expect(err).toMatchObject({ code: 'plan_failed', status: 401 });
     expect(gw.seen.bodies).toEqual([]);
   });
 });

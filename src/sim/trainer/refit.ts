@@ -31,8 +31,8 @@ export interface DistributedRefitOptions {
   /** Address the group listens on and advertises; default 127.0.0.1. */
   masterAddress?: string;
   /**
-   * Which listed rows the refit targets, in the order the gateway assigns ranks; default all. With
-   * a `selector`, pass the same choice here: the world size must count exactly the targets.
+   * Which listed rows the refit targets, in the order the gateway assigns ranks. Default: the
+   * gateway's plan (`dry_run`), which counts exactly the engines that will take part.
    */
   pick?: (rows: WorkerRow[]) => WorkerRow[];
   /** How long the group waits for every engine rank to join; default 60 s. */
@@ -63,7 +63,7 @@ export interface DistributedRefitResult {
 /** A gateway call the trainer could not make sense of (the refit was never requested). */
 export class TrainerError extends Error {
   override readonly name = 'TrainerError';
-  constructor(readonly code: 'workers_listing_failed', message: string, readonly status?: number) {
+  constructor(readonly code: 'workers_listing_failed' | 'plan_failed', message: string, readonly status?: number) {
     super(message);
   }
 }
@@ -86,17 +86,32 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
     return { status: res.statusCode, json };
   };
 
-  const listing = await call('GET', '/v1/rl/workers');
-  const rows = (listing.json as { workers?: unknown } | null)?.workers;
-  if (listing.status !== 200 || !Array.isArray(rows)) {
-    throw new TrainerError('workers_listing_failed',
-      `GET /v1/rl/workers answered ${listing.status}: ${JSON.stringify(listing.json).slice(0, 300)}`, listing.status);
-  }
-  const targets = (opts.pick ?? ((all) => all))(rows as WorkerRow[]);
-  // §6.1: world_size = 1 + Σ gpus; a row without tp_size is one GPU.
-  const worldSize = 1 + targets.reduce((sum, row) => sum + (row.tp_size ?? 1), 0);
   const groupName = opts.groupName ?? DEFAULT_GROUP;
   const masterAddress = opts.masterAddress ?? '127.0.0.1';
+  const source = (port: number, worldSize?: number) => ({
+    kind: 'distributed', master_address: masterAddress, master_port: port, ...(worldSize === undefined ? {} : { world_size: worldSize }),
+    group_name: groupName, backend: 'nccl', chunks: opts.chunks,
+  });
+  const selector = opts.selector === undefined ? {} : { selector: opts.selector };
+  let worldSize: number;
+  if (opts.pick) {
+    const listing = await call('GET', '/v1/rl/workers');
+    const rows = (listing.json as { workers?: unknown } | null)?.workers;
+    if (listing.status !== 200 || !Array.isArray(rows)) {
+      throw new TrainerError('workers_listing_failed',
+        `GET /v1/rl/workers answered ${listing.status}: ${JSON.stringify(listing.json).slice(0, 300)}`, listing.status);
+    }
+    // §6.1: world_size = 1 + Σ gpus; a row without tp_size is one GPU.
+    worldSize = 1 + opts.pick(rows as WorkerRow[]).reduce((sum, row) => sum + (row.tp_size ?? 1), 0);
+  } else {
+    // The gateway's own plan: only the engines that will take part (a dead one is skipped) count.
+    const plan = await call('POST', '/v1/rl/refits', { weight_version: opts.version, ...selector, dry_run: true, source: source(1) });
+    const ws = (plan.json as { world_size?: unknown } | null)?.world_size;
+    if (plan.status !== 200 || typeof ws !== 'number') {
+      throw new TrainerError('plan_failed', `the refit plan (dry_run) answered ${plan.status}: ${JSON.stringify(plan.json).slice(0, 300)}`, plan.status);
+    }
+    worldSize = ws;
+  }
   const master = await openGroup({
     host: masterAddress, port: 0, worldSize, groupName, timeoutMs: opts.rendezvousTimeoutMs ?? 60_000,
   });
@@ -113,14 +128,7 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
     (err: unknown) => { settled = true; return errorInfo(err); },
   );
 
-  const body = {
-    weight_version: opts.version,
-    ...(opts.selector === undefined ? {} : { selector: opts.selector }),
-    source: {
-      kind: 'distributed', master_address: masterAddress, master_port: master.port, world_size: worldSize,
-      group_name: groupName, backend: 'nccl', chunks: opts.chunks,
-    },
-  };
+  const body = { weight_version: opts.version, ...selector, source: source(master.port, worldSize) };
   let answer: { status: number; json: unknown };
   try {
     answer = await call('POST', '/v1/rl/refits', body);
