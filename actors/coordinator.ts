@@ -39,6 +39,12 @@ export interface CoordinatorInput {
   keepPaused: string[];
   deadlines: { pauseMs: number; refitMs: number; verifyMs: number; resumeMs: number };
   /**
+   * Once this long has passed in the pause and the quorum is met, engines still pausing are cut
+   * from the refit (and quarantined by the caller): one hung engine does not hold the others
+   * paused for the whole pause deadline.
+   */
+  graceMs: number;
+  /**
    * A refit taken over from a replica that died: where it goes on and what its journal recorded.
    * Nothing recorded as done is sent again (see `Recovered`).
    */
@@ -116,6 +122,7 @@ export const coordinatorMachine = setup({
   },
   delays: {
     pauseDeadline: ({ context }) => context.deadlines.pauseMs,
+    pauseGrace: ({ context }) => Math.min(context.graceMs, context.deadlines.pauseMs),
     refitDeadline: ({ context }) => context.deadlines.refitMs,
     verifyDeadline: ({ context }) => context.deadlines.verifyMs,
     resumeDeadline: ({ context }) => context.deadlines.resumeMs,
@@ -142,7 +149,7 @@ export const coordinatorMachine = setup({
       };
     }),
     // A deadline names every engine that had not answered: it stalled in this phase.
-    markStalled: assign(({ context }, params: { phase: Phase; deadlineMs: number }) => {
+    markStalled: assign(({ context }, params: { phase: Phase; deadlineMs: number; error?: string }) => {
       const engines = { ...context.engines };
       const step = params.phase === 'refit' ? context.steps[context.stepIndex]?.name : undefined;
       for (const id of context.pending) {
@@ -154,8 +161,11 @@ export const coordinatorMachine = setup({
             ? {
                 failedIn: params.phase,
                 step,
-                error: 'phase_deadline_exceeded',
-                message: `engine did not finish the ${params.phase} phase${step ? ` (${step})` : ''} within ${params.deadlineMs} ms`,
+                error: params.error ?? 'phase_deadline_exceeded',
+                message:
+                  params.error === 'cut_after_grace'
+                    ? `engine had not paused after the ${params.deadlineMs} ms grace period while the quorum had: cut from the refit`
+                    : `engine did not finish the ${params.phase} phase${step ? ` (${step})` : ''} within ${params.deadlineMs} ms`,
               }
             : {}),
         };
@@ -187,6 +197,18 @@ export const coordinatorMachine = setup({
       ],
     },
     pausing: {
+      initial: 'withinGrace',
+      states: {
+        withinGrace: { after: { pauseGrace: 'pastGrace' } },
+        // Checked again after every answer: the quorum may be met later than the grace period.
+        pastGrace: {
+          always: {
+            guard: 'quorumMet',
+            target: '#coordinator.gate',
+            actions: { type: 'markStalled', params: ({ context }) => ({ phase: 'pause' as const, deadlineMs: context.graceMs, error: 'cut_after_grace' }) },
+          },
+        },
+      },
       entry: { type: 'startPhase', params: ({ context }) => ({ phase: 'pause' as const, targets: context.targets }) },
       invoke: {
         src: 'runPhase',

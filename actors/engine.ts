@@ -54,6 +54,12 @@ export interface EngineContext extends EngineInput {
   breakerFailures: number;
   probeFailures: number;
   lastError: string | undefined;
+  /**
+   * Why the engine is held out of routing whatever the version policy, or null: it failed during
+   * a refit step (it may hold partial weights), failed its version check, or came back below the
+   * fleet's version. Only a refit that brings it to the fleet version and verifies it clears it.
+   */
+  quarantine: string | null;
 }
 
 export type EngineEvent =
@@ -64,6 +70,8 @@ export type EngineEvent =
   | { type: 'cmd.cancel'; token: string }
   | { type: 'version.set'; version: string | undefined; source: VersionSource }
   | { type: 'control.set'; control: ControlState }
+  | { type: 'quarantine.set'; reason: string }
+  | { type: 'quarantine.clear' }
   | { type: 'registration.changed'; seedVersion?: string; versionChanged: boolean }
   | { type: 'probe.ok' }
   | { type: 'probe.failed'; error: string }
@@ -145,8 +153,11 @@ export const engineMachine = setup({
     breakerFailures: 0,
     probeFailures: 0,
     lastError: undefined,
+    quarantine: null,
   }),
   on: {
+    'quarantine.set': { actions: assign({ quarantine: ({ event }) => event.reason }) },
+    'quarantine.clear': { actions: assign({ quarantine: null }) },
     'version.set': {
       actions: assign(({ event }) => ({ version: event.version, versionSource: event.version === undefined ? undefined : event.source })),
     },

@@ -22,6 +22,7 @@ import type { Registry } from './registry.ts';
 import type { Cancellations } from './cancellations.ts';
 import { CommandRunner } from './command-runner.ts';
 import { discoverAndSeed, seedFrom } from './discovery-seed.ts';
+import { compareVersions } from './versions.ts';
 import { probeLoop } from './probe-loop.ts';
 import { StatePublisher } from './state-publisher.ts';
 import type { EngineNotice, EngineRecord } from './engine-record.ts';
@@ -72,6 +73,11 @@ export class EngineHost {
    * the router rebuilds its routing table when this (or the registry's generation) moved.
    */
   generation = 0;
+  /**
+   * The fleet's version of a worker's model (the last refit's), once the refit service exists:
+   * an engine discovered below it is quarantined until a refit brings it up.
+   */
+  fleetVersionOf: ((w: Worker) => string | undefined) | undefined;
   private readonly hosted = new Map<string, Hosted>();
   /** Every engine's last shared record (the `engines` bucket), read while another replica owns it. */
   private readonly records = new Map<string, EngineRecord>();
@@ -187,6 +193,13 @@ export class EngineHost {
     for (const w of this.deps.registry.siblings(baseUrl)) this.applyNotice(w.id, { kind: 'control', control }, true);
   }
 
+  /** Holds the engine (every DP rank of it) out of routing, or lets it back (null). */
+  setQuarantine(id: string, reason: string | null): void {
+    const w = this.deps.registry.get(id);
+    if (!w) return;
+    for (const sib of this.deps.registry.siblings(w.baseUrl)) this.applyNotice(sib.id, { kind: 'quarantine', reason }, true);
+  }
+
   async close(): Promise<void> {
     this.noticeSub.unsubscribe();
     await Promise.all([...this.hosted.keys()].map((id) => this.unhost(id)));
@@ -203,6 +216,7 @@ export class EngineHost {
     if (notice.kind === 'dp') actor.send({ type: notice.ok ? 'dp.success' : 'dp.failure' });
     else if (notice.kind === 'version') actor.send({ type: 'version.set', version: notice.version, source: notice.source });
     else if (notice.kind === 'control') actor.send({ type: 'control.set', control: notice.control });
+    else if (notice.kind === 'quarantine') actor.send(notice.reason === null ? { type: 'quarantine.clear' } : { type: 'quarantine.set', reason: notice.reason });
   }
 
   private notify(id: string, notice: EngineNotice): void {
@@ -246,7 +260,8 @@ export class EngineHost {
           const ms = this.deps.timings.discoveryTimeoutMs;
           const timeout = AbortSignal.timeout(ms);
           try {
-            return await discoverAndSeed(worker.id, this.hosted.get(worker.id)?.owned, AbortSignal.any([signal, timeout]), this.deps);
+            await discoverAndSeed(worker.id, this.hosted.get(worker.id)?.owned, AbortSignal.any([signal, timeout]), this.deps);
+            this.checkBehind(worker.id);
           } catch (err) {
             if (timeout.aborted && !signal.aborted) throw new Error(`discovery got no answer within ${ms / 1000} s`);
             throw err;
@@ -298,7 +313,23 @@ export class EngineHost {
       error: (err) => this.deps.log.error({ err, worker_id: worker.id }, 'engine actor failed'),
     });
     actor.start();
+    // A quarantine outlives a change of owner: the last owner's record carries it.
+    if (last?.quarantine) actor.send({ type: 'quarantine.set', reason: last.quarantine });
     this.generation++;
+  }
+
+  /** A late joiner, or an engine back from a restart, below the fleet's version is quarantined. */
+  private checkBehind(id: string): void {
+    const actor = this.hosted.get(id)?.owned?.actor;
+    const w = this.deps.registry.get(id);
+    const fleet = w && this.fleetVersionOf?.(w);
+    if (!actor || fleet === undefined) return;
+    const { version, quarantine } = actor.getSnapshot().context;
+    const behind = version === undefined || compareVersions(version, fleet) < 0;
+    if (behind && quarantine === null) {
+      this.deps.log.warn({ worker_id: id, version: version ?? null, fleet_version: fleet }, 'engine below the fleet version: quarantined until a refit brings it up');
+      actor.send({ type: 'quarantine.set', reason: 'behind_fleet' });
+    } else if (!behind && quarantine === 'behind_fleet') actor.send({ type: 'quarantine.clear' });
   }
 
   /** Another replica owns the engine now: its actor stops here, its client stays for routing. */

@@ -13,4 +13,5 @@ export interface EngineRecord extends EngineStateEvent {
 export type EngineNotice =
   | { kind: 'dp'; ok: boolean }
   | { kind: 'version'; version: string; source: 'api' | 'passthrough' | 'registration' }
-  | { kind: 'control'; control: 'active' | 'paused' | 'asleep' };
+  | { kind: 'control'; control: 'active' | 'paused' | 'asleep' }
+  | { kind: 'quarantine'; reason: string | null };

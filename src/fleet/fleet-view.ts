@@ -41,6 +41,9 @@ export interface RlWorkerEntry {
   load: number;
   /** The replica that runs this engine's actor (null until a replica holds its lease). */
   owner: string | null;
+  /** Held out of routing under every version policy until a refit brings it up and verifies it. */
+  quarantined: boolean;
+  quarantine_reason: string | null;
 }
 
 /** Runtime facts of one engine, from its actor (or defaults while it is not hosted here). */
@@ -52,6 +55,8 @@ export interface EngineView {
   breaker: 'closed' | 'open' | 'half_open';
   load: number;
   hosted: boolean;
+  /** Why the engine is held out of routing, or null. */
+  quarantine: string | null;
 }
 
 const ONLINE = new Set(['serving', 'paused', 'asleep', 'refitting']);
@@ -72,10 +77,11 @@ export class FleetView {
           breaker: r.breaker as EngineView['breaker'],
           load: this.deps.host.load(w.id),
           hosted: false,
+          quarantine: r.quarantine ?? null,
         };
       }
       const label = mergedLabels(w).weight_version;
-      return { state: 'registering', control: 'active', version: label, versionSource: undefined, breaker: 'closed', load: 0, hosted: false };
+      return { state: 'registering', control: 'active', version: label, versionSource: undefined, breaker: 'closed', load: 0, hosted: false, quarantine: null };
     }
     const c = snap.context;
     return {
@@ -86,6 +92,7 @@ export class FleetView {
       breaker: breakerOf(snap),
       load: this.deps.host.load(w.id),
       hosted: true,
+      quarantine: c.quarantine,
     };
   }
 
@@ -166,6 +173,8 @@ export class FleetView {
       breaker: e.breaker,
       load: e.load,
       owner: w.owner || null,
+      quarantined: e.quarantine !== null,
+      quarantine_reason: e.quarantine,
     };
   }
 

@@ -91,6 +91,8 @@ export class Router {
       if (opts.exclude?.has(w.id)) continue;
       if (opts.modelId !== undefined && w.modelId !== opts.modelId) continue;
       if (e.breaker === 'open') continue;
+      // A quarantined engine may hold partial or stale weights: no policy admits it.
+      if (e.quarantine !== null) continue;
       if (!policy) {
         if (e.state === 'serving' && e.control === 'active') out.push(w);
         continue;

@@ -22,6 +22,8 @@ export interface EngineStateEvent {
   weight_version: string | null;
   version_source: string | null;
   breaker: string;
+  /** Why the engine is quarantined (no traffic under any version policy), or null. */
+  quarantine: string | null;
   in_flight: number;
   queued: number;
   error: string | null;
@@ -59,7 +61,7 @@ export class StatePublisher {
     const c = snap.context;
     const state = lifecycleOf(snap);
     const breaker = breakerOf(snap);
-    const key = `${state}|${breaker}|${c.control}|${c.version}|${c.versionSource}`;
+    const key = `${state}|${breaker}|${c.control}|${c.version}|${c.versionSource}|${c.quarantine}`;
     if (key === h.lastPublished) return;
     const prevState = h.lastPublished.split('|')[0];
     h.lastPublished = key;
@@ -71,6 +73,7 @@ export class StatePublisher {
       weight_version: c.version ?? null,
       version_source: c.versionSource ?? null,
       breaker,
+      quarantine: c.quarantine,
       in_flight: h.load,
       queued: c.queue.length,
       error: state === 'unreachable' ? (c.lastError ?? null) : null,

@@ -189,8 +189,11 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         const settled = () => ids.every((id) => { const o = registry.get(id)?.owner; return !o || (o !== dead && ownership.alive(o)); });
         while (!settled() && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
       },
+      quarantine: (id, reason) => host.setQuarantine(id, reason),
     });
-    refits = new RefitService({ view, passthrough, queue, journals, runner, log: log.child({ component: 'refit' }) });
+    refits = new RefitService({ view, passthrough, queue, journals, runner, log: log.child({ component: 'refit' }), modelOf: (id) => registry.get(id)?.modelId });
+    const service = refits;
+    host.fleetVersionOf = (w) => service.fleetVersion(w.modelId);
     refitsRef.current = refits;
     await refits.start();
     cleanups.push(() => refits.close());

@@ -26,6 +26,7 @@ export class Metrics {
   private readonly fanoutDuration: Lazy<Histogram>;
   private readonly weightVersion: Lazy<Gauge<'worker'>>;
   private readonly controlState: Lazy<Gauge<'worker'>>;
+  private readonly quarantined: Lazy<Gauge<'worker'>>;
   private readonly refits: Lazy<Counter<'result'>>;
   private readonly refitPhase: Lazy<Histogram<'phase'>>;
   private readonly filtered: Lazy<Counter<'reason'>>;
@@ -45,6 +46,7 @@ export class Metrics {
     this.fanoutDuration = lazy(() => new Histogram({ name: `${RL}fanout_duration_seconds`, help: 'Wall time of one fan-out', buckets: CONTROL_BUCKETS, registers }));
     this.weightVersion = lazy(() => new Gauge({ name: `${RL}worker_weight_version`, help: 'Numeric weight version the gateway believes each engine holds', labelNames: ['worker'] as const, registers }));
     this.controlState = lazy(() => new Gauge({ name: `${RL}worker_control_state`, help: 'Engine control state: 0 active, 1 paused, 2 asleep', labelNames: ['worker'] as const, registers }));
+    this.quarantined = lazy(() => new Gauge({ name: `${RL}worker_quarantined`, help: 'Engine held out of routing until a refit brings it to the fleet version (1), or not (0)', labelNames: ['worker'] as const, registers }));
     this.refits = lazy(() => new Counter({ name: `${RL}refits_total`, help: 'Refit transactions by result', labelNames: ['result'] as const, registers }));
     this.refitPhase = lazy(() => new Histogram({ name: `${RL}refit_phase_duration_seconds`, help: 'Wall time of each refit phase', labelNames: ['phase'] as const, buckets: CONTROL_BUCKETS, registers }));
     this.filtered = lazy(() => new Counter({ name: `${RL}candidates_filtered_total`, help: 'Routing candidates dropped by the version pre-filter, by reason', labelNames: ['reason'] as const, registers }));
@@ -97,7 +99,7 @@ export class Metrics {
 
   private readonly lastState = new Map<string, string>();
 
-  engineState(url: string, e: { state: string; control: string; weight_version: string | null }): void {
+  engineState(url: string, e: { state: string; control: string; weight_version: string | null; quarantine?: string | null }): void {
     const worker = baseUrlOf(url).baseUrl;
     const prev = this.lastState.get(url);
     if (prev !== undefined && prev !== e.state) this.engineStates.remove({ worker: url, state: prev });
@@ -105,6 +107,7 @@ export class Metrics {
     this.lastState.set(url, e.state);
     if (!this.rl) return;
     this.controlState().set({ worker }, e.control === 'paused' ? 1 : e.control === 'asleep' ? 2 : 0);
+    this.quarantined().set({ worker }, e.quarantine ? 1 : 0);
     if (e.weight_version !== null && /^\d+$/.test(e.weight_version)) this.weightVersion().set({ worker }, Number(e.weight_version));
     else this.weightVersion().remove({ worker });
   }
@@ -122,6 +125,7 @@ export class Metrics {
       const worker = baseUrlOf(url).baseUrl;
       this.weightVersion().remove({ worker });
       this.controlState().remove({ worker });
+      this.quarantined().remove({ worker });
     }
   }
 }

@@ -79,6 +79,11 @@ export const RefitRequestSchema = Type.Object(
       ),
     ),
     deadlines_ms: Type.Optional(Deadlines),
+    /**
+     * Once this long has passed in the pause and the quorum is met, engines still pausing are cut
+     * from the refit and quarantined, so the others wait no longer (default 10000).
+     */
+    grace_ms: Type.Optional(Ms),
   },
   { additionalProperties: false },
 );

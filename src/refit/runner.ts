@@ -49,6 +49,10 @@ export interface QueuedRefit {
 }
 
 const RETRY_MS = 250;
+/** How long the pause may hold the quorum's engines waiting for the others, by default. */
+export const DEFAULT_GRACE_MS = 10_000;
+/** Failures after which an engine may hold partial weights, or lied about a load: quarantined. */
+const QUARANTINING = new Set(['verify_failed', 'cut_after_grace']);
 
 export class RefitRunner {
   private readonly running = new Set<Promise<void>>();
@@ -75,6 +79,8 @@ export class RefitRunner {
        * refit taken over from a replica that also owned engines waits for their new owner.
        */
       ownersSettled: (ids: string[], dead: string, timeoutMs: number) => Promise<void>;
+      /** Holds an engine out of routing (reason), or lets it back (null); its owner applies it. */
+      quarantine: (workerId: string, reason: string | null) => void;
     },
   ) {}
 
@@ -240,6 +246,7 @@ export class RefitRunner {
         quorum,
         keepPaused: j.keep_paused,
         deadlines: { pauseMs: d.pauseMs, refitMs: d.refitMs, verifyMs: d.verifyMs, resumeMs: d.resumeMs },
+        graceMs: req.grace_ms ?? DEFAULT_GRACE_MS,
         recovered,
       },
     });
@@ -265,6 +272,14 @@ export class RefitRunner {
       return null;
     }
     await Promise.all(owing.map((wid) => this.deps.owed.settle(wid, result.resumed.includes(wid), id)));
+    // An engine that failed in a refit step may hold partial weights, one that failed its version
+    // check lied about a load, one cut after the grace period missed it: none is routed to until
+    // a refit brings it up and verifies it. A verified engine leaves quarantine.
+    for (const w of targets) {
+      const rec = result.engines[w.id];
+      if (rec?.failedIn === 'refit' || (rec?.error !== undefined && QUARANTINING.has(rec.error))) this.deps.quarantine(w.id, rec.error ?? 'refit_failed');
+      else if (plan.verify && !result.abortReason && result.paused.includes(w.id) && rec?.failedIn === undefined) this.deps.quarantine(w.id, null);
+    }
     return buildReport({
       id,
       request: req,

@@ -55,8 +55,23 @@ export class RefitService {
       journals: JsonBucket<RefitJournal>;
       runner: RefitRunner;
       log: Logger;
+      /** A worker's model id (the registry's). */
+      modelOf: (workerId: string) => string | undefined;
     },
   ) {}
+
+  /**
+   * The fleet's version of a model: the version of the newest finished refit that brought at
+   * least one engine of that model to it. An engine that joins or comes back below it is
+   * quarantined until a refit brings it up. Unknown (undefined) when no such refit is kept.
+   */
+  fleetVersion(modelId: string): string | undefined {
+    const done = [...this.journals.values()].filter((j) => j.report).reverse();
+    for (const j of done) {
+      if (j.report!.engines.some((e) => e.outcome === 'ok' && this.deps.modelOf(e.worker_id) === modelId)) return j.report!.weight_version;
+    }
+    return undefined;
+  }
 
   /** Loads the journals and follows them: reports reach waiting callers on every replica. */
   async start(): Promise<void> {

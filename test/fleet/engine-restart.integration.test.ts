@@ -31,7 +31,7 @@ describe('engine restart', () => {
     await sim?.stop();
   });
 
-  it('goes unreachable when it dies and serves again, unversioned, after it restarts', async () => {
+  it('goes unreachable when it dies; back unversioned, below the fleet version, it is quarantined until a refit brings it up', async () => {
     const r = await t.http('POST', '/v1/rl/refits', { body: { weight_version: '5', source: { kind: 'disk', model_path: '/m' } } });
     expect(r.status).toBe(200);
     const row = () => t.http('GET', `/v1/rl/workers/${id}`).then((a) => a.json as { state: string; health: string; weight_version: string | null });
@@ -46,6 +46,12 @@ describe('engine restart', () => {
     const back = await until('serving again', row, (w) => w.state === 'serving');
     expect(back.health).toBe('ready');
     expect(back.weight_version).toBeNull();
+    // It came back without the fleet's weights: no traffic until a refit brings it up.
+    expect(back).toMatchObject({ quarantined: true, quarantine_reason: 'behind_fleet' });
+    expect((await t.http('POST', '/generate', { body: { text: 'x', sampling_params: { max_new_tokens: 1 } } })).status).toBe(503);
+    const up = await t.http('POST', '/v1/rl/refits', { body: { weight_version: '6', source: { kind: 'disk', model_path: '/m' } } });
+    expect(up.status).toBe(200);
+    expect(await row()).toMatchObject({ quarantined: false, weight_version: '6' });
     expect((await t.http('POST', '/generate', { body: { text: 'x', sampling_params: { max_new_tokens: 1 } } })).status).toBe(200);
   });
 });

@@ -141,15 +141,14 @@ describe('rust servicer profile behind the gateway', () => {
     expect(again.status).toBe(200);
   });
 
-  it('a disk refit over it and SGLang: the rust engine fails with the 501 per engine, SGLang refits, nobody stays paused', async () => {
+  it('a disk refit over it and SGLang: the rust engine is skipped (it loads only distributed), SGLang refits, nobody stays paused', async () => {
     const r = await t.http('POST', '/v1/rl/refits', {
       body: { weight_version: 'disk-7', selector: `id in (${rustId},${sgId})`, source: { kind: 'disk', model_path: '/models/disk-7' } },
     });
-    expect(r.status).toBe(207);
-    expect(r.json).toMatchObject({ status: 'partial', total: 2, succeeded: 1 });
-    const byId = new Map(r.json.engines.map((e: { worker_id: string }) => [e.worker_id, e]));
-    expect(byId.get(rustId)).toMatchObject({ outcome: 'failed', failed_phase: 'refit', error: 'upstream_error', status: 501, breaker: 'closed' });
-    expect(byId.get(sgId)).toMatchObject({ outcome: 'ok', weight_version: 'disk-7' });
+    expect(r.status).toBe(200);
+    expect(r.json).toMatchObject({ status: 'succeeded', total: 1, succeeded: 1 });
+    expect(r.json.skipped).toEqual([expect.objectContaining({ worker_id: rustId, reason: 'source_unsupported' })]);
+    expect(r.json.engines).toEqual([expect.objectContaining({ worker_id: sgId, outcome: 'ok', weight_version: 'disk-7' })]);
     const rows = (await t.http('GET', '/v1/rl/workers')).json.workers;
     for (const row of rows) expect(row.control).toBe('active');
     expect(rows.find((x: { id: string }) => x.id === rustId).weight_version).toBe('6');
