@@ -79,6 +79,15 @@ export class Child {
     this.proc.stdin?.write(`${JSON.stringify(line)}\n`);
   }
 
+  /** SIGKILL at once (a crash, no clean shutdown); resolves once the process is gone. */
+  async kill(): Promise<void> {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) {
+      this.proc.kill('SIGKILL');
+      await this.exited;
+    }
+    this.proc.stdin?.destroy();
+  }
+
   /** SIGTERM, then SIGKILL after a grace; resolves once the process is gone. */
   async stop(graceMs = 10_000): Promise<void> {
     if (this.proc.exitCode === null && this.proc.signalCode === null) {

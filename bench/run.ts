@@ -1,10 +1,12 @@
-// `npm run bench [-- flags]`: the benchmark run, two suites in one process tree.
+// `npm run bench [-- flags]`: the benchmark run, three suites in one process tree.
 // fanout: for each fleet size, an engine fleet (one sim-fleet child) and a gateway (one `rlgate
 // gateway` child with its embedded nats-server), the fan-out measured by fanout.ts.
 // generate: one engine behind nginx, a bare fastify + undici hop and the gateway, the /generate
 // data plane measured by generate.ts against the engine itself, in the same run.
-// Writes bench/results/<suite>-<date>.{json,md} and latest.md (the newest run's tables). Every
-// child dies with the run, also on error, SIGINT/SIGTERM, or (setpriv) a SIGKILLed run.
+// replicas: refits through one replica and through two replicas on one nats-server, and the
+// takeover of a SIGKILLed replica's engines, measured by replicas.ts.
+// Writes bench/results/<suite>-<date>.{json,md} and latest.md (the newest tables of each suite).
+// Every child dies with the run, also on error, SIGINT/SIGTERM, or (setpriv) a SIGKILLed run.
 
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -14,12 +16,14 @@ import { Child, childEnv, cpuSampler, live, loadavg, machineFacts, procStat, reg
 import { fanoutMarkdown, measureFanout, ROUTE, SELECTOR, type SizeResult } from './fanout.ts';
 import { generateMarkdown, GENERATE_TARGETS, measureLatency, measureStreams, measureThroughput, type GenerateResult, type Target } from './generate.ts';
 import { NGINX, startNginx, type NginxProxy } from './nginx.ts';
+import { measureRefits, measureTakeover, REPLICA_TARGETS, replicasMarkdown, settled, type RefitSetup, type ReplicasResult, type TakeoverResult } from './replicas.ts';
+import { startEmbeddedNats, type EmbeddedNats } from '../src/bus/server.ts';
 import type { TagStats } from './sim-fleet.ts';
-import { profileSummary, type CpuProfile } from './stats.ts';
+import { ms, profileSummary, type CpuProfile } from './stats.ts';
 import { WRK } from './wrk.ts';
 
 const HELP = `usage: npm run bench -- [flags]
-  --suites fanout,generate the suites to run (default both)
+  --suites fanout,generate the suites to run: fanout, generate, replicas (default fanout,generate)
  fanout:
   --sizes 2,12,64          fleet sizes (engines), each in a fresh fleet and gateway (max 1024)
   --iterations N           measured fan-outs per size and client (default 300 up to 12 engines, 150 up to 64, 100 above)
@@ -32,14 +36,21 @@ const HELP = `usage: npm run bench -- [flags]
   --streams N              concurrent streams (default 256)
   --stream-tokens T        tokens per stream (default 256)
   --stream-token-rate R    the engine's tokens/s per stream (default 50)
- both:
+ replicas:
+  --refits N               measured refits per layout (one replica, two replicas) (default 100)
+  --refit-warmup N         unmeasured refits per layout first (default 10)
+  --replica-engines N      engines of each layout and of the takeover fleet (default 12; even)
+  --leases 2,5             lease seconds (--lease-secs) of the takeover runs (default 2,5)
+  --takeovers N            SIGKILLs measured per lease (default 5)
+ all:
   --log-level L            the gateway's log level (default info, as shipped)
   --max-seconds S          time budget of the whole run (default 300)
   --profile                run the gateway under --cpu-prof and print its top frames (latest.md untouched)
   --out DIR                where results go (default bench/results)
 `;
 
-type Suite = 'fanout' | 'generate';
+type Suite = 'fanout' | 'generate' | 'replicas';
+const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas'];
 
 interface Args {
   suites: Suite[];
@@ -53,6 +64,11 @@ interface Args {
   iterations: number | undefined;
   warmup: number | undefined;
   fanoutConcurrency: number | undefined;
+  refits: number;
+  refitWarmup: number;
+  replicaEngines: number;
+  leases: number[];
+  takeovers: number;
   logLevel: string;
   maxSeconds: number;
   profile: boolean;
@@ -60,7 +76,7 @@ interface Args {
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 3, throughputPasses: 4, streams: 256, streamTokens: 256, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, logLevel: 'info', maxSeconds: 300, profile: false, out: join(ROOT, 'bench/results') };
+  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 3, throughputPasses: 4, streams: 256, streamTokens: 256, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, refits: 100, refitWarmup: 10, replicaEngines: 12, leases: [2, 5], takeovers: 5, logLevel: 'info', maxSeconds: 300, profile: false, out: join(ROOT, 'bench/results') };
   const int = (flag: string, v: string | undefined, min: number, max: number) => {
     const n = Number(v);
     if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${flag} needs an integer ${min}..${max}, got ${v}`);
@@ -72,8 +88,8 @@ function parseArgs(argv: string[]): Args {
     switch (flag) {
       case '--suites': {
         const names = (value() ?? '').split(',').map((x) => x.trim()).filter(Boolean);
-        const bad = names.filter((x) => x !== 'fanout' && x !== 'generate');
-        if (bad.length || names.length === 0) throw new Error(`--suites takes fanout and/or generate, got ${bad.join(',') || 'nothing'}`);
+        const bad = names.filter((x) => !SUITES.includes(x as Suite));
+        if (bad.length || names.length === 0) throw new Error(`--suites takes ${SUITES.join(', ')}, got ${bad.join(',') || 'nothing'}`);
         a.suites = names as Suite[];
         break;
       }
@@ -87,6 +103,11 @@ function parseArgs(argv: string[]): Args {
       case '--iterations': a.iterations = int(flag, value(), 1, 100_000); break;
       case '--warmup': a.warmup = int(flag, value(), 0, 10_000); break;
       case '--fanout-concurrency': a.fanoutConcurrency = int(flag, value(), 1, 4096); break;
+      case '--refits': a.refits = int(flag, value(), 1, 100_000); break;
+      case '--refit-warmup': a.refitWarmup = int(flag, value(), 0, 10_000); break;
+      case '--replica-engines': a.replicaEngines = int(flag, value(), 2, 512); if (a.replicaEngines % 2) throw new Error('--replica-engines must be even (half are registered through each replica)'); break;
+      case '--leases': a.leases = (value() ?? '').split(',').map((s) => int('--leases', s.trim(), 1, 60)); break;
+      case '--takeovers': a.takeovers = int(flag, value(), 1, 1000); break;
       case '--log-level': a.logLevel = value() ?? 'info'; break;
       case '--max-seconds': a.maxSeconds = int(flag, value(), 10, 3600); break;
       case '--profile': a.profile = true; break;
@@ -187,6 +208,15 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
     wall_seconds: Math.round(performance.now() - started) / 1000,
   }, md);
   return md;
+}
+
+/** latest.md: the newest tables of each suite found in `dir`, so a run of one suite keeps the others'. */
+function latestTables(dir: string): string {
+  const files = readdirSync(dir);
+  return SUITES.flatMap((suite) => {
+    const newest = files.filter((f) => f.startsWith(`${suite}-`) && f.endsWith('.md')).sort().pop();
+    return newest ? [readFileSync(join(dir, newest), 'utf8')] : [];
+  }).join('\n');
 }
 
 async function stopChildren(...children: Child[]): Promise<void> {
@@ -292,6 +322,156 @@ function generateBudgetMs(args: Args): number {
   return 40_000 + args.latencyRounds * 4 * 0.5 + (WRK ? 4 * (args.throughputPasses * args.throughputSeconds + 2) * 1000 : 0) + 10 * streamRound;
 }
 
+/** A standalone nats-server for gateways joined with --nats-url (what several replicas need). */
+async function startSharedNats(): Promise<EmbeddedNats> {
+  return startEmbeddedNats({ restart: false });
+}
+
+/** Asks the fleet child for its tagged timings. */
+function statsOf(fleet: Child): () => Promise<Record<string, TagStats>> {
+  return async () => {
+    fleet.send({ cmd: 'stats' });
+    return (await fleet.next('stats', 30_000)).tags as Record<string, TagStats>;
+  };
+}
+
+/** CPU ms so far of the named processes (from /proc). */
+function cpuOf(pids: Record<string, number | undefined>): () => Record<string, number> {
+  return () => {
+    const out: Record<string, number> = {};
+    for (const [name, pid] of Object.entries(pids)) {
+      const st = pid === undefined ? undefined : procStat(pid);
+      if (st) out[name] = st.cpuMs;
+    }
+    return out;
+  };
+}
+
+/** POST /workers for each URL, answered 202; waiting for readiness is the caller's. */
+async function registerThrough(gatewayUrl: string, urls: string[]): Promise<void> {
+  for (const url of urls) {
+    const res = await fetch(`${gatewayUrl}/workers`, { method: 'POST', body: JSON.stringify({ url }), headers: { 'content-type': 'application/json' } });
+    const text = await res.text();
+    if (res.status !== 202) throw new Error(`POST /workers ${url} through ${gatewayUrl} answered ${res.status}: ${text}`);
+  }
+}
+
+async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
+  const { args, logDir, profileDir } = ctx;
+  const started = performance.now();
+  const n = args.replicaEngines;
+  const notes: string[] = [];
+  const gatewayFlags = (natsUrl: string, id: string, extra: string[] = []) => ['--nats-url', natsUrl, '--replica-id', id, '--log-level', args.logLevel, ...extra];
+  const nats: EmbeddedNats[] = [];
+  const children: Child[] = [];
+  const stopAllOfSuite = async () => {
+    await stopChildren(...children.splice(0).reverse());
+    await Promise.allSettled(nats.splice(0).map((x) => x.stop()));
+  };
+
+  // Part 1: the same refit through one replica owning every engine, and through two replicas on
+  // one nats-server owning half each (the refit sent to the first). Both layouts live side by
+  // side, each with its own nats-server and fleet, and take turns.
+  let refits: ReplicasResult['refits'] = null;
+  process.stdout.write(`bench: replicas: refits of ${n} engines through one replica and through two...\n`);
+  try {
+    const natsOne = await startSharedNats();
+    nats.push(natsOne);
+    const fleetOne = await startFleet(n, logDir, ['--token-rate', '0'], 'replicas-one');
+    children.push(fleetOne.child);
+    const solo = await startGateway(gatewayFlags(natsOne.url, 'solo'), logDir, profileDir, 'replicas-solo');
+    children.push(solo.child);
+    await registerAll(solo.url, fleetOne.urls);
+
+    const natsTwo = await startSharedNats();
+    nats.push(natsTwo);
+    const fleetTwo = await startFleet(n, logDir, ['--token-rate', '0'], 'replicas-two');
+    children.push(fleetTwo.child);
+    const ra = await startGateway(gatewayFlags(natsTwo.url, 'ra'), logDir, profileDir, 'replicas-ra');
+    children.push(ra.child);
+    const rb = await startGateway(gatewayFlags(natsTwo.url, 'rb'), logDir, profileDir, 'replicas-rb');
+    children.push(rb.child);
+    const half = new Set(fleetTwo.urls.slice(0, n / 2));
+    await registerThrough(ra.url, fleetTwo.urls.slice(0, n / 2));
+    await registerThrough(rb.url, fleetTwo.urls.slice(n / 2));
+    // Each replica owns what was registered through it, and both list the whole fleet.
+    const split = (w: { url: string; owner: string | null }) => w.owner === (half.has(w.url) ? 'ra' : 'rb');
+    await settled(ra.url, n, split, 60_000, 'two replicas, ra');
+    await settled(rb.url, n, split, 60_000, 'two replicas, rb');
+
+    const setups: RefitSetup[] = [
+      { name: 'one_replica', replicas: 1, frontUrl: solo.url, engines: n, fleetStats: statsOf(fleetOne.child), cpuTimes: cpuOf({ gateway: solo.child.pid, nats_server: natsOne.pid, engines: fleetOne.child.pid }) },
+      { name: 'two_replicas', replicas: 2, frontUrl: ra.url, engines: n, fleetStats: statsOf(fleetTwo.child), cpuTimes: cpuOf({ gateway: ra.child.pid, gateway_second: rb.child.pid, nats_server: natsTwo.pid, engines: fleetTwo.child.pid }) },
+    ];
+    const takeoverMs = args.leases.reduce((sum, l) => sum + args.takeovers * (l + 15) * 1000 + 20_000, 0);
+    refits = await measureRefits({ setups, iterations: args.refits, warmup: args.refitWarmup, deadline: Math.max(performance.now() + 10_000, deadline - takeoverMs), label: ctx.stamp });
+    for (const s of refits.setups) {
+      process.stdout.write(`bench: replicas: ${s.name}: wall p50 ${ms(s.wall.p50)} p99 ${ms(s.wall.p99)}, overhead p50 ${ms(s.overhead.p50)} p99 ${ms(s.overhead.p99)} ms\n`);
+    }
+  } finally {
+    await stopAllOfSuite();
+  }
+
+  // Part 2: takeovers, one fresh nats-server and fleet per lease.
+  const takeovers: TakeoverResult[] = [];
+  for (const lease of args.leases) {
+    if (performance.now() + (lease + 15) * 1000 > deadline) {
+      notes.push(`Takeover with a ${lease} s lease skipped for the time budget.`);
+      continue;
+    }
+    process.stdout.write(`bench: replicas: takeovers with a ${lease} s lease, ${n} engines...\n`);
+    try {
+      const server = await startSharedNats();
+      nats.push(server);
+      const fleet = await startFleet(n, logDir, ['--token-rate', '0'], `takeover-${lease}`);
+      children.push(fleet.child);
+      let k = 0;
+      const result = await measureTakeover({
+        leaseSecs: lease,
+        engineUrls: fleet.urls,
+        trials: args.takeovers,
+        deadline,
+        startReplica: async () => {
+          const id = `lease${lease}-r${k++}`;
+          const gw = await startGateway(gatewayFlags(server.url, id, ['--lease-secs', String(lease)]), logDir, profileDir, `takeover-${id}`);
+          children.push(gw.child);
+          return { id, url: gw.url, kill: () => gw.child.kill() };
+        },
+        register: async (front, urls) => registerThrough(front, urls),
+      });
+      takeovers.push(result);
+      process.stdout.write(`bench: replicas: lease ${lease} s: serving again after p50 ${ms(result.serving.p50)} max ${ms(result.serving.max)} ms (${result.trials} trials, ${result.timed_out} timed out)\n`);
+    } finally {
+      await stopAllOfSuite();
+    }
+  }
+
+  const result: ReplicasResult = { refits, takeovers, notes };
+  const setupLine =
+    `Set-up: every gateway is the \`rlgate gateway\` CLI in its own process (RL on, log level ${args.logLevel}, defaults otherwise: ` +
+    'health probes every 5 s, lease 5 s unless stated), joined with `--nats-url` to a standalone nats-server (one per layout, ' +
+    `JetStream, loopback) that the bench starts; engines: ${n} SGLang simulators per layout in one separate process (bench/sim-fleet.ts, ` +
+    '`--token-rate 0`: control calls answered at once). One layout: one replica owning every engine. Two layouts: two replicas, ' +
+    `${n / 2} engines registered through each (so each owns ${n / 2}), every refit sent to the first. Client (this process): undici, ` +
+    `one refit at a time, layouts alternating.${args.profile ? ' **Gateways under --cpu-prof: timings inflated.**' : ''}`;
+  const md = replicasMarkdown(result, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine });
+  writeResult(ctx, 'replicas', {
+    benchmark: 'replicas',
+    date: ctx.date.toISOString(),
+    machine: { ...ctx.machine, loadavg_end: loadavg() },
+    setup: { engines: n, nats: 'standalone nats-server per layout', gateway: { process: 'rlgate gateway CLI child', log_level: args.logLevel, profiled: args.profile }, refit: { source: 'disk', iterations: args.refits, warmup: args.refitWarmup }, takeover: { leases_secs: args.leases, trials: args.takeovers, poll_ms: 20 } },
+    targets: REPLICA_TARGETS,
+    ...result,
+    wall_seconds: Math.round(performance.now() - started) / 1000,
+  }, md);
+  return md;
+}
+
+/** What the replicas suite needs of the budget: start-ups, the refits, the takeovers. */
+function replicasBudgetMs(args: Args): number {
+  return 60_000 + args.refits * 2 * 300 + args.leases.reduce((sum, l) => sum + args.takeovers * (l + 15) * 1000 + 20_000, 0);
+}
+
 async function main(args: Args): Promise<void> {
   const started = performance.now();
   const runDeadline = started + args.maxSeconds * 1000;
@@ -308,10 +488,12 @@ async function main(args: Args): Promise<void> {
   process.stdout.write(`bench: child logs in ${ctx.logDir} (removed after a clean run)\n`);
 
   const parts: string[] = [];
+  const replicasShare = args.suites.includes('replicas') ? replicasBudgetMs(args) : 0;
   const generateShare = args.suites.includes('generate') ? generateBudgetMs(args) : 0;
-  if (args.suites.includes('fanout')) parts.push(await runFanout(ctx, runDeadline - generateShare));
-  if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline));
-  if (!args.profile) writeFileSync(join(args.out, 'latest.md'), parts.join('\n'));
+  if (args.suites.includes('fanout')) parts.push(await runFanout(ctx, runDeadline - generateShare - replicasShare));
+  if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline - replicasShare));
+  if (args.suites.includes('replicas')) parts.push(await runReplicas(ctx, runDeadline));
+  if (!args.profile) writeFileSync(join(args.out, 'latest.md'), latestTables(args.out));
   if (ctx.profileDir) {
     for (const f of readdirSync(ctx.profileDir).filter((f) => f.endsWith('.cpuprofile'))) {
       process.stdout.write(`\nprofile ${join(ctx.profileDir, f)}\n${profileSummary(JSON.parse(readFileSync(join(ctx.profileDir, f), 'utf8')) as CpuProfile, 25)}\n`);

@@ -1,7 +1,9 @@
 // A fleet of N SGLang simulators in ONE process, so a benchmark's engines never share an event
 // loop with the gateway or the client. It also times, engine-side, every request tagged
 // `?bench=<tag>` (headers parsed → last byte handed to the socket) through node:http's
-// diagnostics channels, without touching the simulator. It never talks to the gateway.
+// diagnostics channels, without touching the simulator. A refit's calls carry no query but the
+// gateway's `x-request-id: refit-<id>` header: they are tagged `refit-<id> <path>`, one tag per
+// phase. It never talks to the gateway.
 //
 //   node --import tsx bench/sim-fleet.ts --count N [--token-rate R]
 //   stdout: {"event":"listening","urls":[...],"pid":...}   (one line, when all N listen)
@@ -15,7 +17,7 @@ import { startSglangSim, type SglangSim } from '../src/sim/sglang/server.ts';
 
 const MAX_FLEET = 1024;
 
-/** What the fleet saw of one tag: the N legs of one fan-out iteration. */
+/** What the fleet saw of one tag: the N legs of one fan-out iteration, or of one refit phase. */
 export interface TagStats {
   /** Requests carrying the tag (one per engine when every leg arrived). */
   n: number;
@@ -39,8 +41,8 @@ class ServiceClock {
 
   listen(): void {
     subscribe('http.server.request.start', (msg) => {
-      const { request, response } = msg as { request: { url?: string }; response: ServerResponse };
-      const tag = benchTag(request.url ?? '');
+      const { request, response } = msg as { request: { url?: string; headers?: Record<string, string | string[] | undefined> }; response: ServerResponse };
+      const tag = benchTag(request.url ?? '') ?? refitTag(request.url ?? '', request.headers?.['x-request-id']);
       if (tag !== null) this.started.set(response, { tag, t0: performance.now() });
     });
     subscribe('http.server.response.finish', (msg) => {
@@ -75,6 +77,13 @@ function benchTag(url: string): string | null {
   if (i < 0 || (url[i - 1] !== '?' && url[i - 1] !== '&')) return null;
   const end = url.indexOf('&', i);
   return url.slice(i + 6, end < 0 ? undefined : end);
+}
+
+/** `refit-<id> <path>` for a refit's call (the gateway's request id), else null. */
+function refitTag(url: string, requestId: string | string[] | undefined): string | null {
+  if (typeof requestId !== 'string' || !requestId.startsWith('refit-')) return null;
+  const q = url.indexOf('?');
+  return `${requestId} ${q < 0 ? url : url.slice(0, q)}`;
 }
 
 function round(v: number): number {
