@@ -43,3 +43,16 @@ export function makeChunks(opts: MakeChunksOptions): Chunk[] {
   }
   return chunks;
 }
+
+/**
+ * How many parameters of `shape` and `dtype` hold `bytes` bytes, rounded up to whole parameters
+ * (so a model of that many parameters moves at least `bytes`). `bytesPerParam` is one
+ * parameter's size (the broadcast group's width of `dtype` × the elements of `shape`).
+ */
+export function paramsForBytes(bytes: number, bytesPerParam: number): number {
+  if (!Number.isSafeInteger(bytes) || bytes < 1) throw new RangeError(`bytes must be an integer ≥ 1, got ${bytes}`);
+  if (!Number.isSafeInteger(bytesPerParam) || bytesPerParam < 1) {
+    throw new RangeError(`a parameter must be at least 1 byte, got ${bytesPerParam}`);
+  }
+  return Math.ceil(bytes / bytesPerParam);
+}

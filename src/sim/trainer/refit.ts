@@ -1,6 +1,8 @@
 // The trainer's part of a gateway-driven distributed refit: size the group from the gateway's
-// worker listing, open it as rank 0, ask the gateway for the refit, and broadcast every chunk while
-// that request is outstanding. It never talks to an engine directly; the gateway does that.
+// plan, open it as rank 0, ask the gateway for the refit, and broadcast every chunk while that
+// request is outstanding. `runRefit` is that sequence over any way of reaching the gateway;
+// `runDistributedRefit` runs it over HTTP (`/v1/rl/refits`), `nats-refit.ts` over NATS.
+// It never talks to an engine directly; the gateway does that.
 
 import { request } from 'undici';
 import { openGroup, type GroupMaster } from '../broadcast/master.ts';
@@ -16,40 +18,50 @@ export interface WorkerRow {
   [field: string]: unknown;
 }
 
-export interface DistributedRefitOptions {
-  /** Gateway base URL, e.g. `http://127.0.0.1:30000`. */
-  gateway: string;
+/** What a refit needs whatever carries it to the gateway. */
+export interface RefitOptions {
   /** The new weight version (slime: an integer counter sent as a string). */
   version: string;
   chunks: Chunk[];
   /** Passed through to the gateway, which picks the targets with it. */
   selector?: string;
-  /** Sent as `authorization: Bearer <adminKey>` on every gateway call. */
-  adminKey?: string;
+  /** Sent as `refit_id`: the gateway treats a request with a known id as that refit, never a second one. */
+  refitId?: string;
   /** Default `weight_update_group` (SGLang's and TokenSpeed's default). */
   groupName?: string;
   /** Address the group listens on and advertises; default 127.0.0.1. */
   masterAddress?: string;
+  /** How long the group waits for every engine rank to join; default 60 s. */
+  rendezvousTimeoutMs?: number;
+  /** How long one chunk's broadcast may take; default 600 s. */
+  chunkTimeoutMs?: number;
+  /** Once the gateway has answered, how long to let a still-running broadcast finish; default 2 s. */
+  settleMs?: number;
+}
+
+export interface DistributedRefitOptions extends RefitOptions {
+  /** Gateway base URL, e.g. `http://127.0.0.1:30000`. */
+  gateway: string;
+  /** Sent as `authorization: Bearer <adminKey>` on every gateway call. */
+  adminKey?: string;
   /**
    * Which listed rows the refit targets, in the order the gateway assigns ranks. Default: the
    * gateway's plan (`dry_run`), which counts exactly the engines that will take part.
    */
   pick?: (rows: WorkerRow[]) => WorkerRow[];
-  /** How long the group waits for every engine rank to join; default 60 s. */
-  rendezvousTimeoutMs?: number;
-  /** How long one chunk's broadcast may take; default 600 s. */
-  chunkTimeoutMs?: number;
   /** Headers and body deadline of each gateway call; default 600 s (the spec's control timeout). */
   httpTimeoutMs?: number;
-  /** Once the gateway has answered, how long to let a still-running broadcast finish; default 2 s. */
-  settleMs?: number;
 }
 
+/** Where the report came from: the HTTP answer, the NATS reply, `rl.refit.<id>.report`, or the refit's journal. */
+export type ReportOrigin = 'http' | 'reply' | 'report_subject' | 'journal';
+
 export interface DistributedRefitResult {
-  /** HTTP status of `POST /v1/rl/refits`. */
+  /** HTTP status of `POST /v1/rl/refits` (over NATS: the reply's, or 200/207 from the report). */
   status: number;
   /** The gateway's JSON answer (its text when not JSON). */
   report: unknown;
+  from: ReportOrigin;
   /** Checksums of every tensor broadcast, chunk after chunk, in `names` order. */
   sent: LoadedTensor[];
   /** Chunks whose broadcast every engine rank acknowledged. */
@@ -60,58 +72,56 @@ export interface DistributedRefitResult {
   transferError: { code: string; message: string; rank?: number } | null;
 }
 
-/** A gateway call the trainer could not make sense of (the refit was never requested). */
+export type TrainerErrorCode =
+  /** The gateway answered, and refused: nothing was touched. */
+  | 'workers_listing_failed'
+  | 'plan_failed'
+  | 'refit_refused'
+  /** Nobody answered, or the answer never came: there is no report. */
+  | 'no_gateway'
+  | 'no_report';
+
+/** The refit was refused, or its report could not be had; `error` is the gateway's error code when it gave one. */
 export class TrainerError extends Error {
   override readonly name = 'TrainerError';
-  constructor(readonly code: 'workers_listing_failed' | 'plan_failed', message: string, readonly status?: number) {
+  constructor(readonly code: TrainerErrorCode, message: string, readonly status?: number, readonly error?: string) {
     super(message);
   }
+
+  /** The gateway answered and refused the refit (or its plan): nothing was paused or loaded. */
+  get refused(): boolean {
+    return this.code === 'workers_listing_failed' || this.code === 'plan_failed' || this.code === 'refit_refused';
+  }
+}
+
+/** The body of `POST /v1/rl/refits` / `rl.refit.request` the trainer sends. */
+export type RefitBody = Record<string, unknown>;
+
+/** The two calls of a refit, over whatever reaches the gateway. */
+export interface GatewayCalls {
+  /** The group's world size from the gateway's plan for `planBody` (`dry_run: true`). */
+  worldSize(planBody: RefitBody): Promise<number>;
+  /** Sends the refit; resolves once its report is in hand. */
+  refit(body: RefitBody): Promise<{ status: number; report: unknown; from: ReportOrigin }>;
 }
 
 const DEFAULT_GROUP = 'weight_update_group';
 
-export async function runDistributedRefit(opts: DistributedRefitOptions): Promise<DistributedRefitResult> {
-  const gateway = opts.gateway.replace(/\/+$/, '');
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
-  if (opts.adminKey) headers.authorization = `Bearer ${opts.adminKey}`;
-  const httpTimeoutMs = opts.httpTimeoutMs ?? 600_000;
-  const call = async (method: 'GET' | 'POST', path: string, body?: unknown): Promise<{ status: number; json: unknown }> => {
-    const res = await request(`${gateway}${path}`, {
-      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-      headersTimeout: httpTimeoutMs, bodyTimeout: httpTimeoutMs,
-    });
-    const text = await res.body.text();
-    let json: unknown = text;
-    try { json = JSON.parse(text); } catch { /* keep the text */ }
-    return { status: res.statusCode, json };
-  };
-
+/** One refit over `calls`: plan, group, refit request with every chunk broadcast meanwhile. */
+export async function runRefit(opts: RefitOptions, calls: GatewayCalls): Promise<DistributedRefitResult> {
   const groupName = opts.groupName ?? DEFAULT_GROUP;
   const masterAddress = opts.masterAddress ?? '127.0.0.1';
   const source = (port: number, worldSize?: number) => ({
     kind: 'distributed', master_address: masterAddress, master_port: port, ...(worldSize === undefined ? {} : { world_size: worldSize }),
     group_name: groupName, backend: 'nccl', chunks: opts.chunks,
   });
-  const selector = opts.selector === undefined ? {} : { selector: opts.selector };
-  let worldSize: number;
-  if (opts.pick) {
-    const listing = await call('GET', '/v1/rl/workers');
-    const rows = (listing.json as { workers?: unknown } | null)?.workers;
-    if (listing.status !== 200 || !Array.isArray(rows)) {
-      throw new TrainerError('workers_listing_failed',
-        `GET /v1/rl/workers answered ${listing.status}: ${JSON.stringify(listing.json).slice(0, 300)}`, listing.status);
-    }
-    // §6.1: world_size = 1 + Σ gpus; a row without tp_size is one GPU.
-    worldSize = 1 + opts.pick(rows as WorkerRow[]).reduce((sum, row) => sum + (row.tp_size ?? 1), 0);
-  } else {
-    // The gateway's own plan: only the engines that will take part (a dead one is skipped) count.
-    const plan = await call('POST', '/v1/rl/refits', { weight_version: opts.version, ...selector, dry_run: true, source: source(1) });
-    const ws = (plan.json as { world_size?: unknown } | null)?.world_size;
-    if (plan.status !== 200 || typeof ws !== 'number') {
-      throw new TrainerError('plan_failed', `the refit plan (dry_run) answered ${plan.status}: ${JSON.stringify(plan.json).slice(0, 300)}`, plan.status);
-    }
-    worldSize = ws;
-  }
+  const head = {
+    ...(opts.refitId === undefined ? {} : { refit_id: opts.refitId }),
+    weight_version: opts.version,
+    ...(opts.selector === undefined ? {} : { selector: opts.selector }),
+  };
+  // The gateway's own plan: only the engines that will take part (a dead one is skipped) count.
+  const worldSize = await calls.worldSize({ ...head, dry_run: true, source: source(1) });
   const master = await openGroup({
     host: masterAddress, port: 0, worldSize, groupName, timeoutMs: opts.rendezvousTimeoutMs ?? 60_000,
   });
@@ -128,10 +138,9 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
     (err: unknown) => { settled = true; return errorInfo(err); },
   );
 
-  const body = { weight_version: opts.version, ...selector, source: source(master.port, worldSize) };
-  let answer: { status: number; json: unknown };
+  let answer: { status: number; report: unknown; from: ReportOrigin };
   try {
-    answer = await call('POST', '/v1/rl/refits', body);
+    answer = await calls.refit({ ...head, source: source(master.port, worldSize) });
   } catch (err) {
     master.close();
     await outcome;
@@ -142,9 +151,57 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
   if (!settled) await waitAtMost(outcome, opts.settleMs ?? 2_000);
   master.close();
   return {
-    status: answer.status, report: answer.json, sent, chunksSent, worldSize, masterPort: master.port,
+    status: answer.status, report: answer.report, from: answer.from, sent, chunksSent, worldSize, masterPort: master.port,
     transferError: await outcome,
   };
+}
+
+/** One refit through the gateway's HTTP API (`/v1/rl/refits`). */
+export async function runDistributedRefit(opts: DistributedRefitOptions): Promise<DistributedRefitResult> {
+  const gateway = opts.gateway.replace(/\/+$/, '');
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (opts.adminKey) headers.authorization = `Bearer ${opts.adminKey}`;
+  const httpTimeoutMs = opts.httpTimeoutMs ?? 600_000;
+  const call = async (method: 'GET' | 'POST', path: string, body?: unknown): Promise<{ status: number; json: unknown }> => {
+    const res = await request(`${gateway}${path}`, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+      headersTimeout: httpTimeoutMs, bodyTimeout: httpTimeoutMs,
+    });
+    const text = await res.body.text();
+    let json: unknown = text;
+    try { json = JSON.parse(text); } catch { /* keep the text */ }
+    return { status: res.statusCode, json };
+  };
+  const errorOf = (json: unknown): string | undefined => {
+    const e = (json as { error?: unknown } | null)?.error;
+    return typeof e === 'string' ? e : undefined;
+  };
+
+  return runRefit(opts, {
+    async worldSize(planBody) {
+      if (opts.pick) {
+        const listing = await call('GET', '/v1/rl/workers');
+        const rows = (listing.json as { workers?: unknown } | null)?.workers;
+        if (listing.status !== 200 || !Array.isArray(rows)) {
+          throw new TrainerError('workers_listing_failed',
+            `GET /v1/rl/workers answered ${listing.status}: ${JSON.stringify(listing.json).slice(0, 300)}`, listing.status, errorOf(listing.json));
+        }
+        // §6.1: world_size = 1 + Σ gpus; a row without tp_size is one GPU.
+        return 1 + opts.pick(rows as WorkerRow[]).reduce((sum, row) => sum + (row.tp_size ?? 1), 0);
+      }
+      const plan = await call('POST', '/v1/rl/refits', planBody);
+      const ws = (plan.json as { world_size?: unknown } | null)?.world_size;
+      if (plan.status !== 200 || typeof ws !== 'number') {
+        throw new TrainerError('plan_failed',
+          `the refit plan (dry_run) answered ${plan.status}: ${JSON.stringify(plan.json).slice(0, 300)}`, plan.status, errorOf(plan.json));
+      }
+      return ws;
+    },
+    async refit(body) {
+      const answer = await call('POST', '/v1/rl/refits', body);
+      return { status: answer.status, report: answer.json, from: 'http' };
+    },
+  });
 }
 
 async function broadcastChunks(
