@@ -61,6 +61,8 @@ export class BusUnavailable extends Error {
     readonly subject: string,
     detail = 'not connected to NATS (reconnecting); nothing was sent',
     options?: ErrorOptions,
+    /** The request had been sent when the connection dropped: its work may have run. */
+    readonly inFlight = false,
   ) {
     super(`${detail} (${subject})`, options);
   }
@@ -300,7 +302,7 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
       const fail = (detail: string) => {
         inFlight.delete(fail);
         pending.catch(() => {}); // it still settles later (its own timeout); nobody listens then
-        reject(new BusUnavailable(subject, detail));
+        reject(new BusUnavailable(subject, detail, undefined, true));
       };
       inFlight.add(fail);
       pending.then(
@@ -476,7 +478,7 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
         let received = 0;
         let chain: Promise<void> = Promise.resolve();
         let done = false;
-        const onDrop = (detail: string) => finish(new BusUnavailable(subject, detail));
+        const onDrop = (detail: string) => finish(new BusUnavailable(subject, detail, undefined, true));
         const finish = (err?: Error) => {
           if (done) return;
           done = true;

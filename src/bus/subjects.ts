@@ -28,6 +28,8 @@ export interface Subjects {
   replicaCmd(replicaId: string): string;
   /** Cancels a replica's outstanding work for one request id (the caller went away). */
   replicaCancel(replicaId: string): string;
+  /** What a replica's engines answered to one request id (request/reply), for a caller that lost the replies. */
+  replicaOutcomes(replicaId: string): string;
   /** Refit requests from trainers (request/reply; the reply is the refit report). */
   refitRequest(): string;
   /** The durable refit queue (JetStream work queue): one message per refit, its id as the msg id. */
@@ -50,6 +52,7 @@ export function subjects(root: string = DEFAULT_ROOT): Subjects {
     allEngineNotices: () => `${root}.engine.*.notice`,
     replicaCmd: (replica) => `${root}.replica.${validateToken('replica id', replica)}.cmd`,
     replicaCancel: (replica) => `${root}.replica.${validateToken('replica id', replica)}.cancel`,
+    replicaOutcomes: (replica) => `${root}.replica.${validateToken('replica id', replica)}.outcomes`,
     refitRequest: () => `${root}.refit.request`,
     refitSubmit: () => `${root}.refit.submit`,
     refitReport: (id) => `${root}.refit.${validateToken('refit id', id)}.report`,

@@ -50,12 +50,34 @@ export interface LegReply {
 /** Slack for the bus hop on top of the engine call's own deadline. */
 const BUS_MARGIN_MS = 2_000;
 
+/**
+ * This replica's own engines, called in-process: no bus round trip for a share this replica
+ * owns, and a call already sent is not lost if the bus drops meanwhile.
+ */
+export interface LocalEngines {
+  replicaId: string;
+  runOne(workerId: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome>;
+  runShare(cmd: ReplicaCommand, send: (reply: LegReply) => void, signal: AbortSignal): Promise<void>;
+}
+
+/** How often a caller that lost its replies in an outage asks the owner for them. */
+const SETTLE_POLL_MS = 200;
+
 export class Dispatcher {
-  constructor(private readonly deps: { bus: Bus; subjects: Subjects; registry: Registry }) {}
+  constructor(private readonly deps: { bus: Bus; subjects: Subjects; registry: Registry; local?: LocalEngines }) {}
 
   async one(workerId: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
     const worker = this.deps.registry.get(workerId);
     const url = worker?.url ?? workerId;
+    if (this.isLocal(worker?.owner)) {
+      // Ownership is only as sure as the bus: without it, another replica may have taken over.
+      if (!this.deps.bus.connected) return busFailure(new BusUnavailable(this.deps.subjects.engineCmd(workerId)), url, call);
+      try {
+        return await this.deps.local!.runOne(workerId, call, signal);
+      } catch (err) {
+        return { kind: 'unreachable', latencyMs: 0, message: (err as Error).message };
+      }
+    }
     const timeoutMs = Math.max(1, call.deadline - Date.now()) + BUS_MARGIN_MS;
     const requestId = randomUUID();
     const stopCancel = this.cancelOnAbort(signal, worker?.owner, requestId);
@@ -85,7 +107,22 @@ export class Dispatcher {
       if (share) share.push(leg);
       else byOwner.set(owner, [leg]);
     }
-    await Promise.all([...byOwner].map(([owner, share]) => this.toReplica(owner, share, opts)));
+    await Promise.all([...byOwner].map(([owner, share]) => (this.isLocal(owner) ? this.toLocal(owner, share, opts) : this.toReplica(owner, share, opts))));
+  }
+
+  private isLocal(owner: string | undefined): boolean {
+    return owner !== undefined && this.deps.local !== undefined && owner === this.deps.local.replicaId;
+  }
+
+  /** This replica's share, in-process: same lanes, deadlines and cancellation as over the bus. */
+  private async toLocal(owner: string, legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }) {
+    if (!this.deps.bus.connected) {
+      const err = new BusUnavailable(this.deps.subjects.replicaCmd(owner));
+      for (const leg of legs) opts.onLeg({ workerId: leg.workerId, outcome: busFailure(err, this.deps.registry.get(leg.workerId)?.url ?? leg.workerId, leg.call) });
+      return;
+    }
+    const command = packLegs(randomUUID(), legs, opts.concurrency);
+    await this.deps.local!.runShare(command, opts.onLeg, opts.signal ?? new AbortController().signal);
   }
 
   private async toReplica(owner: string, legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }) {
@@ -109,6 +146,11 @@ export class Dispatcher {
       });
       await (opts.signal ? abortable(stream, opts.signal) : stream);
     } catch (err) {
+      // The connection dropped under a share that was sent: its calls may well have run. Once the
+      // bus is back, the owner says what they came to (its outcome log).
+      if (err instanceof BusUnavailable && err.inFlight && !opts.signal?.aborted) {
+        await this.settleFromOwner(owner, command.requestId, legs, answered, latest, opts);
+      }
       for (const leg of legs) {
         if (answered.has(leg.workerId)) continue;
         const url = this.deps.registry.get(leg.workerId)?.url ?? leg.workerId;
@@ -116,6 +158,28 @@ export class Dispatcher {
       }
     } finally {
       stopCancel();
+    }
+  }
+
+  /** Waits for the bus, then asks the owner for the replies of `requestId` until every leg has one or the deadline passes. */
+  private async settleFromOwner(owner: string, requestId: string, legs: Leg[], answered: Set<string>, deadline: number, opts: { onLeg: (reply: LegReply) => void; signal?: AbortSignal }) {
+    const until = deadline + BUS_MARGIN_MS;
+    while (Date.now() < until && !opts.signal?.aborted && answered.size < legs.length) {
+      if (this.deps.bus.connected) {
+        try {
+          const got = await this.deps.bus.request<{ replies: LegReply[]; done: boolean } | null>(this.deps.subjects.replicaOutcomes(owner), { requestId }, BUS_MARGIN_MS);
+          for (const reply of got?.replies ?? []) {
+            if (answered.has(reply.workerId)) continue;
+            answered.add(reply.workerId);
+            opts.onLeg(reply);
+          }
+          // The owner never saw the request, or finished it without these legs: nothing more comes.
+          if (!got || got.done) return;
+        } catch (err) {
+          if (err instanceof BusNoResponders) return; // the owner is gone too
+        }
+      }
+      await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));
     }
   }
 

@@ -14,6 +14,8 @@ export type StoredWorker = Omit<Worker, 'owner'> & { writer?: string };
 export class RegistrySync {
   private applying = false;
   private loaded = false;
+  /** Our own deletions whose echo has not come back yet: a re-registration made meanwhile stays. */
+  private readonly ownDeletes = new Map<string, number>();
   private stopWatch: (() => void) | undefined;
   /** Writes in flight, so close() and tests can wait for the bucket to hold what we did. */
   private writes = new Set<Promise<unknown>>();
@@ -56,6 +58,12 @@ export class RegistrySync {
     // Our own writes coming back are older than (or equal to) what we hold: skipping them keeps
     // a quick register-then-discover from flapping. At start-up they are the fleet we left.
     if (this.loaded && value?.writer === this.deps.replicaId) return;
+    if (value === null && this.ownDeletes.has(id)) {
+      const n = this.ownDeletes.get(id)! - 1;
+      if (n > 0) this.ownDeletes.set(id, n);
+      else this.ownDeletes.delete(id);
+      return;
+    }
     this.applying = true;
     try {
       if (value === null) {
@@ -79,6 +87,7 @@ export class RegistrySync {
 
   private erase(id: string): void {
     if (this.applying) return;
+    this.ownDeletes.set(id, (this.ownDeletes.get(id) ?? 0) + 1);
     this.track(this.deps.bucket.delete(id), id);
   }
 

@@ -20,7 +20,8 @@ import { Registry } from '../fleet/registry.ts';
 import { RegistrySync, type StoredWorker } from '../fleet/registry-sync.ts';
 import { Ownership, type Heartbeat, type OwnerLease } from '../fleet/ownership.ts';
 import type { EngineRecord } from '../fleet/engine-record.ts';
-import { serveReplicaCommands } from '../fleet/replica.ts';
+import { runLoggedShare, serveReplicaCommands } from '../fleet/replica.ts';
+import { OutcomeLog } from '../fleet/outcome-log.ts';
 import { Router } from '../fleet/router.ts';
 import { Cancellations } from '../fleet/cancellations.ts';
 import { buildApp } from '../http/app.ts';
@@ -145,10 +146,21 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     });
     await owed.start();
     cleanups.push(() => owed.close());
-    const replicaSub = serveReplicaCommands({ bus, subjects: subj, replicaId, host, cancels });
+    const outcomeLog = new OutcomeLog();
+    const replicaSub = serveReplicaCommands({ bus, subjects: subj, replicaId, host, cancels, log: outcomeLog });
     cleanups.push(() => replicaSub.unsubscribe());
     const view = new FleetView({ registry, host });
-    const dispatcher = new Dispatcher({ bus, subjects: subj, registry });
+    // Engines this replica owns are called in-process; only other replicas' shares cross the bus.
+    const dispatcher = new Dispatcher({
+      bus,
+      subjects: subj,
+      registry,
+      local: {
+        replicaId,
+        runOne: (id, call, signal) => host.run(id, call, signal),
+        runShare: (cmd, send, signal) => runLoggedShare(host, outcomeLog, cmd, send, signal),
+      },
+    });
     const passthrough = new Passthrough({
       registry,
       view,
