@@ -100,7 +100,9 @@ export class Dispatcher {
     for (const leg of legs) {
       const owner = this.deps.registry.get(leg.workerId)?.owner;
       if (!owner) {
-        opts.onLeg({ workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${leg.workerId}\` was removed` } });
+        const known = this.deps.registry.get(leg.workerId) !== undefined;
+        const message = known ? `worker \`${leg.workerId}\` has no owning replica yet (its lease is being claimed)` : `worker \`${leg.workerId}\` was removed`;
+        opts.onLeg({ workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message } });
         continue;
       }
       const share = byOwner.get(owner);
@@ -200,7 +202,8 @@ export class Dispatcher {
 
 function busFailure(err: unknown, url: string, call: ControlCall): ControlOutcome {
   if (err instanceof BusUnavailable) {
-    return { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${url}\` not called: ${err.message}` };
+    const what = err.inFlight ? 'its reply was lost, and the call may have run' : 'not called';
+    return { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${url}\` ${what}: ${err.message}` };
   }
   if (err instanceof BusTimeout) {
     return { kind: 'timeout', latencyMs: 0, message: `upstream \`${url}\` timed out after ${call.timeoutSecs}s` };

@@ -32,6 +32,9 @@ export class Ownership {
   private timers: NodeJS.Timeout[] = [];
   private closed = false;
   private url: string | undefined;
+  /** When this replica's own bus connection last came back: silence before it proves nothing. */
+  private reconnectedAt = 0;
+  private connected = true;
 
   constructor(
     private readonly deps: {
@@ -52,11 +55,24 @@ export class Ownership {
   alive(replica: string): boolean {
     if (replica === this.deps.replicaId) return !this.closed;
     const t = this.seen.get(replica);
-    return t !== undefined && Date.now() - t < this.deps.leaseMs;
+    // While our own connection was down we heard no one: everyone gets a whole lease after it.
+    return t !== undefined && Date.now() - Math.max(t, this.reconnectedAt) < this.deps.leaseMs;
   }
 
   ownerOf(id: string): string | undefined {
     return this.leases.get(id)?.replica;
+  }
+
+  /** The bus connection of this replica went away or came back (it judges no one meanwhile). */
+  busStatus(connected: boolean): void {
+    this.connected = connected;
+    if (connected) this.reconnectedAt = Date.now();
+  }
+
+  /** The replica's HTTP address, shown in its heartbeat for operators. */
+  setUrl(url: string): void {
+    this.url = url;
+    void this.beat();
   }
 
   async start(url?: string): Promise<void> {
@@ -151,7 +167,7 @@ export class Ownership {
   }
 
   private async sweep(): Promise<void> {
-    if (this.closed) return;
+    if (this.closed || !this.connected) return;
     const work: Array<Promise<void>> = [];
     for (const w of this.deps.registry.all()) {
       const lease = this.leases.get(w.id);

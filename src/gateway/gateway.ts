@@ -130,6 +130,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(() => registrySync.close());
     // Last out (it runs before the host closes): deleting the heartbeat hands the engines over at once.
     cleanups.push(() => ownership.close());
+    cleanups.push(bus.onStatus((s) => ownership.busStatus(s.connected)));
     await ownership.start();
     await registrySync.start();
     // The refit service is built after the debts it records; the ledger reads it through this.
@@ -202,6 +203,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         while (!settled() && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
       },
       quarantine: (id, reason) => host.setQuarantine(id, reason),
+      alive: (replica) => ownership.alive(replica),
     });
     refits = new RefitService({ view, passthrough, queue, journals, runner, log: log.child({ component: 'refit' }), modelOf: (id) => registry.get(id)?.modelId });
     const service = refits;
@@ -247,6 +249,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         throw err;
       }
     }
+    ownership.setUrl(url);
     natsUrl = redactUrl(natsUrl);
     log.info({ url, nats_url: natsUrl, replica_id: replicaId, rl: config.rl.enabled }, 'gateway listening');
     return { url, port, natsUrl, replicaId, services, app, close };

@@ -27,6 +27,7 @@ export const ErrorStatus = {
   refit_not_found: 404,
   refit_in_progress: 409,
   no_eligible_targets: 409,
+  refit_id_conflict: 409,
   model_not_found: 404,
   no_available_workers: 503,
   bus_unavailable: 503,

@@ -22,7 +22,7 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
 
   app.get('/refits', async () => ({ refits: refits.list() }));
 
-  app.get<{ Params: { id: string } }>('/refits/:id', async (req) => refits.get(req.params.id));
+  app.get<{ Params: { id: string } }>('/refits/:id', async (req) => await refits.get(req.params.id));
 
   app.route({ method: ['PUT', 'PATCH', 'DELETE'], url: '/refits', handler: methodNotAllowed('GET, POST') });
   app.route({ method: ['POST', 'PUT', 'PATCH', 'DELETE'], url: '/refits/:id', handler: methodNotAllowed('GET') });

@@ -56,6 +56,8 @@ const QUARANTINING = new Set(['verify_failed', 'cut_after_grace']);
 
 export class RefitRunner {
   private readonly running = new Set<Promise<void>>();
+  /** Refits this process runs now (a restarted replica with the same id runs none of its old ones). */
+  private readonly active = new Set<string>();
   private closing = false;
 
   constructor(
@@ -79,6 +81,8 @@ export class RefitRunner {
        * refit taken over from a replica that also owned engines waits for their new owner.
        */
       ownersSettled: (ids: string[], dead: string, timeoutMs: number) => Promise<void>;
+      /** Is this replica's heartbeat fresh (ownership.ts)? A live holder keeps its refit. */
+      alive: (replica: string) => boolean;
       /** Holds an engine out of routing (reason), or lets it back (null); its owner applies it. */
       quarantine: (workerId: string, reason: string | null) => void;
     },
@@ -103,13 +107,28 @@ export class RefitRunner {
   }
 
   private async handle(msg: JsMsg): Promise<void> {
-    const q = decode(msg.data) as QueuedRefit;
+    let q: QueuedRefit;
+    try {
+      q = decode(msg.data) as QueuedRefit;
+      if (!isQueuedRefit(q)) throw new Error('not a queued refit');
+    } catch (err) {
+      // Handing it back would bring it back for the stream's whole max age: drop it, say so.
+      this.deps.log.warn({ err, subject: msg.subject, seq: msg.seq }, 'dropped a refit queue message that is not a refit this gateway queued');
+      return msg.term('malformed');
+    }
     if (this.closing) return msg.nak();
     // Held while it runs: a replica that dies stops extending it, and another takes it.
     const keep = setInterval(() => msg.working(), Math.max(200, Math.floor(this.deps.queue.ackWaitMs / 3)));
     try {
       const existing = await this.deps.journals.get(q.id);
       if (existing?.value.status === 'done') return msg.ack();
+      // A refit whose runner lives: a second message for it (a resubmission) is dropped; its own
+      // message handed back (the runner missed extending it, e.g. in a bus outage) is looked at
+      // again shortly: the runner acks it when it finishes, or its heartbeat goes stale.
+      const holder = existing?.value.holder;
+      if (existing && (this.active.has(q.id) || (holder !== this.deps.replicaId && this.deps.alive(holder!)))) {
+        return msg.info.deliveryCount > 1 ? msg.nak(RETRY_MS * 4) : msg.term('duplicate');
+      }
       const clash = this.deps.clashes(q.id, q.targets);
       if (clash) return msg.nak(RETRY_MS * 4); // its turn comes when the other refit is over
       let writer: JournalWriter;
@@ -137,10 +156,15 @@ export class RefitRunner {
         // The dead replica may have owned engines too: their calls wait for the new owner.
         await this.deps.ownersSettled(q.targets, from, 3 * this.deps.queue.ackWaitMs);
       }
-      const report = await this.execute(q, targets, writer, recovered, (stop) => (actorStop = stop));
-      if (!report) return; // fenced: the replica that holds the refit now finishes it
-      await this.finish(writer, report);
-      msg.ack();
+      this.active.add(q.id);
+      try {
+        const report = await this.execute(q, targets, writer, recovered, (stop) => (actorStop = stop));
+        if (!report) return; // fenced: the replica that holds the refit now finishes it
+        await this.finish(writer, report);
+        msg.ack();
+      } finally {
+        this.active.delete(q.id);
+      }
     } finally {
       clearInterval(keep);
     }
@@ -352,6 +376,23 @@ export function prepareCalls(passthrough: Passthrough, plan: RefitPlan, targets:
 
 function callKey(phase: Phase, step: number, workerId: string): string {
   return `${phase}|${step}|${workerId}`;
+}
+
+/** The shape this gateway queues (service.ts); anything else on the subject is refused. */
+function isQueuedRefit(q: unknown): q is QueuedRefit {
+  const v = q as Partial<QueuedRefit> | null;
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    typeof v.id === 'string' &&
+    /^[A-Za-z0-9_-]{1,128}$/.test(v.id) &&
+    typeof v.request === 'object' &&
+    v.request !== null &&
+    typeof v.request.weight_version === 'string' &&
+    typeof v.request.source === 'object' &&
+    Array.isArray(v.targets) &&
+    v.targets.every((t) => typeof t === 'string')
+  );
 }
 
 /** A target removed from the registry after the refit was accepted: its legs fail as unreachable. */

@@ -82,10 +82,20 @@ export class RefitService {
     });
   }
 
-  get(id: string): RefitReport | RunningRefit {
-    const j = this.journals.get(id);
+  /** A refit's report, or its progress while it runs; older ones than kept in memory come from the bucket. */
+  async get(id: string): Promise<RefitReport | RunningRefit> {
+    const j = this.journals.get(id) ?? (await this.stored(id));
     if (!j) throw new GatewayError('refit_not_found', `refit \`${id}\` not found`, { id });
     return j.report ?? runningView(j);
+  }
+
+  private async stored(id: string): Promise<RefitJournal | undefined> {
+    if (!/^[A-Za-z0-9_-]{1,128}$/.test(id)) return undefined;
+    try {
+      return (await this.deps.journals.get(id))?.value ?? undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   list(): Array<RefitReport | RunningRefit> {
@@ -150,9 +160,13 @@ export class RefitService {
     const req = parseRefitRequest(body);
     if (this.closing) throw new GatewayError('bus_unavailable', 'the gateway is shutting down; send the refit to another replica');
     const id = req.refit_id ?? randomUUID();
-    const known = this.journals.get(id);
-    // The same refit id again is the same refit: its report, not a second run.
+    const known = this.journals.get(id) ?? (req.refit_id ? await this.stored(id) : undefined);
+    if (known && known.request.weight_version !== req.weight_version) {
+      throw new GatewayError('refit_id_conflict', `refit \`${id}\` exists for weight_version ${JSON.stringify(known.request.weight_version)}; a retry must send the same request`, { refit_id: id });
+    }
+    // The same refit id again is the same refit: its report when it is over, its end when it runs.
     if (known?.report) return known.report;
+    if (known) return this.waitFor(id);
     const { selectorText, targets, skipped } = this.resolve(req);
     if (!known) {
       const clash = this.clashes(id, targets.map((w) => w.id));
