@@ -1,8 +1,9 @@
 // The users and permissions of deploy/nats/accounts.conf, loaded into a real single-node
 // nats-server (the file as shipped, after this fixture's loopback listen/monitor/store lines):
-// the trainer may ask for refits but not command engines, the operator may follow state and read
-// the engines bucket but publish nothing that changes anything, nor read the workers bucket (it
-// holds API keys), and the gateway may do all of it. A denied publish does not throw in nats.js
+// the trainer may ask for refits, follow their reports and read the refits bucket (its refit's
+// journal) but not command engines or write or read any other bucket, the operator may follow
+// state and read the engines bucket but publish nothing that changes anything, nor read the
+// workers bucket (it holds API keys), and the gateway may do all of it. A denied publish does not throw in nats.js
 // v3: the violation arrives on nc.status(); a request rejects with it as the cause.
 
 import { randomBytes } from 'node:crypto';
@@ -112,6 +113,14 @@ describe('deploy/nats/accounts.conf', () => {
     expect(err?.cause).toMatchObject({ name: 'PermissionViolationError', operation: 'publish', subject: 'rl.engine.x.cmd' });
   });
 
+  it('the trainer follows refit reports', async () => {
+    const reports = trainer.nc.subscribe('rl.refit.r1.report');
+    await trainer.nc.flush();
+    gateway.nc.publish('rl.refit.r1.report', text.encode('{"id":"r1"}'));
+    expect((await next(reports)).string()).toBe('{"id":"r1"}');
+    reports.unsubscribe();
+  });
+
   it('the trainer cannot follow engine state', async () => {
     trainer.nc.subscribe('rl.engine.x.state');
     await trainer.violation('rl.engine.x.state', 'subscription');
@@ -153,6 +162,24 @@ describe('deploy/nats/accounts.conf', () => {
       const kvm = new Kvm(gateway.nc);
       await (await kvm.create('rlgate_rl_engines', { history: 1 })).put('e1', '{"state":"serving"}');
       await (await kvm.create('rlgate_rl_workers', { history: 1 })).put('w1', '{"api_key":"sk-secret"}');
+      await (await kvm.create('rlgate_rl_refits', { history: 1 })).put('step-1', '{"status":"done"}');
+    });
+
+    it('the trainer reads and watches the refits bucket (its refit\'s journal)', async () => {
+      const kv = await new Kvm(trainer.nc).open('rlgate_rl_refits');
+      expect((await kv.get('step-1'))?.string()).toBe('{"status":"done"}');
+      const watch = await kv.watch({ key: 'step-1' });
+      const first = await next(watch as unknown as AsyncIterable<Msg>);
+      expect((first as unknown as { key: string }).key).toBe('step-1');
+      watch.stop();
+    });
+
+    it('the trainer cannot write the refits bucket', async () => {
+      const kv = await new Kvm(trainer.nc).open('rlgate_rl_refits');
+      await expect(kv.put('step-1', '{"status":"forged"}')).rejects.toThrow();
+      await trainer.violation('$KV.rlgate_rl_refits.step-1', 'publish');
+      await expect(kv.delete('step-1')).rejects.toThrow();
+      expect((await (await new Kvm(gateway.nc).open('rlgate_rl_refits')).get('step-1'))?.string()).toBe('{"status":"done"}');
     });
 
     it('the operator reads and watches the engines bucket', async () => {
@@ -181,6 +208,10 @@ describe('deploy/nats/accounts.conf', () => {
       operator.nc.subscribe('$KV.rlgate_rl_workers.>');
       await operator.violation('$KV.rlgate_rl_workers.>', 'subscription');
       await expect(new Kvm(trainer.nc).open('rlgate_rl_engines').then((kv) => kv.get('e1'))).rejects.toThrow();
+      await expect(new Kvm(trainer.nc).open('rlgate_rl_workers').then((kv) => kv.get('w1'))).rejects.toThrow();
+      await trainer.violation('$JS.API.STREAM.MSG.GET.KV_rlgate_rl_workers', 'publish');
+      await expect(new Kvm(trainer.nc).open('rlgate_rl_workers').then((kv) => kv.watch())).rejects.toThrow();
+      await trainer.violation(/^\$JS\.API\.CONSUMER\.CREATE\.KV_rlgate_rl_workers(\.|$)/, 'publish');
     });
   });
 });
