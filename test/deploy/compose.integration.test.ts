@@ -1,11 +1,13 @@
 // docker-compose.yml as Debian's docker-compose 1.29 reads it (no engine needed): it validates,
 // and its normalised form has a 3-node NATS cluster on the shipped config, two gateway replicas
-// on one subject root listing all three nodes, one simulator per engine wire and the trainer.
-// Every rlgate command in it is parsed by the real flag parsers, so a flag typo fails here, and
-// the NATS node config is checked by nats-server itself (`-t`).
+// on one subject root listing all three nodes, one simulator per engine wire and the trainer over
+// NATS. Every rlgate command in it is parsed by the real flag parsers, so a flag typo fails here,
+// the trainer's entrypoint is run (it writes the password file its command names), and the NATS
+// node config is checked by nats-server itself (`-t`).
 
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -15,7 +17,7 @@ import { loadConfig } from '../../src/gateway/config.ts';
 import { parseArgs as parseSglangArgs } from '../../src/sim/sglang/options.ts';
 import { parseArgs as parseTokenspeedArgs } from '../../src/sim/tokenspeed/cli.ts';
 import { parseArgs as parseZmqArgs } from '../../src/sim/zmq/options.ts';
-import { parseTrainerArgs } from '../../src/sim/trainer/main.ts';
+import { parseTrainerInvocation } from '../../src/sim/trainer/main.ts';
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const COMPOSE = join(REPO_ROOT, 'docker-compose.yml');
@@ -24,6 +26,8 @@ interface Service {
   image?: string;
   build?: { context: string };
   command?: string[];
+  entrypoint?: string[];
+  hostname?: string;
   volumes?: string[];
   environment?: Record<string, string>;
   network_mode?: string;
@@ -113,12 +117,51 @@ describe('docker-compose.yml', () => {
     expect(zmq![1].network_mode).toBe('service:gateway-1');
   });
 
-  it('runs the trainer simulator against a gateway, reachable by the engines', () => {
+  it('runs the trainer simulator over NATS as the trainer user, on every node and the gateways\' root, reachable by the engines', () => {
     const [trainer] = byCommand('trainer');
     expect(trainer).toBeDefined();
-    const args = parseTrainerArgs(trainer![1].command!.slice(1), {});
-    expect(new URL(args.gateway).hostname).toMatch(/^gateway-[12]$/);
-    expect(args.masterAddress).toBe(trainer![0]);
+    const [name, s] = trainer!;
+    const inv = parseTrainerInvocation(s.command!.slice(1), {});
+    expect(inv.via).toBe('nats');
+    if (inv.via !== 'nats') return;
+    expect(splitServers(inv.args.nats.url).map((u) => new URL(u).hostname)).toEqual(['nats-1', 'nats-2', 'nats-3']);
+    // The credential is the user and its password file, not user info in the URL.
+    expect(splitServers(inv.args.nats.url).every((u) => new URL(u).username === '')).toBe(true);
+    expect(inv.args.nats.auth.user).toBe('trainer');
+    expect(inv.args.nats.auth.passwordFile).toMatch(/^\//);
+    expect(inv.args.subjectRoot).toBe('rl');
+    expect(inv.args.masterAddress).toBe(name);
+    expect(s.hostname).toBe(name);
+    // The password the NATS nodes give the trainer user is the one the trainer gets.
+    expect(s.environment?.RLGATE_NATS_TRAINER_PASSWORD).toBe(services['nats-1']!.environment!.RLGATE_NATS_TRAINER_PASSWORD);
+  });
+
+  it('the trainer\'s entrypoint writes its password to the file its command names, readable by it alone, and runs rlgate', () => {
+    const [, s] = byCommand('trainer')[0]!;
+    const [shell, dashC, script, argv0] = s.entrypoint!;
+    expect([shell, dashC]).toEqual(['sh', '-c']);
+    const fileFlag = s.command!.find((a) => a.startsWith('--nats-password-file='))!;
+    const file = fileFlag.slice('--nats-password-file='.length);
+    // `docker-compose config` keeps `$$` (compose's escape for a literal `$`) as written.
+    const unescaped = script!.replaceAll('$$', '$');
+    expect(unescaped).toContain(file);
+    // Run it here with the file moved into a directory of this test, and `--help` (connects nowhere).
+    const dir = mkdtempSync(join(tmpdir(), 'rlgate-compose-'));
+    try {
+      const local = join(dir, 'nats-trainer-password');
+      const run = spawnSync(shell!, [dashC!, unescaped.replaceAll(file, local), argv0!, 'trainer', '--help'], {
+        cwd: REPO_ROOT,
+        env: { ...composeEnv(), RLGATE_NATS_TRAINER_PASSWORD: 's3cret pw' },
+        encoding: 'utf8',
+        timeout: 60_000,
+      });
+      expect(run.status, run.stderr).toBe(0);
+      expect(run.stdout).toContain('usage: rlgate trainer');
+      expect(readFileSync(local, 'utf8')).toBe('s3cret pw');
+      expect(statSync(local).mode & 0o077).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('builds from a Dockerfile that runs `node bin/rlgate.mjs`', () => {
