@@ -60,6 +60,8 @@ export interface EngineContext extends EngineInput {
    * fleet's version. Only a refit that brings it to the fleet version and verifies it clears it.
    */
   quarantine: string | null;
+  /** Who set the control state: an operator's API write is kept; an observed one follows the engine. */
+  controlSource: 'api' | 'engine';
 }
 
 export type EngineEvent =
@@ -69,11 +71,13 @@ export type EngineEvent =
   /** The caller went away: drop the command if queued, abort it if running. */
   | { type: 'cmd.cancel'; token: string }
   | { type: 'version.set'; version: string | undefined; source: VersionSource }
-  | { type: 'control.set'; control: ControlState }
+  /** `api`: an operator's write to the gateway's table (spec §11), which no observation overrides. */
+  | { type: 'control.set'; control: ControlState; source?: 'api' }
   | { type: 'quarantine.set'; reason: string }
   | { type: 'quarantine.clear' }
   | { type: 'registration.changed'; seedVersion?: string; versionChanged: boolean }
-  | { type: 'probe.ok' }
+  /** `paused`: what a quiet probe read of the engine's pause state, when its wire can tell. */
+  | { type: 'probe.ok'; paused?: boolean }
   | { type: 'probe.failed'; error: string }
   | { type: 'dp.success' }
   | { type: 'dp.failure' }
@@ -120,6 +124,9 @@ export const engineMachine = setup({
     breakerCooldown: ({ context }) => context.breakerCooldownMs,
   },
   actions: {
+    setControl: assign(({ event }) =>
+      event.type === 'control.set' ? { control: event.control, controlSource: event.source ?? ('engine' as const) } : {},
+    ),
     start: enqueueActions(({ enqueue }, command: EngineCommand) => {
       enqueue.assign({ current: command });
       enqueue.emit({ type: 'command.run', command });
@@ -154,6 +161,7 @@ export const engineMachine = setup({
     probeFailures: 0,
     lastError: undefined,
     quarantine: null,
+    controlSource: 'engine',
   }),
   on: {
     'quarantine.set': { actions: assign({ quarantine: ({ event }) => event.reason }) },
@@ -183,7 +191,7 @@ export const engineMachine = setup({
             onDone: { target: 'online', actions: assign({ lastError: undefined, probeFailures: 0 }) },
             onError: { target: 'unreachable', actions: assign({ lastError: ({ event }) => String(event.error) }) },
           },
-          on: { 'control.set': { actions: assign({ control: ({ event }) => event.control }) } },
+          on: { 'control.set': { actions: 'setControl' } },
         },
         online: {
           initial: 'resolving',
@@ -194,7 +202,7 @@ export const engineMachine = setup({
               { guard: 'isRefitOp', target: '.refitting' },
               { guard: 'isPauseOp', target: '.pausing' },
             ],
-            'control.set': { target: '.resolving', actions: assign({ control: ({ event }) => event.control }) },
+            'control.set': { target: '.resolving', actions: 'setControl' },
             'probe.ok': { actions: assign({ probeFailures: 0 }) },
             'probe.failed': [
               {
@@ -222,6 +230,14 @@ export const engineMachine = setup({
             },
             paused: {
               invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs, quiet: true }) },
+              // The engine admits requests again (resumed out of band, or restarted): it serves.
+              on: {
+                'probe.ok': {
+                  guard: ({ event, context }) => event.paused === false && context.current === undefined && context.controlSource !== 'api',
+                  target: 'resolving',
+                  actions: assign({ control: 'active' as const, controlSource: 'engine' as const, probeFailures: 0 }),
+                },
+              },
             },
             asleep: {
               invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs, quiet: true }) },
@@ -234,7 +250,7 @@ export const engineMachine = setup({
             refitting: {
               on: {
                 'cmd.finished': 'resolving',
-                'control.set': { actions: assign({ control: ({ event }) => event.control }) },
+                'control.set': { actions: 'setControl' },
               },
             },
           },
@@ -242,7 +258,7 @@ export const engineMachine = setup({
         unreachable: {
           after: { retryInterval: 'registering' },
           on: {
-            'control.set': { actions: assign({ control: ({ event }) => event.control }) },
+            'control.set': { actions: 'setControl' },
           },
         },
       },

@@ -61,8 +61,10 @@ export class JsonBucket<T> {
     // An empty bucket delivers nothing before its updates; otherwise the last current value
     // arrives with nothing left pending (delta 0).
     const empty = (await this.kv.status()).values === 0;
-    const iter = await this.kv.watch({ include: '' });
+    let iter = await this.kv.watch({ include: '' });
     let ready = false;
+    let stopped = false;
+    let last = 0;
     const markReady = () => {
       if (ready) return;
       ready = true;
@@ -70,12 +72,33 @@ export class JsonBucket<T> {
     };
     if (empty) queueMicrotask(markReady);
     void (async () => {
-      for await (const e of iter) {
-        onEntry(e.key, valueOf<T>(e), e.revision);
-        if (e.isUpdate || !e.delta) markReady();
+      // A watch can end under us (its stream's leader moved, the server it was on died): it is
+      // started again from the revision after the last one delivered, so no change is missed.
+      for (;;) {
+        try {
+          for await (const e of iter) {
+            last = Math.max(last, e.revision);
+            onEntry(e.key, valueOf<T>(e), e.revision);
+            if (e.isUpdate || !e.delta) markReady();
+          }
+        } catch {
+          // restarted below
+        }
+        if (stopped) return;
+        await new Promise((r) => setTimeout(r, 250));
+        if (stopped) return;
+        try {
+          iter = await this.kv.watch(last > 0 ? { resumeFromRevision: last + 1 } : { include: '' });
+        } catch {
+          // the bus may still be away: the loop tries again
+          iter = (async function* () {})() as unknown as typeof iter;
+        }
       }
-    })().catch(() => {});
-    return () => iter.stop();
+    })();
+    return () => {
+      stopped = true;
+      (iter as { stop?: () => void }).stop?.();
+    };
   }
 
   async keys(): Promise<string[]> {

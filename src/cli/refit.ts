@@ -42,8 +42,9 @@ export async function refitCommand(argv: string[]): Promise<number> {
   const timeoutMs = Number(get('--timeout-secs') ?? 900) * 1000;
   const bus = await connectBus({ ...natsConnectOptions(nats.url, nats.auth), name: 'rlgate-refit' });
   try {
-    const answer = await bus.request<{ status: number; report: unknown }>(subj.refitRequest(), request, timeoutMs);
-    process.stdout.write(`${JSON.stringify(answer.report, null, 2)}\n`);
+    const answer = await bus.request<{ status: number; report?: unknown; plan?: unknown }>(subj.refitRequest(), request, timeoutMs);
+    // A dry run answers the plan instead of a report.
+    process.stdout.write(`${JSON.stringify(answer.report ?? answer.plan, null, 2)}\n`);
     return answer.status === 200 ? 0 : 3;
   } finally {
     await bus.close();

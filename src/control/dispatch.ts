@@ -62,6 +62,8 @@ export interface LocalEngines {
 
 /** How often a caller that lost its replies in an outage asks the owner for them. */
 const SETTLE_POLL_MS = 200;
+/** How long an owner may stay off the bus after the caller is back before its legs are given up. */
+const OWNER_RETURN_MS = 10_000;
 
 export class Dispatcher {
   constructor(private readonly deps: { bus: Bus; subjects: Subjects; registry: Registry; local?: LocalEngines }) {}
@@ -166,6 +168,8 @@ export class Dispatcher {
   /** Waits for the bus, then asks the owner for the replies of `requestId` until every leg has one or the deadline passes. */
   private async settleFromOwner(owner: string, requestId: string, legs: Leg[], answered: Set<string>, deadline: number, opts: { onLeg: (reply: LegReply) => void; signal?: AbortSignal }) {
     const until = deadline + BUS_MARGIN_MS;
+    // The owner comes back to the bus on its own schedule: no responder is not yet a verdict.
+    let silentSince: number | undefined;
     while (Date.now() < until && !opts.signal?.aborted && answered.size < legs.length) {
       if (this.deps.bus.connected) {
         try {
@@ -177,8 +181,12 @@ export class Dispatcher {
           }
           // The owner never saw the request, or finished it without these legs: nothing more comes.
           if (!got || got.done) return;
+          silentSince = undefined;
         } catch (err) {
-          if (err instanceof BusNoResponders) return; // the owner is gone too
+          if (err instanceof BusNoResponders) {
+            silentSince ??= Date.now();
+            if (Date.now() - silentSince > OWNER_RETURN_MS) return; // the owner is gone too
+          }
         }
       }
       await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));

@@ -22,8 +22,9 @@ export interface EngineClient {
   discover(signal: AbortSignal): Promise<EngineFacts>;
   /**
    * Resolves when the engine answers its liveness check; rejects otherwise. `quiet` asks for a
-   * check that runs no generation (a paused engine would hold one until it is resumed).
+   * check that runs no generation (a paused engine would hold one until it is resumed); it may
+   * also say whether the engine is paused, where the wire can tell.
    */
-  probe(signal: AbortSignal, quiet?: boolean): Promise<void>;
+  probe(signal: AbortSignal, quiet?: boolean): Promise<void | { paused?: boolean }>;
   close(): Promise<void>;
 }

@@ -106,8 +106,10 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
     if (typeof server.tokenspeed_version === 'string' && server.tokenspeed_version) serverArgs.version ??= server.tokenspeed_version;
     const scheduler = structToJson(server.scheduler_info);
     if (scheduler.shm_namespace_id !== undefined) serverArgs.shm_namespace_id = scheduler.shm_namespace_id;
-    // is_paused is the live scheduler state (the rust servicer always says false).
-    return { serverInfo: serverArgs, modelInfo: model as Record<string, unknown>, paused: typeof server.is_paused === 'boolean' ? server.is_paused : undefined };
+    // is_paused is the live scheduler state, but only servicers that advertise rl.* report it (the
+    // rust servicer always says false): without the advertisement it is unknown.
+    const reportsPaused = Object.keys(serverArgs).some((k) => k.startsWith('rl.'));
+    return { serverInfo: serverArgs, modelInfo: model as Record<string, unknown>, paused: reportsPaused && typeof server.is_paused === 'boolean' ? server.is_paused : undefined };
   }
 
   async probe(signal: AbortSignal, quiet = false): Promise<void> {

@@ -33,12 +33,14 @@ export class HttpEngineClient implements EngineClient {
     return { serverInfo, modelInfo, paused: await this.readPaused(signal) };
   }
 
-  async probe(signal: AbortSignal, quiet = false): Promise<void> {
+  async probe(signal: AbortSignal, quiet = false): Promise<void | { paused?: boolean }> {
     // SGLang's /health runs a generation on newer builds; a paused engine would hold it.
     const path = quiet ? '/model_info' : '/health';
     const res = await this.pool.request({ path, method: 'GET', headers: this.authHeader, signal });
     await res.body.dump();
     if (res.statusCode >= 500 || (quiet && res.statusCode >= 300 && res.statusCode !== 404)) throw new Error(`${path} answered ${res.statusCode}`);
+    // A paused engine that admits requests again was resumed behind our back, or restarted.
+    if (quiet) return { paused: await this.readPaused(signal) };
   }
 
   /** `/ready` (newest SGLang builds) is 503 while the engine admits no request: paused. Older builds: unknown. */

@@ -42,8 +42,12 @@ export async function discoverAndSeed(
   if (!worker) return;
   // The engine's own pause state wins over the last one recorded. An engine that admits requests
   // is active; one that does not is paused unless it was put to sleep (sleep also stops admission).
-  if (facts.paused === false) h.actor.send({ type: 'control.set', control: 'active' });
-  else if (facts.paused === true && h.actor.getSnapshot().context.control === 'active') h.actor.send({ type: 'control.set', control: 'paused' });
+  // An operator's write to the gateway's table (spec §11) is kept: it is not a claim about the engine.
+  const ctx = h.actor.getSnapshot().context;
+  if (ctx.controlSource !== 'api') {
+    if (facts.paused === false) h.actor.send({ type: 'control.set', control: 'active' });
+    else if (facts.paused === true && ctx.control === 'active') h.actor.send({ type: 'control.set', control: 'paused' });
+  }
   h.discoveries++;
   if (h.discoveries === 1) {
     // First discovery: registration seeding, where caller labels win (spec §6.4, §12.3).

@@ -215,7 +215,7 @@ export class EngineHost {
     }
     if (notice.kind === 'dp') actor.send({ type: notice.ok ? 'dp.success' : 'dp.failure' });
     else if (notice.kind === 'version') actor.send({ type: 'version.set', version: notice.version, source: notice.source });
-    else if (notice.kind === 'control') actor.send({ type: 'control.set', control: notice.control });
+    else if (notice.kind === 'control') actor.send({ type: 'control.set', control: notice.control, source: 'api' });
     else if (notice.kind === 'quarantine') actor.send(notice.reason === null ? { type: 'quarantine.clear' } : { type: 'quarantine.set', reason: notice.reason });
   }
 

@@ -26,6 +26,8 @@ export class Ownership {
   private readonly leases = new Map<string, { replica: string; revision: number }>();
   /** When (this replica's clock) each replica's heartbeat last changed. */
   private readonly seen = new Map<string, number>();
+  /** The heartbeat revision each replica was last seen at (a stalled watch is checked against a read). */
+  private readonly seenRevision = new Map<string, number>();
   /** When each worker without a lease was first met: others get a moment to claim what they registered. */
   private readonly unleased = new Map<string, number>();
   private readonly stops: Array<() => void> = [];
@@ -82,10 +84,15 @@ export class Ownership {
     const first = Date.now();
     await new Promise<void>((resolve, reject) => {
       replicas
-        .watch((replica, hb) => {
-          if (hb === null) this.seen.delete(replica);
+        .watch((replica, hb, revision) => {
+          if (hb === null) {
+            this.seen.delete(replica);
+            this.seenRevision.delete(replica);
+            return;
+          }
           // A replica first met at start-up gets a whole lease from now before it counts as dead.
-          else this.seen.set(replica, Math.max(Date.now(), first));
+          this.seen.set(replica, Math.max(Date.now(), first));
+          this.seenRevision.set(replica, revision);
         }, resolve)
         .then((stop) => this.stops.push(stop), reject);
     });
@@ -168,6 +175,21 @@ export class Ownership {
 
   private async sweep(): Promise<void> {
     if (this.closed || !this.connected) return;
+    // A heartbeat that looks stale is read once more before anything is taken: a watch that
+    // stalled (its server died) must not make a live replica look dead.
+    const suspects = new Set<string>();
+    for (const lease of this.leases.values()) if (!this.alive(lease.replica)) suspects.add(lease.replica);
+    for (const replica of suspects) {
+      try {
+        const hb = await this.deps.replicas.get(replica);
+        if (hb && hb.revision > (this.seenRevision.get(replica) ?? 0)) {
+          this.seen.set(replica, Date.now());
+          this.seenRevision.set(replica, hb.revision);
+        }
+      } catch {
+        return; // cannot read: judge no one this round
+      }
+    }
     const work: Array<Promise<void>> = [];
     for (const w of this.deps.registry.all()) {
       const lease = this.leases.get(w.id);

@@ -5,7 +5,7 @@
 
 import type { EngineClient } from '../engines/engine-client.ts';
 
-export type ProbeEvent = { type: 'probe.ok' } | { type: 'probe.failed'; error: string };
+export type ProbeEvent = { type: 'probe.ok'; paused?: boolean } | { type: 'probe.failed'; error: string };
 
 export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: number, sendBack: (e: ProbeEvent) => void, quiet = false): () => void {
   if (intervalMs <= 0) return () => {};
@@ -20,8 +20,8 @@ export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: 
       // A probe that outlives its interval (SGLang's /health runs a generation) is a failure.
       const timer = setTimeout(() => ctrl?.abort(), Math.max(1000, intervalMs));
       try {
-        await client.probe(ctrl.signal, quiet);
-        if (!stopped) sendBack({ type: 'probe.ok' });
+        const seen = await client.probe(ctrl.signal, quiet);
+        if (!stopped) sendBack(seen && seen.paused !== undefined ? { type: 'probe.ok', paused: seen.paused } : { type: 'probe.ok' });
       } catch (err) {
         if (!stopped) sendBack({ type: 'probe.failed', error: String((err as Error)?.message ?? err) });
       } finally {

@@ -149,6 +149,9 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   if (!(cfg.requestTimeoutSecs >= 1)) throw new ConfigError('request_timeout_secs must be >= 1');
   if (cfg.requestTimeoutSecs > MAX_TIMER_SECS) throw new ConfigError(`request_timeout_secs must be <= ${MAX_TIMER_SECS} (about 24.8 days)`);
   if (!(cfg.shutdownTimeoutSecs >= 1 && cfg.shutdownTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`shutdown_timeout_secs must be 1..${MAX_TIMER_SECS}`);
+  // A lease of 0 would make every other replica dead at every sweep.
+  if (!(cfg.leaseSecs >= 1 && cfg.leaseSecs <= 3600)) throw new ConfigError('lease_secs must be 1..3600');
+  if (!(cfg.discoveryTimeoutSecs >= 1 && cfg.discoveryTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`discovery_timeout_secs must be 1..${MAX_TIMER_SECS}`);
   checkNats(cfg);
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
@@ -278,6 +281,8 @@ const FILE_ALIASES: Record<string, string> = {
   workers_list_control_urls: 'workersListControlUrls',
   synthesize_logprobs: 'synthesizeLogprobs',
   shutdown_timeout_secs: 'shutdownTimeoutSecs',
+  lease_secs: 'leaseSecs',
+  discovery_timeout_secs: 'discoveryTimeoutSecs',
   ...Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [`nats.${f.fileKey}`, `nats.${f.key}`])),
 };
 

@@ -154,7 +154,8 @@ export class RefitRunner {
         const plan = planRefit(j.request, active);
         recovered = recoveryOf(j, plan.steps, plan.verify !== null);
         // The dead replica may have owned engines too: their calls wait for the new owner.
-        await this.deps.ownersSettled(q.targets, from, 3 * this.deps.queue.ackWaitMs);
+        // (A replica restarted under its own id owns its engines again at once: nobody to wait for.)
+        await this.deps.ownersSettled(q.targets, from === this.deps.replicaId ? '' : from, 3 * this.deps.queue.ackWaitMs);
       }
       this.active.add(q.id);
       try {

@@ -213,14 +213,40 @@ export class RefitService {
 
   close(): void {
     this.stopWatch?.();
+    clearInterval(this.polling);
   }
 
   private waitFor(id: string): Promise<RefitReport> {
-    return new Promise((resolve) => {
+    const p = new Promise<RefitReport>((resolve) => {
       const list = this.waiters.get(id);
       if (list) list.push(resolve);
       else this.waiters.set(id, [resolve]);
     });
+    this.pollWaiters();
+    return p;
+  }
+
+  private polling: NodeJS.Timeout | undefined;
+
+  /**
+   * The watch brings reports, but a watch can stall for a while when its server dies: while
+   * someone waits, the journals they wait for are also read directly, once a second.
+   */
+  private pollWaiters(): void {
+    if (this.polling) return;
+    this.polling = setInterval(() => {
+      if (this.waiters.size === 0) {
+        clearInterval(this.polling);
+        this.polling = undefined;
+        return;
+      }
+      for (const id of this.waiters.keys()) {
+        void this.stored(id).then((j) => {
+          if (j?.status === 'done' && this.waiters.has(id)) this.journalChanged(id, j);
+        });
+      }
+    }, 1_000);
+    this.polling.unref();
   }
 
   private forget(id: string): void {

@@ -121,7 +121,8 @@ describe('rlgate trainer over NATS', () => {
     expect(JSON.parse(again.stdout)).toEqual(first);
     const other = await trainer(['--nats-url', t.nats.url, '--version', '9', '--params', '2', '--refit-id', 'trainer-nats-1']);
     expect(other.code, other.stderr).toBe(1);
-    expect(other.stderr).toContain('an earlier refit, to version 1');
+    // The gateway refuses a known refit id with another version (409 refit_id_conflict).
+    expect(other.stderr).toContain('refit_id_conflict');
     expect(other.stdout).toBe('');
     for (const s of sims) {
       expect((await s.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path))).toEqual([]);
