@@ -403,8 +403,7 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
       { name: 'one_replica', replicas: 1, frontUrl: solo.url, engines: n, fleetStats: statsOf(fleetOne.child), cpuTimes: cpuOf({ gateway: solo.child.pid, nats_server: natsOne.pid, engines: fleetOne.child.pid }) },
       { name: 'two_replicas', replicas: 2, frontUrl: ra.url, engines: n, fleetStats: statsOf(fleetTwo.child), cpuTimes: cpuOf({ gateway: ra.child.pid, gateway_second: rb.child.pid, nats_server: natsTwo.pid, engines: fleetTwo.child.pid }) },
     ];
-    const takeoverMs = args.leases.reduce((sum, l) => sum + args.takeovers * (l + 15) * 1000 + 20_000, 0);
-    refits = await measureRefits({ setups, iterations: args.refits, warmup: args.refitWarmup, deadline: Math.max(performance.now() + 10_000, deadline - takeoverMs), label: ctx.stamp });
+    refits = await measureRefits({ setups, iterations: args.refits, warmup: args.refitWarmup, deadline: Math.max(performance.now() + 10_000, deadline - takeoverBudgetMs(args)), label: ctx.stamp });
     for (const s of refits.setups) {
       process.stdout.write(`bench: replicas: ${s.name}: wall p50 ${ms(s.wall.p50)} p99 ${ms(s.wall.p99)}, overhead p50 ${ms(s.overhead.p50)} p99 ${ms(s.overhead.p99)} ms\n`);
     }
@@ -467,9 +466,14 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
   return md;
 }
 
-/** What the replicas suite needs of the budget: start-ups, the refits, the takeovers. */
+/** What the takeovers need of the budget: per lease a fleet and two replicas, then per trial the lease, a poll and a fresh replica. */
+function takeoverBudgetMs(args: Args): number {
+  return args.leases.reduce((sum, l) => sum + args.takeovers * (l + 8) * 1000 + 15_000, 0);
+}
+
+/** What the replicas suite needs of the budget: start-ups, the refits (~150 ms each here), the takeovers. */
 function replicasBudgetMs(args: Args): number {
-  return 60_000 + args.refits * 2 * 300 + args.leases.reduce((sum, l) => sum + args.takeovers * (l + 15) * 1000 + 20_000, 0);
+  return 30_000 + args.refits * 2 * 150 + takeoverBudgetMs(args);
 }
 
 async function main(args: Args): Promise<void> {
