@@ -1,5 +1,5 @@
-// `rlgate watch` as an operator runs it: a child process subscribed to rl.engine.*.state that
-// prints one line per engine transition while a refit runs.
+// `rlgate watch` as an operator runs it: a child process that prints the fleet as the shared
+// engines bucket holds it, then one line per engine transition (rl.engine.*.state) while a refit runs.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -35,17 +35,20 @@ describe('rlgate watch', () => {
     await sim?.stop();
   });
 
-  it('prints the engine transitions of a refit in order', async () => {
+  it('starts from the fleet as it stands, then prints the engine transitions of a refit in order', async () => {
+    const first = out.trim().split('\n').filter((l) => l.includes(sim.url));
+    expect(first.map((l) => l.split(/\s+/)[2])).toEqual(['serving']);
+    expect(first[0]).toContain(`owner=${t.gw.replicaId}`);
     const r = await t.http('POST', '/v1/rl/refits', { body: { weight_version: '9', source: { kind: 'disk', model_path: '/m' } } });
     expect(r.status).toBe(200);
     const deadline = Date.now() + 10_000;
-    while (out.trim().split('\n').length < 5 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
+    while (out.trim().split('\n').length < 6 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
     const states = out
       .trim()
       .split('\n')
       .filter((l) => l.includes(sim.url))
       .map((l) => l.split(/\s+/)[2]);
-    expect(states).toEqual(['pausing', 'paused', 'refitting', 'paused', 'serving']);
+    expect(states).toEqual(['serving', 'pausing', 'paused', 'refitting', 'paused', 'serving']);
     expect(out).toContain('version=9');
   });
 });
