@@ -26,6 +26,11 @@ export interface RefitStepPlan {
    * weight-update group must reach engines whose transfer failed).
    */
   runOn: 'remaining' | 'joined';
+  /**
+   * A collective step (joining the weight-update group, a broadcast chunk): every engine takes
+   * part or none can finish, so the first engine that fails it ends the step for all.
+   */
+  collective?: boolean;
 }
 
 export interface CoordinatorInput {
@@ -119,6 +124,11 @@ export const coordinatorMachine = setup({
     cleanupPending: ({ context }) => context.steps.at(-1)?.runOn === 'joined' && context.stepIndex < context.steps.length - 1,
     verifyWanted: ({ context }) => context.verify && verifyTargets(context).length > 0,
     recoverAt: ({ context }, at: Recovered['at']) => context.recovered?.at === at,
+    collectiveBroken: ({ context, event }) =>
+      event.type === 'leg.done' &&
+      !event.result.ok &&
+      context.steps[context.stepIndex]?.collective === true &&
+      context.pending.includes(event.workerId),
   },
   delays: {
     pauseDeadline: ({ context }) => context.deadlines.pauseMs,
@@ -147,6 +157,23 @@ export const coordinatorMachine = setup({
         paused: event.phase === 'pause' && event.result.ok ? [...context.paused, event.workerId] : context.paused,
         resumed: event.phase === 'resume' && event.result.ok ? [...context.resumed, event.workerId] : context.resumed,
       };
+    }),
+    // A collective step one engine failed cannot complete for anyone, nor can the steps after it:
+    // every engine still in the transfer holds part of the weights and is failed with it.
+    abortTransfer: assign(({ context }) => {
+      const engines = { ...context.engines };
+      const step = context.steps[context.stepIndex]?.name;
+      for (const id of survivors(context)) {
+        const prev = engines[id] ?? { phases: {} };
+        engines[id] = {
+          ...prev,
+          failedIn: 'refit',
+          step,
+          error: 'transfer_aborted',
+          message: `another engine failed ${step ?? 'the transfer'}, so the collective could not complete: the transfer was abandoned and the group torn down`,
+        };
+      }
+      return { engines, pending: [] };
     }),
     // A deadline names every engine that had not answered: it stalled in this phase.
     markStalled: assign(({ context }, params: { phase: Phase; deadlineMs: number; error?: string }) => {
@@ -257,7 +284,16 @@ export const coordinatorMachine = setup({
             }),
           },
           on: {
-            'leg.done': { actions: 'recordLeg' },
+            // One engine out of a collective step: the others can never finish it. They are cut
+            // now (not at the refit deadline), the group is torn down, everyone is resumed.
+            'leg.done': [
+              {
+                guard: 'collectiveBroken',
+                target: '#coordinator.cleanup',
+                actions: ['recordLeg', 'abortTransfer'],
+              },
+              { actions: 'recordLeg' },
+            ],
             'phase.done': [
               { guard: 'moreSteps', target: 'step', reenter: true, actions: assign({ stepIndex: ({ context }) => context.stepIndex + 1 }) },
               { target: '#coordinator.afterRefit' },

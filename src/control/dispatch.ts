@@ -6,6 +6,7 @@
 // Both fail at once while NATS is disconnected (connection.ts refuses to queue them).
 
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { BusNoResponders, BusTimeout, BusUnavailable, type Bus } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
@@ -126,7 +127,17 @@ export class Dispatcher {
       return;
     }
     const command = packLegs(randomUUID(), legs, opts.concurrency);
-    await this.deps.local!.runShare(command, opts.onLeg, opts.signal ?? new AbortController().signal);
+    // Every leg listens on the share's signal: one of our own, so a caller's signal keeps one listener.
+    const share = new AbortController();
+    setMaxListeners(0, share.signal);
+    const forward = () => share.abort();
+    if (opts.signal?.aborted) share.abort();
+    else opts.signal?.addEventListener('abort', forward, { once: true });
+    try {
+      await this.deps.local!.runShare(command, opts.onLeg, share.signal);
+    } finally {
+      opts.signal?.removeEventListener('abort', forward);
+    }
   }
 
   private async toReplica(owner: string, legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }) {

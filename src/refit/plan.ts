@@ -71,8 +71,8 @@ export function planRefit(req: RefitRequest, targets: Worker[]): RefitPlan {
   const flush = source.flush_cache ?? false;
   const chunks = source.chunks;
   const steps: RefitStepPlan[] = [
-    { name: 'init_weights_update_group', runOn: 'remaining' },
-    ...chunks.map((_, i) => ({ name: `update_weights_from_distributed ${i + 1}/${chunks.length}`, runOn: 'remaining' as const })),
+    { name: 'init_weights_update_group', runOn: 'remaining', collective: true },
+    ...chunks.map((_, i) => ({ name: `update_weights_from_distributed ${i + 1}/${chunks.length}`, runOn: 'remaining' as const, collective: true })),
   ];
   if (!source.keep_group) steps.push({ name: 'destroy_weights_update_group', runOn: 'joined' });
 

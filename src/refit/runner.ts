@@ -52,7 +52,7 @@ const RETRY_MS = 250;
 /** How long the pause may hold the quorum's engines waiting for the others, by default. */
 export const DEFAULT_GRACE_MS = 10_000;
 /** Failures after which an engine may hold partial weights, or lied about a load: quarantined. */
-const QUARANTINING = new Set(['verify_failed', 'cut_after_grace']);
+const QUARANTINING = new Set(['verify_failed', 'cut_after_grace', 'transfer_aborted']);
 
 export class RefitRunner {
   private readonly running = new Set<Promise<void>>();

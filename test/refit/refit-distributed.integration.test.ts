@@ -57,3 +57,40 @@ describe('distributed refit through the coordinator', () => {
     expect(gen.json.meta_info.weight_version).toBe('1');
   });
 });
+
+describe('a distributed refit one engine fails', () => {
+  let t: TestGateway;
+  let sims: SimProcess[];
+
+  beforeAll(async () => {
+    sims = await Promise.all([spawnSglangSim(['--tp-size', '1', '--token-rate', '0']), spawnSglangSim(['--tp-size', '1', '--token-rate', '0'])]);
+    t = await startTestGateway({ rl: { controlTimeoutSecs: 60 } });
+    await t.register(sims.map((s) => s.url));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await Promise.all((sims ?? []).map((s) => s.stop()));
+  });
+
+  it('abandons the transfer at once: the other engine is failed with it (not left waiting for the deadline), the group is torn down, both are resumed and quarantined', async () => {
+    const [bad, good] = sims as [SimProcess, SimProcess];
+    await bad.setFaults({ route: 'update_weights_from_distributed', status: 500, times: 1 });
+    const chunks = makeChunks({ params: 6, perChunk: 2, shape: [8, 8], dtype: 'bfloat16' });
+    const res = await runDistributedRefit({ gateway: t.url, version: '5', chunks, rendezvousTimeoutMs: 15_000, chunkTimeoutMs: 5_000, settleMs: 500 });
+    expect(res.status).toBe(207);
+    const report = res.report as { status: string; engines: Array<{ url: string; outcome: string; error?: string; failed_phase?: string }> };
+    const byUrl = new Map(report.engines.map((e) => [e.url, e]));
+    expect(byUrl.get(bad.url)).toMatchObject({ outcome: 'failed', failed_phase: 'refit', error: 'upstream_error' });
+    expect(byUrl.get(good.url)).toMatchObject({ outcome: 'failed', failed_phase: 'refit', error: 'transfer_aborted' });
+    // The refit phase ended long before the 60 s refit deadline.
+    expect((res.report as { phases: { refit: number } }).phases.refit).toBeLessThan(30_000);
+    for (const s of sims) {
+      const st = await s.state();
+      expect(st.paused).toBeNull();
+      expect(st.weights.groups).toEqual([]);
+      expect(st.weightVersion).not.toBe('5');
+    }
+    const rows = (await t.http('GET', '/v1/rl/workers')).json.workers as Array<{ quarantined: boolean }>;
+    expect(rows.every((r) => r.quarantined)).toBe(true);
+  }, 60_000);
+});
