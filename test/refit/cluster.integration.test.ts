@@ -12,6 +12,9 @@
 // records — must hold the new version, not be paused, and have seen exactly one pause and one
 // load. The answer may take long (a stream leader is re-elected in ~6 s, a client on the dead
 // node reconnects in ~4 s), so the bound is a liveness bound, several times that.
+// A last case kills the node hosting the *other* replica's journal watch: once the trainer has
+// its report, that replica must say the refit is done and take the next refit, instead of
+// answering `running` and 409 `refit_in_progress` from a watch that went silent.
 
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { bucketName, BUCKETS } from '../../src/bus/buckets.ts';
@@ -252,6 +255,54 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
       expect.soft(count('/pause_generation'), `${s.url} pauses; ${facts}`).toBe(1);
       expect.soft(count('/update_weights_from_disk'), `${s.url} loads; ${facts}`).toBe(1);
       expect.soft(count('/continue_generation'), `${s.url} resumes; ${facts}`).toBeGreaterThanOrEqual(1);
+    }
+  }, 240_000);
+
+  // The other replica's view: a replica whose journal watch lived on the killed node must not keep
+  // showing the finished refit as running, nor refuse the next refit as `refit_in_progress`, once
+  // the trainer has its report. Bound: a few times the ~6 s a new stream leader takes.
+  it('SIGKILL of the node hosting the other replica\'s journal watch: that replica reports the refit done and takes the next one', async () => {
+    await stopReplicas();
+    await clusterWhole();
+    await startReplicas();
+    await fleetReady();
+    const [front, other] = gateways as [GatewayProcess, GatewayProcess];
+    for (const s of sims) {
+      await s.clearRequests();
+      await s.setFaults({ route: 'update_weights_from_disk', delayMs: SLOW_LOAD_MS, times: 1 });
+    }
+    const first = { refit_id: 'cluster-watch-1', weight_version: 'cluster-watch-1', source: { kind: 'disk', model_path: '/m/cluster-watch-1' } };
+    const answer = front.http('POST', '/v1/rl/refits', first);
+    await until('the refit loading weights', 20_000, async () => (await front.http('GET', `/v1/rl/refits/${first.refit_id}`)).json?.phase === 'refit');
+    const victim = await watchHost(other, JOURNALS);
+    expect(victim, `the node hosting ${other.replicaId}'s journal watch`).toBeGreaterThanOrEqual(0);
+    await cluster.kill(victim!, 'SIGKILL');
+    // The node stays down meanwhile, as a crashed machine would (a restarted node brings the
+    // watch's consumer back with it).
+    const second = { refit_id: 'cluster-watch-2', weight_version: 'cluster-watch-2', source: { kind: 'disk', model_path: '/m/cluster-watch-2' } };
+    let seen = '';
+    let accepted: Awaited<typeof answer>;
+    try {
+      const answered = await answer;
+      expect(answered.status, answered.text).toBe(200);
+      accepted = await until(`${other.replicaId} reporting the first refit done and accepting the second`, 20_000, async () => {
+        const got = await other.http('GET', `/v1/rl/refits/${first.refit_id}`);
+        const r = await other.http('POST', '/v1/rl/refits', second);
+        seen = `GET ${first.refit_id}: ${got.json?.status}/${got.json?.phase ?? ''}; POST ${second.refit_id}: ${r.status} ${r.json?.error ?? r.json?.status}`;
+        return got.json?.status === 'succeeded' && r.status === 200 ? r : false;
+      }).catch((err: unknown) => {
+        throw new Error(`${(err as Error).message}; last: ${seen}; killed ${cluster.names[victim!]}`);
+      });
+    } finally {
+      await cluster.restart(victim!);
+    }
+    expect(accepted.json.status).toBe('succeeded');
+    for (const s of sims) {
+      const st = await s.state();
+      expect.soft(st.weightVersion, `${s.url} weight version`).toBe(second.weight_version);
+      expect.soft(st.paused, `${s.url} paused`).toBeNull();
+      const seenPaths = (await s.requests()).map((q) => q.path);
+      expect.soft(seenPaths.filter((p) => p === '/update_weights_from_disk'), `${s.url} loads`).toHaveLength(2);
     }
   }, 240_000);
 });
