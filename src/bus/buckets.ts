@@ -25,6 +25,9 @@ export const BUCKETS = {
 
 export type BucketName = keyof typeof BUCKETS;
 
+/** How often a watch checks that it has not fallen silent behind its bucket. */
+const WATCH_CHECK_MS = 3_000;
+
 /** One KV bucket holding JSON values. */
 export class JsonBucket<T> {
   constructor(readonly kv: KV) {}
@@ -71,6 +74,21 @@ export class JsonBucket<T> {
       onReady?.();
     };
     if (empty) queueMicrotask(markReady);
+    // A watch whose consumer lived on a server that died can stay silent for a minute before the
+    // client notices. Checked every few seconds: if the bucket moved past what this watch delivered
+    // and nothing came since the last look, the watch is started again from where it was.
+    let lastAtCheck = -1;
+    const check = setInterval(() => {
+      void this.kv
+        .status()
+        .then((st) => {
+          const head = st.streamInfo.state.last_seq;
+          if (head > last && last === lastAtCheck) (iter as { stop?: () => void }).stop?.();
+          lastAtCheck = last;
+        })
+        .catch(() => {});
+    }, WATCH_CHECK_MS);
+    check.unref();
     void (async () => {
       // A watch can end under us (its stream's leader moved, the server it was on died): it is
       // started again from the revision after the last one delivered, so no change is missed.
@@ -97,6 +115,7 @@ export class JsonBucket<T> {
     })();
     return () => {
       stopped = true;
+      clearInterval(check);
       (iter as { stop?: () => void }).stop?.();
     };
   }
