@@ -150,12 +150,18 @@ export class RefitRunner {
         const revision = await this.deps.journals.update(q.id, j, existing.revision).catch(() => null);
         if (revision === null) return msg.nak(RETRY_MS);
         writer = new JournalWriter(this.deps.journals, j, revision, onFenced);
-        const active = targets.filter((w) => !j.asleep.includes(w.id));
-        const plan = planRefit(j.request, active);
-        recovered = recoveryOf(j, plan.steps, plan.verify !== null);
+        const plan = this.planOrNull(j, targets);
+        if (plan) recovered = recoveryOf(j, plan.steps, plan.verify !== null);
         // The dead replica may have owned engines too: their calls wait for the new owner.
         // (A replica restarted under its own id owns its engines again at once: nobody to wait for.)
         await this.deps.ownersSettled(q.targets, from === this.deps.replicaId ? '' : from, 3 * this.deps.queue.ackWaitMs);
+      }
+      // The fleet may have changed since the refit was accepted (a distributed refit's world size
+      // no longer matches): it is refused whole, nothing is paused, and the trainer hears why.
+      const refusal = this.planRefusal(writer.journal, targets);
+      if (refusal && !recovered) {
+        await this.finish(writer, this.refusedReport(q, writer.journal, targets, refusal));
+        return msg.ack();
       }
       this.active.add(q.id);
       try {
@@ -169,6 +175,59 @@ export class RefitRunner {
     } finally {
       clearInterval(keep);
     }
+  }
+
+  private planOrNull(j: RefitJournal, targets: Worker[]): RefitPlan | null {
+    try {
+      return planRefit(j.request, targets.filter((w) => !j.asleep.includes(w.id)));
+    } catch {
+      return null;
+    }
+  }
+
+  /** Why the refit cannot be planned (and its calls built) over these engines now, or null. */
+  private planRefusal(j: RefitJournal, targets: Worker[]): string | null {
+    const active = targets.filter((w) => !j.asleep.includes(w.id));
+    try {
+      prepareCalls(this.deps.passthrough, planRefit(j.request, active), active, j.id);
+      return null;
+    } catch (err) {
+      return (err as Error).message;
+    }
+  }
+
+  /** The report of a refit refused when it was taken: every engine failed, none touched. */
+  private refusedReport(q: QueuedRefit, j: RefitJournal, targets: Worker[], why: string): RefitReport {
+    const now = new Date();
+    const message = `the refit could not be planned when it was taken, so no engine was touched: ${why}`;
+    return buildReport({
+      id: q.id,
+      request: j.request,
+      selector: q.selector,
+      targets,
+      asleep: [],
+      result: {
+        refitId: q.id,
+        targets: targets.map((w) => w.id),
+        steps: [],
+        verify: false,
+        quorum: 0,
+        keepPaused: [],
+        deadlines: { pauseMs: 0, refitMs: 0, verifyMs: 0, resumeMs: 0 },
+        graceMs: 0,
+        engines: Object.fromEntries(targets.map((w) => [w.id, { phases: {}, failedIn: 'pause' as const, error: 'plan_refused', message }])),
+        paused: [],
+        resumed: [],
+        stepIndex: 0,
+        phase: 'pause',
+        pending: [],
+      },
+      phaseMs: {},
+      startedAt: new Date(q.submitted_at),
+      finishedAt: now,
+      view: this.deps.view,
+      skipped: q.skipped ?? [],
+    });
   }
 
   private newJournal(q: QueuedRefit, targets: Worker[]): RefitJournal {
