@@ -202,8 +202,12 @@ export class EngineHost {
 
   async close(): Promise<void> {
     this.noticeSub.unsubscribe();
+    // A replica that stops leaves the engines to the others: their shared records stay.
+    this.closing = true;
     await Promise.all([...this.hosted.keys()].map((id) => this.unhost(id)));
   }
+
+  private closing = false;
 
   /** Applies a notice to an owned engine's actor; forwards it to the owner otherwise (when local). */
   private applyNotice(id: string, notice: EngineNotice, local = false): void {
@@ -367,7 +371,8 @@ export class EngineHost {
     const h = this.hosted.get(id);
     if (!h) return;
     const url = h.url;
-    if (h.owned) this.deps.records?.delete(id).catch(() => {});
+    // A removed engine's record goes with it (its owner removes it).
+    if (h.owned && !this.closing) this.deps.records?.delete(id).catch(() => {});
     this.records.delete(id);
     this.disown(id, h);
     this.hosted.delete(id);

@@ -81,4 +81,27 @@ describe('two replicas on one subject root', () => {
       expect(r.status, r.text).toBe(200);
     }
   }, 30_000);
+
+  it('a replica that stops cleanly hands its engines over at once (no lease to wait out)', async () => {
+    const c = await startGatewayProcess([...flags(), '--replica-id', 'rc']);
+    const extra = await spawnSglangSim(['--token-rate', '0']);
+    sims.push(extra);
+    try {
+      expect((await c.http('POST', '/workers', { url: extra.url })).status).toBe(202);
+      await until('rb lists the engine owned by rc and serving', 15_000, async () => {
+        const r = (await rows(b)).find((w) => w.url === extra.url);
+        return r?.owner === 'rc' && r.state === 'serving';
+      });
+      await c.stop();
+      const stoppedAt = Date.now();
+      // The heartbeat went with the replica: the survivor takes over at its next sweep.
+      await until('rb owns the engine and it serves', LEASE_SECS * 1000, async () => {
+        const r = (await rows(b)).find((w) => w.url === extra.url);
+        return r?.owner === 'rb' && r.state === 'serving';
+      });
+      expect(Date.now() - stoppedAt).toBeLessThan(LEASE_SECS * 1000);
+    } finally {
+      await c.stop();
+    }
+  }, 40_000);
 });
