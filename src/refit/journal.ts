@@ -9,6 +9,7 @@ import type { CoordinatorContext, EngineRecord, Phase, Recovered, RefitStepPlan 
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { RefitReport } from './report.ts';
 import type { RefitRequest } from './request.ts';
+import { READ_BACK } from './plan.ts';
 
 export interface RefitJournal {
   id: string;
@@ -117,6 +118,8 @@ export function recoveryOf(j: RefitJournal, steps: RefitStepPlan[], verify: bool
       const step = steps[j.step_index];
       const last = j.step_index === steps.length - 1;
       if (step?.name === 'update_weights_from_disk' && verify) return { ...base, at: 'verifying' };
+      // A read-back in doubt changed nothing: the version check goes on (the group, if any, is torn down).
+      if (step?.name.startsWith(READ_BACK)) return { ...base, at: steps.at(-1)?.runOn === 'joined' ? 'cleanup' : verify ? 'verifying' : 'resuming' };
       if (step?.runOn === 'joined' && last) return { ...base, at: verify ? 'verifying' : 'resuming' };
       for (const id of j.pending) fail(id, 'refit', step?.name);
       if (steps.length > 1) {

@@ -24,11 +24,38 @@ export interface RefitPlan {
   step(index: number, worker: Worker): CallSpec;
   /** NCCL group layout, for distributed refits. */
   group?: { worldSize: number; rankOffsets: Record<string, number> };
+  /** The values a read-back step (`get_weights_by_name`) must show, by step index. */
+  expect?: (index: number) => ReadonlyArray<number | null> | undefined;
+}
+
+/** Steps that read a parameter back after the load: named so, one per `verify_weights` entry. */
+export const READ_BACK = 'get_weights_by_name';
+
+/**
+ * Inserts a read-back step per `verify_weights` entry after the load steps (before a cleanup step
+ * such as destroying the group). Read-only: never collective, safe to send again.
+ */
+function withReadBack(req: RefitRequest, plan: RefitPlan): RefitPlan {
+  const checks = req.verify_weights ?? [];
+  if (checks.length === 0) return plan;
+  const at = plan.steps.at(-1)?.runOn === 'joined' ? plan.steps.length - 1 : plan.steps.length;
+  const steps = [...plan.steps.slice(0, at), ...checks.map((c) => ({ name: `${READ_BACK} ${c.name}`, runOn: 'remaining' as const })), ...plan.steps.slice(at)];
+  const specs = checks.map((c): CallSpec => ({ method: 'GET', path: READ_BACK, body: { name: c.name, truncate_size: c.values.length } }));
+  return {
+    ...plan,
+    steps,
+    step: (index, worker) => (index < at ? plan.step(index, worker) : index < at + checks.length ? specs[index - at]! : plan.step(index - checks.length, worker)),
+    expect: (index) => (index >= at && index < at + checks.length ? checks[index - at]!.values : undefined),
+  };
 }
 
 export const DEFAULT_GROUP = 'weight_update_group';
 
 export function planRefit(req: RefitRequest, targets: Worker[]): RefitPlan {
+  return withReadBack(req, planSteps(req, targets));
+}
+
+function planSteps(req: RefitRequest, targets: Worker[]): RefitPlan {
   const pause: CallSpec = { method: 'POST', path: 'pause_generation', body: req.pause_mode ? { mode: req.pause_mode } : {} };
   const resume: CallSpec = { method: 'POST', path: 'continue_generation', body: {} };
   const verify: CallSpec | null = req.verify === false ? null : { method: 'GET', path: 'model_info' };

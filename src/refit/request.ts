@@ -84,6 +84,23 @@ export const RefitRequestSchema = Type.Object(
      * from the refit and quarantined, so the others wait no longer (default 10000).
      */
     grace_ms: Type.Optional(Ms),
+    /**
+     * Parameters read back from every engine after the load (SGLang's `/get_weights_by_name`),
+     * each with the first values the trainer sent: an engine that answered the load with 200
+     * without applying it shows other values and fails verification (then is quarantined).
+     */
+    verify_weights: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 512 }),
+            values: Type.Array(Type.Union([Type.Number(), Type.Null()]), { minItems: 1, maxItems: 64 }),
+          },
+          { additionalProperties: false },
+        ),
+        { minItems: 1, maxItems: 16 },
+      ),
+    ),
   },
   { additionalProperties: false },
 );

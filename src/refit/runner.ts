@@ -303,7 +303,8 @@ export class RefitRunner {
         const legs = input.targets.map((wid) => ({ worker: byId.get(wid)!, call: stamp(calls.get(callKey(input.phase, input.stepIndex, wid))!) }));
         await this.deps.passthrough
           .runLegs(legs, abort.signal, (wid, outcome) => {
-            sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: legResult(input.phase, outcome, req.weight_version) });
+            const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
+            sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: legResult(input.phase, outcome, req.weight_version, expected) });
           })
           .catch((err: unknown) => {
             // Never leave the coordinator waiting: an unexpected failure fails the phase's legs.
@@ -493,7 +494,7 @@ async function retry(fn: () => Promise<unknown>, stop: () => boolean): Promise<v
  * A leg succeeds on a 2xx whose body does not say `success: false` (stricter than the raw
  * fan-out, which leaves bodies to the trainer). Verification also needs the target version.
  */
-export function legResult(phase: Phase, o: ControlOutcome, target: string): LegResult {
+export function legResult(phase: Phase, o: ControlOutcome, target: string, expected?: ReadonlyArray<number | null>): LegResult {
   if (o.kind !== 'answer') {
     const error = o.kind === 'timeout' ? 'upstream_timeout' : o.kind === 'unreachable' ? (o.code ?? 'upstream_unreachable') : 'no_control_endpoint';
     return { ok: false, error, message: o.message, latencyMs: o.latencyMs };
@@ -501,10 +502,19 @@ export function legResult(phase: Phase, o: ControlOutcome, target: string): LegR
   const body = o.body as { success?: unknown; message?: unknown; weight_version?: unknown } | string | null;
   if (o.status < 200 || o.status >= 300) {
     const detail = typeof body === 'object' && body && typeof body.message === 'string' ? `: ${body.message}` : '';
-    return { ok: false, error: 'upstream_error', status: o.status, message: `HTTP ${o.status}${detail}`, latencyMs: o.latencyMs };
+    // An engine that cannot show a parameter it was told to load cannot be verified to hold it.
+    const error = expected ? 'verify_failed' : 'upstream_error';
+    return { ok: false, error, status: o.status, message: `HTTP ${o.status}${detail}`, latencyMs: o.latencyMs };
   }
   if (typeof body === 'object' && body && body.success === false) {
     return { ok: false, error: 'engine_refused', status: o.status, message: typeof body.message === 'string' ? body.message : 'engine answered success: false', latencyMs: o.latencyMs };
+  }
+  if (expected) {
+    // A parameter read back: its first values must be the trainer's, or the load did not happen.
+    const seen = Array.isArray(body) ? (body as unknown[]).flat(Infinity).slice(0, expected.length) : null;
+    if (!seen || !sameValues(seen, expected)) {
+      return { ok: false, error: 'verify_failed', status: o.status, message: `engine holds other values than the trainer sent: read back ${JSON.stringify(seen)}, expected ${JSON.stringify(expected)}`, latencyMs: o.latencyMs };
+    }
   }
   if (phase === 'verify') {
     const seen = typeof body === 'object' && body ? body.weight_version : undefined;
@@ -514,6 +524,16 @@ export function legResult(phase: Phase, o: ControlOutcome, target: string): LegR
     }
   }
   return { ok: true, status: o.status, latencyMs: o.latencyMs };
+}
+
+/** Equal values, up to float rounding (a read-back may pass through another float width). */
+function sameValues(seen: unknown[], expected: ReadonlyArray<number | null>): boolean {
+  if (seen.length !== expected.length) return false;
+  return expected.every((e, i) => {
+    const s = seen[i];
+    if (e === null || s === null) return e === s;
+    return typeof s === 'number' && Math.abs(s - e) <= 1e-6 * Math.max(1, Math.abs(e));
+  });
 }
 
 /**

@@ -12,6 +12,8 @@ export interface LoadedTensorRecord {
   bytes: number;
   /** Hex sha256 as received over the group; null when no bytes moved (metadata-only mode). */
   checksum: string | null;
+  /** Base64 of its first bytes as received (null in metadata-only mode): read back by `/get_weights_by_name`. */
+  head: string | null;
   group: string;
   /** weight_version of the call that loaded it (null when the call carried none). */
   weightVersion: string | null;

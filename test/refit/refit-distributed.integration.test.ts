@@ -94,3 +94,57 @@ describe('a distributed refit one engine fails', () => {
     expect(rows.every((r) => r.quarantined)).toBe(true);
   }, 60_000);
 });
+
+describe('an engine that answers 200 to a chunk without loading it', () => {
+  let t: TestGateway;
+  let sims: SimProcess[];
+
+  beforeAll(async () => {
+    sims = await Promise.all([spawnSglangSim(['--tp-size', '1', '--token-rate', '0']), spawnSglangSim(['--tp-size', '1', '--token-rate', '0'])]);
+    t = await startTestGateway({ rl: { controlTimeoutSecs: 20 } });
+    await t.register(sims.map((s) => s.url));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await Promise.all((sims ?? []).map((s) => s.stop()));
+  });
+
+  it('passes the version check (SGLang stores the version anyway) but not the read-back of the weights: it is caught and quarantined, the honest one is refitted', async () => {
+    const [liar, honest] = sims as [SimProcess, SimProcess];
+    await liar.setFaults({ route: 'update_weights_from_distributed', claimSuccessWithoutApplying: true });
+    const chunks = makeChunks({ params: 2, perChunk: 2, shape: [8, 8], dtype: 'bfloat16' });
+    const res = await runDistributedRefit({ gateway: t.url, version: '7', chunks, verifyValues: 8, rendezvousTimeoutMs: 10_000, chunkTimeoutMs: 2_000, settleMs: 200 });
+    await liar.clearFaults();
+    expect(res.status, JSON.stringify(res.report)).toBe(207);
+    const report = res.report as { engines: Array<{ url: string; outcome: string; error?: string; failed_step?: string; weight_version: string | null }> };
+    const byUrl = new Map(report.engines.map((e) => [e.url, e]));
+    expect(byUrl.get(liar.url)).toMatchObject({ outcome: 'failed', error: 'verify_failed', failed_step: expect.stringContaining('get_weights_by_name') });
+    expect(byUrl.get(honest.url)).toMatchObject({ outcome: 'ok', weight_version: '7' });
+    // The liar advertises the version although it holds nothing of it: only the read-back tells.
+    expect((await liar.state()).weightVersion).toBe('7');
+    expect((await liar.state()).weights.claimedLoads).toBeGreaterThan(0);
+    const rows = (await t.http('GET', '/v1/rl/workers')).json.workers as Array<{ url: string; quarantined: boolean; quarantine_reason: string | null }>;
+    expect(rows.find((r) => r.url === liar.url)).toMatchObject({ quarantined: true, quarantine_reason: 'verify_failed' });
+    expect(rows.find((r) => r.url === honest.url)).toMatchObject({ quarantined: false });
+    for (const s of sims) expect((await s.state()).paused).toBeNull();
+  }, 60_000);
+
+  it('a later lie is caught by the values it shows (the previous version\'s), and an honest refit in between lets it out', async () => {
+    const [liar, honest] = sims as [SimProcess, SimProcess];
+    const chunks = makeChunks({ params: 2, perChunk: 2, shape: [8, 8], dtype: 'bfloat16' });
+    const ok = await runDistributedRefit({ gateway: t.url, version: '8', chunks, verifyValues: 8, rendezvousTimeoutMs: 10_000, chunkTimeoutMs: 2_000, settleMs: 200 });
+    expect(ok.status, JSON.stringify(ok.report)).toBe(200);
+    let rows = (await t.http('GET', '/v1/rl/workers')).json.workers as Array<{ url: string; quarantined: boolean }>;
+    expect(rows.every((r) => !r.quarantined)).toBe(true);
+
+    await liar.setFaults({ route: 'update_weights_from_distributed', claimSuccessWithoutApplying: true });
+    const res = await runDistributedRefit({ gateway: t.url, version: '9', chunks, verifyValues: 8, rendezvousTimeoutMs: 10_000, chunkTimeoutMs: 2_000, settleMs: 200 });
+    await liar.clearFaults();
+    expect(res.status).toBe(207);
+    const byUrl = new Map((res.report as { engines: Array<{ url: string; outcome: string; error?: string; message?: string }> }).engines.map((e) => [e.url, e]));
+    expect(byUrl.get(liar.url)).toMatchObject({ outcome: 'failed', error: 'verify_failed', message: expect.stringContaining('other values') });
+    expect(byUrl.get(honest.url)).toMatchObject({ outcome: 'ok' });
+    rows = (await t.http('GET', '/v1/rl/workers')).json.workers as Array<{ url: string; quarantined: boolean }>;
+    expect(rows.find((r) => r.url === liar.url)?.quarantined).toBe(true);
+  }, 60_000);
+});

@@ -49,3 +49,45 @@ export function tensorBytes(spec: TensorSpec): number {
   }
   return bytes;
 }
+
+/**
+ * The first `n` values of a tensor from its leading bytes (little-endian, as torch lays them out):
+ * what reading a parameter back (`/get_weights_by_name`) shows, and what a trainer expects it to.
+ * Values that are not finite come out as null, as JSON carries them.
+ */
+export function decodeValues(dtype: string, bytes: Buffer, n: number): Array<number | null> {
+  const width = dtypeWidth(dtype);
+  if (width === undefined) return [];
+  const out: Array<number | null> = [];
+  for (let i = 0; i < n && (i + 1) * width <= bytes.length; i++) {
+    const off = i * width;
+    let v: number;
+    switch (dtype) {
+      case 'float32': v = bytes.readFloatLE(off); break;
+      case 'bfloat16': {
+        const four = Buffer.alloc(4);
+        four[2] = bytes[off]!;
+        four[3] = bytes[off + 1]!;
+        v = four.readFloatLE(0);
+        break;
+      }
+      case 'float16': v = halfToNumber(bytes.readUInt16LE(off)); break;
+      case 'int64': v = Number(bytes.readBigInt64LE(off)); break;
+      case 'int32': v = bytes.readInt32LE(off); break;
+      case 'int8': v = bytes.readInt8(off); break;
+      case 'bool': v = bytes[off] ? 1 : 0; break;
+      default: v = bytes[off]!; // uint8 and the float8 kinds: the raw byte
+    }
+    out.push(Number.isFinite(v) ? v : null);
+  }
+  return out;
+}
+
+function halfToNumber(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >> 10) & 0x1f;
+  const frac = h & 0x3ff;
+  if (exp === 0) return sign * 2 ** -14 * (frac / 1024);
+  if (exp === 0x1f) return frac ? NaN : sign * Infinity;
+  return sign * 2 ** (exp - 15) * (1 + frac / 1024);
+}

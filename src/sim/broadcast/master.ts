@@ -5,7 +5,7 @@
 import { createCipheriv, createHash } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tensorBytes } from './dtype.ts';
-import type { LoadedTensor, TensorSpec } from './types.ts';
+import { HEAD_BYTES, type LoadedTensor, type TensorSpec } from './types.ts';
 import {
   drained, encodeFrame, FrameReader, FrameType, GroupError, PROTOCOL_VERSION,
   type GroupErrorCode,
@@ -271,7 +271,7 @@ class Master implements GroupMaster {
       hash.update(block);
       await this.write(peers, transfer, block);
     }
-    return { name: tensor.name, bytes, checksum: hash.digest('hex') };
+    return { name: tensor.name, bytes, checksum: hash.digest('hex'), head: headOf(tensor, version, bytes).toString('base64') };
   }
 
   /** Write one buffer to every peer; wait for the slow ones to drain (back-pressure). */
@@ -309,6 +309,19 @@ function newTransfer(): Transfer {
     ackWaiter: null,
   };
   return transfer;
+}
+
+/**
+ * The first bytes a tensor will carry, known before it is sent: a trainer can name the values an
+ * engine must show for it once loaded (the refit's `verify_weights`).
+ */
+export function tensorHead(name: string, version: string, bytes: number, data?: Buffer): Buffer {
+  const n = Math.min(HEAD_BYTES, bytes);
+  return data ? Buffer.from(data.subarray(0, n)) : generator(name, version).update(Buffer.alloc(n));
+}
+
+function headOf(tensor: { name: string; data?: Buffer }, version: string, bytes: number): Buffer {
+  return tensorHead(tensor.name, version, bytes, tensor.data);
 }
 
 /** Deterministic pseudo-random bytes for (name, version): an AES-256-CTR keystream, GB/s fast. */

@@ -5,7 +5,7 @@
 import { createHash, type Hash } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { tensorBytes } from './dtype.ts';
-import type { GroupMember, JoinGroup, JoinParams, LoadedTensor, TensorSpec } from './types.ts';
+import { HEAD_BYTES, type GroupMember, type JoinGroup, type JoinParams, type LoadedTensor, type TensorSpec } from './types.ts';
 import {
   encodeFrame, FrameReader, FrameType, GroupError, PROTOCOL_VERSION, type GroupErrorCode, type WireEvent,
 } from './wire.ts';
@@ -236,6 +236,8 @@ function receiveOn(link: RankLink, tensors: TensorSpec[], sizes: number[]): Prom
     let hash: Hash | null = null;
     let seq = 0;
     let got = 0;
+    let head: Buffer[] = [];
+    let headLen = 0;
     link.attach({
       onEvent(ev: WireEvent) {
         const i = out.length;
@@ -250,12 +252,19 @@ function receiveOn(link: RankLink, tensors: TensorSpec[], sizes: number[]): Prom
           seq = Number(ev.body.seq);
           hash = createHash('sha256');
           got = 0;
+          head = [];
+          headLen = 0;
         } else if (ev.kind === 'data') {
           hash!.update(ev.chunk);
           got += ev.chunk.length;
+          if (headLen < HEAD_BYTES) {
+            const part = ev.chunk.subarray(0, HEAD_BYTES - headLen);
+            head.push(Buffer.from(part));
+            headLen += part.length;
+          }
         } else {
           // Like NCCL, the wire carries bytes, not names: the receiver's own spec names the tensor.
-          out.push({ name: tensors[i]!.name, bytes: got, checksum: hash!.digest('hex') });
+          out.push({ name: tensors[i]!.name, bytes: got, checksum: hash!.digest('hex'), head: Buffer.concat(head).toString('base64') });
           hash = null;
           link.send(encodeFrame(FrameType.ack, { seq }));
           if (out.length === tensors.length) {

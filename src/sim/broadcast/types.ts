@@ -17,7 +17,12 @@ export interface LoadedTensor {
   bytes: number;
   /** Hex sha256 of the tensor bytes as received. */
   checksum: string;
+  /** Base64 of the tensor's first bytes (up to HEAD_BYTES): what reading a parameter back shows. */
+  head?: string;
 }
+
+/** How many leading bytes of each tensor are kept, so a parameter's first values can be read back. */
+export const HEAD_BYTES = 64;
 
 export interface JoinParams {
   masterAddress: string;

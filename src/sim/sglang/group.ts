@@ -4,6 +4,7 @@
 // without one the routes validate and record metadata only. It never opens sockets itself.
 
 import type { JoinParams } from '../broadcast/types.ts';
+import { decodeValues } from '../broadcast/dtype.ts';
 import type { SimEngine } from './engine.ts';
 import { isInt, isStringList, jsonObject, sendInvalid, sendJson, type Call } from './reply.ts';
 import { knownDtype, runLoad, tensorBytes, type GroupEntry } from './weights.ts';
@@ -116,7 +117,7 @@ export async function updateWeightsFromDistributed(engine: SimEngine, call: Call
         engine.weights.tensors.set(s.name, {
           name: s.name, dtype: s.dtype, shape: s.shape,
           bytes: got?.bytes ?? tensorBytes(s.dtype, s.shape),
-          checksum: got?.checksum ?? null, group: name, weightVersion, at,
+          checksum: got?.checksum ?? null, head: got?.head ?? null, group: name, weightVersion, at,
         });
       }
     },
@@ -128,10 +129,10 @@ async function receive(
   entry: GroupEntry,
   specs: Array<{ name: string; dtype: string; shape: number[] }>,
   timeoutMs: number,
-): Promise<Map<string, { bytes: number; checksum: string }>> {
+): Promise<Map<string, { bytes: number; checksum: string; head?: string }>> {
   try {
     const loaded = await entry.member!.receive(specs, timeoutMs);
-    return new Map(loaded.map((t) => [t.name, { bytes: t.bytes, checksum: t.checksum }]));
+    return new Map(loaded.map((t) => [t.name, { bytes: t.bytes, checksum: t.checksum, head: t.head }]));
   } catch (e) {
     throw new Error(
       `Failed to update parameter online: ${(e as Error).message}. The full weights of the ModelRunner are partially updated. Please discard the whole weights.`,
@@ -153,4 +154,21 @@ export function destroyWeightsUpdateGroup(engine: SimEngine, call: Call): void {
     }
   }
   sendJson(call.res, 200, { success: true, message: 'Succeeded to destroy custom process group.' });
+}
+
+/**
+ * `/get_weights_by_name` (GET or POST, body `{name, truncate_size}`, default 100): the first
+ * values of a loaded parameter, flattened, so a caller can check that a load really happened.
+ * A parameter never loaded is a 400; one loaded without bytes (metadata only) has no values.
+ */
+export function getWeightsByName(engine: SimEngine, call: Call): void {
+  const parsed = jsonObject(call.body);
+  if (!parsed.ok) return sendInvalid(call.res, parsed.message, true);
+  const b = parsed.value;
+  if (typeof b.name !== 'string' || b.name === '') return sendInvalid(call.res, 'Field required: name', true);
+  const size = b.truncate_size === undefined ? 100 : b.truncate_size;
+  if (!isInt(size) || size < 1) return sendInvalid(call.res, 'truncate_size must be a positive integer', true);
+  const t = engine.weights.tensors.get(b.name);
+  if (!t) return fail(call, `Parameter ${b.name} not found.`);
+  sendJson(call.res, 200, t.head === null ? [] : decodeValues(t.dtype, Buffer.from(t.head, 'base64'), size));
 }

@@ -81,6 +81,7 @@ function routeTable(info: InfoRoutes): Map<string, Route> {
   add('/init_weights_update_group', POST, group.initWeightsUpdateGroup);
   add('/update_weights_from_distributed', POST, group.updateWeightsFromDistributed);
   add('/destroy_weights_update_group', POST, group.destroyWeightsUpdateGroup);
+  add('/get_weights_by_name', GET_POST, group.getWeightsByName);
   return t;
 }
 

@@ -134,12 +134,12 @@ export async function updateWeightsFromDistributed(engine: TsEngine, call: Call)
       const c = engine.scheduler.counts();
       return { ok: false, message: `Failed to flush cache before updating weights: ${c.running} running and ${c.waiting} waiting requests. Weights were not updated.` };
     }
-    let received: Map<string, { bytes: number; checksum: string }> | null = null;
+    let received: Map<string, { bytes: number; checksum: string; head?: string }> | null = null;
     try {
       const member = await entry.joining;
       if (member) {
         const loaded = await member.receive(specs, engine.opts.groupTimeoutMs);
-        received = new Map(loaded.map((t) => [t.name, { bytes: t.bytes, checksum: t.checksum }]));
+        received = new Map(loaded.map((t) => [t.name, { bytes: t.bytes, checksum: t.checksum, head: t.head }]));
       }
     } catch (e) {
       store.failedLoads++;
@@ -151,7 +151,7 @@ export async function updateWeightsFromDistributed(engine: TsEngine, call: Call)
       const got = received?.get(s.name);
       const width = dtypeWidth(s.dtype) ?? 0;
       store.tensors.set(s.name, {
-        ...s, bytes: got?.bytes ?? s.shape.reduce((a, d) => a * d, 1) * width, checksum: got?.checksum ?? null,
+        ...s, bytes: got?.bytes ?? s.shape.reduce((a, d) => a * d, 1) * width, checksum: got?.checksum ?? null, head: got?.head ?? null,
         group: name, weightVersion: version, at,
       });
     }

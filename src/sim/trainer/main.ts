@@ -49,6 +49,9 @@ export const TRAINER_USAGE = `usage: rlgate trainer (--nats-url U | --gateway UR
                again is the same refit, never a second one
   --master-address  address the broadcast group binds and the engines dial (default 127.0.0.1;
                in containers, the trainer's host name)
+  --verify-values N  have the gateway read back the first N values of the first tensor of the first
+               and the last chunk from every engine after the load (verify_weights; 1..64): an
+               engine that answered 200 without loading is caught and quarantined
   --timeout-secs  longest wait for the report, from start (default 900; HTTP: each call, default 600)
   --json       print the report as JSON instead of summary lines
   --sent-file  write the name, size and sha256 of every tensor broadcast to FILE (JSON)
@@ -68,6 +71,8 @@ export interface TrainerCommonArgs {
   selector?: string;
   groupName?: string;
   masterAddress?: string;
+  /** --verify-values: the gateway reads back this many first values of two tensors from every engine. */
+  verifyValues?: number;
   dtype: string;
   shape: number[];
   /** --bytes as given, when it set `params`. */
@@ -128,6 +133,7 @@ export function parseTrainerInvocation(argv: string[], env: NodeJS.ProcessEnv = 
       selector: { type: 'string' },
       group: { type: 'string' },
       'master-address': { type: 'string' },
+      'verify-values': { type: 'string' },
       dtype: { type: 'string', default: DEFAULT_DTYPE },
       shape: { type: 'string', default: DEFAULT_SHAPE.join(',') },
       'refit-id': { type: 'string' },
@@ -186,6 +192,7 @@ export function parseTrainerInvocation(argv: string[], env: NodeJS.ProcessEnv = 
     ...(str('selector') === undefined ? {} : { selector: str('selector')! }),
     ...(str('group') === undefined ? {} : { groupName: str('group')! }),
     ...(str('master-address') === undefined ? {} : { masterAddress: str('master-address')! }),
+    ...(str('verify-values') === undefined ? {} : { verifyValues: int('--verify-values', str('verify-values')!, 1, 64) }),
     ...(bytes === undefined ? {} : { bytes }),
     ...(refitId === undefined ? {} : { refitId }),
     // setTimeout's ceiling, in seconds
@@ -237,6 +244,7 @@ export async function trainerCommand(argv: string[]): Promise<number> {
     ...(a.selector === undefined ? {} : { selector: a.selector }),
     ...(a.groupName === undefined ? {} : { groupName: a.groupName }),
     ...(a.masterAddress === undefined ? {} : { masterAddress: a.masterAddress }),
+    ...(a.verifyValues === undefined ? {} : { verifyValues: a.verifyValues }),
     ...(a.refitId === undefined ? {} : { refitId: a.refitId }),
   };
   const debug = (line: string) => process.stderr.write(`trainer: ${line}\n`);

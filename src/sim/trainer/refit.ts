@@ -5,7 +5,8 @@
 // It never talks to an engine directly; the gateway does that.
 
 import { request } from 'undici';
-import { openGroup, type GroupMaster } from '../broadcast/master.ts';
+import { openGroup, tensorHead, type GroupMaster } from '../broadcast/master.ts';
+import { decodeValues, tensorBytes } from '../broadcast/dtype.ts';
 import type { LoadedTensor } from '../broadcast/types.ts';
 import { GroupError } from '../broadcast/wire.ts';
 import type { Chunk } from './chunks.ts';
@@ -37,6 +38,22 @@ export interface RefitOptions {
   chunkTimeoutMs?: number;
   /** Once the gateway has answered, how long to let a still-running broadcast finish; default 2 s. */
   settleMs?: number;
+  /**
+   * Asks the gateway to read back the first tensor of the first and the last chunk from every
+   * engine after the load (`verify_weights`, this many first values): an engine that answered a
+   * chunk with 200 without loading it is caught. Off (0) by default.
+   */
+  verifyValues?: number;
+}
+
+/** The `verify_weights` entries for a refit: the values the engines must show once loaded. */
+export function verifyWeights(chunks: Chunk[], version: string, values: number): Array<{ name: string; values: Array<number | null> }> {
+  if (values <= 0 || chunks.length === 0) return [];
+  const picks = chunks.length === 1 ? [chunks[0]!] : [chunks[0]!, chunks[chunks.length - 1]!];
+  return picks.map((c) => {
+    const spec = { name: c.names[0]!, dtype: c.dtypes[0]!, shape: c.shapes[0]! };
+    return { name: spec.name, values: decodeValues(spec.dtype, tensorHead(spec.name, version, tensorBytes(spec)), values) };
+  });
 }
 
 export interface DistributedRefitOptions extends RefitOptions {
@@ -115,10 +132,12 @@ export async function runRefit(opts: RefitOptions, calls: GatewayCalls): Promise
     kind: 'distributed', master_address: masterAddress, master_port: port, ...(worldSize === undefined ? {} : { world_size: worldSize }),
     group_name: groupName, backend: 'nccl', chunks: opts.chunks,
   });
+  const checks = verifyWeights(opts.chunks, opts.version, opts.verifyValues ?? 0);
   const head = {
     ...(opts.refitId === undefined ? {} : { refit_id: opts.refitId }),
     weight_version: opts.version,
     ...(opts.selector === undefined ? {} : { selector: opts.selector }),
+    ...(checks.length > 0 ? { verify_weights: checks } : {}),
   };
   // The gateway's own plan: only the engines that will take part (a dead one is skipped) count.
   const worldSize = await calls.worldSize({ ...head, dry_run: true, source: source(1) });
