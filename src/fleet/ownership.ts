@@ -61,6 +61,25 @@ export class Ownership {
     return t !== undefined && Date.now() - Math.max(t, this.reconnectedAt) < this.deps.leaseMs;
   }
 
+  /**
+   * `alive`, but a replica that looks dead is read once more from the bucket first: a watch that
+   * stalled must not make a live replica's work (its engines, its refit) look orphaned.
+   */
+  async aliveNow(replica: string): Promise<boolean> {
+    if (this.alive(replica)) return true;
+    try {
+      const hb = await this.deps.replicas.get(replica);
+      if (hb && hb.revision > (this.seenRevision.get(replica) ?? 0)) {
+        this.seen.set(replica, Date.now());
+        this.seenRevision.set(replica, hb.revision);
+        return true;
+      }
+      return false;
+    } catch {
+      return true; // cannot tell: take nothing from it now
+    }
+  }
+
   ownerOf(id: string): string | undefined {
     return this.leases.get(id)?.replica;
   }

@@ -175,7 +175,9 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     });
     // Refits are durable work: queued in JetStream, run by one replica, journaled in KV, taken
     // over by another replica if that one dies (after the ack wait: one lease).
-    const queue = await RefitQueue.open(bus.nc, subj, { ackWaitMs: Math.max(2_000, config.leaseSecs * 1000) });
+    // Twice the lease (at least 5 s): a runner whose connection moves to another node keeps its
+    // refit; one that died is replaced after it.
+    const queue = await RefitQueue.open(bus.nc, subj, { ackWaitMs: Math.max(5_000, 2 * config.leaseSecs * 1000) });
     const journals = buckets.refits as JsonBucket<RefitJournal>;
     let refits: RefitService | undefined;
     const runner = new RefitRunner({
@@ -203,7 +205,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         while (!settled() && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
       },
       quarantine: (id, reason) => host.setQuarantine(id, reason),
-      alive: (replica) => ownership.alive(replica),
+      alive: (replica) => ownership.aliveNow(replica),
     });
     refits = new RefitService({ view, passthrough, queue, journals, runner, log: log.child({ component: 'refit' }), modelOf: (id) => registry.get(id)?.modelId });
     const service = refits;

@@ -81,8 +81,8 @@ export class RefitRunner {
        * refit taken over from a replica that also owned engines waits for their new owner.
        */
       ownersSettled: (ids: string[], dead: string, timeoutMs: number) => Promise<void>;
-      /** Is this replica's heartbeat fresh (ownership.ts)? A live holder keeps its refit. */
-      alive: (replica: string) => boolean;
+      /** Is this replica's heartbeat fresh (read again when it looks stale)? A live holder keeps its refit. */
+      alive: (replica: string) => Promise<boolean>;
       /** Holds an engine out of routing (reason), or lets it back (null); its owner applies it. */
       quarantine: (workerId: string, reason: string | null) => void;
     },
@@ -126,7 +126,7 @@ export class RefitRunner {
       // message handed back (the runner missed extending it, e.g. in a bus outage) is looked at
       // again shortly: the runner acks it when it finishes, or its heartbeat goes stale.
       const holder = existing?.value.holder;
-      if (existing && (this.active.has(q.id) || (holder !== this.deps.replicaId && this.deps.alive(holder!)))) {
+      if (existing && (this.active.has(q.id) || (holder !== this.deps.replicaId && (await this.deps.alive(holder!))))) {
         return msg.info.deliveryCount > 1 ? msg.nak(RETRY_MS * 4) : msg.term('duplicate');
       }
       const clash = this.deps.clashes(q.id, q.targets);

@@ -300,8 +300,8 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
     for (const s of sims) {
       const st = await s.state();
       expect.soft(st.weightVersion, `${s.url} weight version`).toBe(second.weight_version);
-      expect.soft(st.paused, `${s.url} paused`).toBeNull();
       const seenPaths = (await s.requests()).map((q) => q.path);
+      expect.soft(st.paused, `${s.url} paused; it saw ${seenPaths.filter((p) => !p.startsWith('/health') && p !== '/model_info' && p !== '/ready').join(' ')}`).toBeNull();
       expect.soft(seenPaths.filter((p) => p === '/update_weights_from_disk'), `${s.url} loads`).toHaveLength(2);
     }
   }, 240_000);
