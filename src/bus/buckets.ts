@@ -57,23 +57,19 @@ export class JsonBucket<T> {
   }
 
   /**
-   * Every current value, then every change, in order, until the returned stop is called.
-   * `onReady` runs once the current values have all been delivered.
+   * Every current value, then every change, in order, until the returned stop is called. Resolves
+   * once the current values have all been delivered: the caller starts from the whole bucket.
    */
-  async watch(onEntry: (key: string, value: T | null, revision: number) => void, onReady?: () => void): Promise<() => void> {
+  async watch(onEntry: (key: string, value: T | null, revision: number) => void): Promise<() => void> {
     // An empty bucket delivers nothing before its updates; otherwise the last current value
     // arrives with nothing left pending (delta 0).
     const empty = (await this.kv.status()).values === 0;
     let iter = await this.kv.watch({ include: '' });
-    let ready = false;
     let stopped = false;
     let last = 0;
-    const markReady = () => {
-      if (ready) return;
-      ready = true;
-      onReady?.();
-    };
-    if (empty) queueMicrotask(markReady);
+    let markReady: () => void = () => {};
+    const loaded = new Promise<void>((resolve) => (markReady = resolve));
+    if (empty) markReady();
     // A watch whose consumer lived on a server that died can stay silent for a minute before the
     // client notices. Checked every few seconds: if the bucket moved past what this watch delivered
     // and nothing came since the last look, the watch is started again from where it was.
@@ -113,6 +109,7 @@ export class JsonBucket<T> {
         }
       }
     })();
+    await loaded;
     return () => {
       stopped = true;
       clearInterval(check);

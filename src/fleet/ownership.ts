@@ -101,25 +101,19 @@ export class Ownership {
     await this.beat();
     const { replicas, owners } = this.deps;
     const first = Date.now();
-    await new Promise<void>((resolve, reject) => {
-      replicas
-        .watch((replica, hb, revision) => {
-          if (hb === null) {
-            this.seen.delete(replica);
-            this.seenRevision.delete(replica);
-            return;
-          }
-          // A replica first met at start-up gets a whole lease from now before it counts as dead.
-          this.seen.set(replica, Math.max(Date.now(), first));
-          this.seenRevision.set(replica, revision);
-        }, resolve)
-        .then((stop) => this.stops.push(stop), reject);
-    });
-    await new Promise<void>((resolve, reject) => {
-      owners
-        .watch((id, lease, revision) => this.leaseChanged(id, lease, revision), resolve)
-        .then((stop) => this.stops.push(stop), reject);
-    });
+    this.stops.push(
+      await replicas.watch((replica, hb, revision) => {
+        if (hb === null) {
+          this.seen.delete(replica);
+          this.seenRevision.delete(replica);
+          return;
+        }
+        // A replica first met at start-up gets a whole lease from now before it counts as dead.
+        this.seen.set(replica, Math.max(Date.now(), first));
+        this.seenRevision.set(replica, revision);
+      }),
+    );
+    this.stops.push(await owners.watch((id, lease, revision) => this.leaseChanged(id, lease, revision)));
     const period = Math.max(50, Math.floor(this.deps.leaseMs / 5));
     this.timers.push(setInterval(() => void this.beat(), period).unref());
     this.timers.push(setInterval(() => void this.sweep(), period).unref());
@@ -194,20 +188,11 @@ export class Ownership {
 
   private async sweep(): Promise<void> {
     if (this.closed || !this.connected) return;
-    // A heartbeat that looks stale is read once more before anything is taken: a watch that
-    // stalled (its server died) must not make a live replica look dead.
-    const suspects = new Set<string>();
-    for (const lease of this.leases.values()) if (!this.alive(lease.replica)) suspects.add(lease.replica);
-    for (const replica of suspects) {
-      try {
-        const hb = await this.deps.replicas.get(replica);
-        if (hb && hb.revision > (this.seenRevision.get(replica) ?? 0)) {
-          this.seen.set(replica, Date.now());
-          this.seenRevision.set(replica, hb.revision);
-        }
-      } catch {
-        return; // cannot read: judge no one this round
-      }
+    // A heartbeat that looks stale is read once more before anything is taken (aliveNow): a
+    // watch that stalled (its server died) must not make a live replica look dead.
+    const dead = new Set<string>();
+    for (const replica of new Set([...this.leases.values()].map((l) => l.replica))) {
+      if (!(await this.aliveNow(replica))) dead.add(replica);
     }
     const work: Array<Promise<void>> = [];
     for (const w of this.deps.registry.all()) {
@@ -215,8 +200,7 @@ export class Ownership {
       if (!lease) {
         const since = this.unleased.get(w.id);
         if (since === undefined || Date.now() - since > this.deps.leaseMs / 5) work.push(this.claim(w.id));
-      }
-      else if (!this.alive(lease.replica)) work.push(this.takeOver(w.id, lease.replica, lease.revision));
+      } else if (dead.has(lease.replica)) work.push(this.takeOver(w.id, lease.replica, lease.revision));
     }
     await Promise.all(work);
   }

@@ -30,17 +30,8 @@ export class RegistrySync {
 
   /** Loads the fleet as the bucket holds it, then follows every change. */
   async start(): Promise<void> {
-    await new Promise<void>((resolve, reject) => {
-      this.deps.bucket
-        .watch(
-          (id, value) => this.apply(id, value),
-          () => {
-            this.loaded = true;
-            resolve();
-          },
-        )
-        .then((stop) => (this.stopWatch = stop), reject);
-    });
+    this.stopWatch = await this.deps.bucket.watch((id, value) => this.apply(id, value));
+    this.loaded = true;
   }
 
   /** Resolves when every write made so far reached the bucket. */

@@ -46,13 +46,9 @@ export class ResumesOwed {
   ) {}
 
   async start(): Promise<void> {
-    await new Promise<void>((resolve, reject) => {
-      this.deps.bucket
-        .watch((id, value, revision) => {
-          if (value) this.owed.set(id, { value, revision });
-          else this.owed.delete(id);
-        }, resolve)
-        .then((stop) => (this.stopWatch = stop), reject);
+    this.stopWatch = await this.deps.bucket.watch((id, value, revision) => {
+      if (value) this.owed.set(id, { value, revision });
+      else this.owed.delete(id);
     });
     this.timer = setInterval(() => this.payDue(), this.deps.intervalMs).unref();
   }

@@ -75,11 +75,7 @@ export class RefitService {
 
   /** Loads the journals and follows them: reports reach waiting callers on every replica. */
   async start(): Promise<void> {
-    await new Promise<void>((resolve, reject) => {
-      this.deps.journals
-        .watch((id, j) => this.journalChanged(id, j), resolve)
-        .then((stop) => (this.stopWatch = stop), reject);
-    });
+    this.stopWatch = await this.deps.journals.watch((id, j) => this.journalChanged(id, j));
   }
 
   /** A refit's report, or its progress while it runs; older ones than kept in memory come from the bucket. */
