@@ -5,6 +5,8 @@
 import type { LegReply } from '../control/dispatch.ts';
 
 const KEEP_MS = 10 * 60_000;
+/** At most this many shares are kept, however busy the replica: the oldest go first. */
+const KEEP_SHARES = 4_096;
 
 interface Entry {
   replies: LegReply[];
@@ -38,7 +40,7 @@ export class OutcomeLog {
   private prune(): void {
     const cutoff = Date.now() - KEEP_MS;
     for (const [id, e] of this.byRequest) {
-      if (e.at >= cutoff) break; // insertion order: the rest are newer
+      if (e.at >= cutoff && this.byRequest.size < KEEP_SHARES) break; // insertion order: the rest are newer
       this.byRequest.delete(id);
     }
   }

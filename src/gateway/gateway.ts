@@ -20,7 +20,7 @@ import { Registry } from '../fleet/registry.ts';
 import { RegistrySync, type StoredWorker } from '../fleet/registry-sync.ts';
 import { Ownership, type Heartbeat, type OwnerLease } from '../fleet/ownership.ts';
 import type { EngineRecord } from '../fleet/engine-record.ts';
-import { runLoggedShare, serveReplicaCommands } from '../fleet/replica.ts';
+import { runShare, serveReplicaCommands } from '../fleet/replica.ts';
 import { OutcomeLog } from '../fleet/outcome-log.ts';
 import { Router } from '../fleet/router.ts';
 import { Cancellations } from '../fleet/cancellations.ts';
@@ -159,7 +159,8 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       local: {
         replicaId,
         runOne: (id, call, signal) => host.run(id, call, signal),
-        runShare: (cmd, send, signal) => runLoggedShare(host, outcomeLog, cmd, send, signal),
+        // In-process replies cannot be lost to the bus: no outcome log for them.
+        runShare: (cmd, send, signal) => runShare(host, cmd, send, signal),
       },
     });
     const passthrough = new Passthrough({
