@@ -7,7 +7,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startEmbeddedNats, type EmbeddedNats } from '../../src/bus/server.ts';
 import { startGateway, type Gateway } from '../../src/gateway/gateway.ts';
@@ -17,6 +16,7 @@ import { until } from '../fixtures/gateway-process.ts';
 import { alive } from '../fixtures/pids.ts';
 import { squatPort, type PortSquatter } from '../fixtures/port-squatter.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { httpJson } from '../fixtures/http-json.ts';
 
 // The bound the issue sets for a control call while the bus is down (and for /health to notice).
 const FAIL_FAST_MS = 2_000;
@@ -37,15 +37,7 @@ function captureLog(onLine?: (l: LogLine) => void): { log: Logger; lines: LogLin
   return { log, lines };
 }
 
-async function http(gw: Gateway, method: string, path: string, body?: unknown) {
-  const res = await request(`${gw.url}${path}`, {
-    method: method as 'GET',
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.body.text();
-  return { status: res.statusCode, json: text ? JSON.parse(text) : undefined };
-}
+const http = (gw: Gateway, method: string, path: string, body?: unknown) => httpJson(gw.url, method, path, body);
 
 /** Registers the engine and waits until the gateway has it ready. */
 async function register(gw: Gateway, url: string): Promise<string> {

@@ -8,25 +8,17 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { request } from 'undici';
 import { startEmbeddedNats, type EmbeddedNats } from '../../src/bus/server.ts';
 import { startGateway, type Gateway } from '../../src/gateway/gateway.ts';
 import { silentLogger } from '../../src/obs/logger.ts';
 import { testConfig } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { until } from '../fixtures/gateway-process.ts';
+import { httpJson } from '../fixtures/http-json.ts';
 
 const OUTAGE_MS = 15_000;
 
-async function http(gw: Gateway, method: string, path: string, body?: unknown) {
-  const res = await request(`${gw.url}${path}`, {
-    method: method as 'GET',
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.body.text();
-  return { status: res.statusCode, json: text ? JSON.parse(text) : undefined, text };
-}
+const http = (gw: Gateway, method: string, path: string, body?: unknown) => httpJson(gw.url, method, path, body);
 
 describe('a bus outage during the load phase', () => {
   const storeDir = mkdtempSync(join(tmpdir(), 'rlgate-outage-store-'));

@@ -5,64 +5,34 @@
 // judged by the simulators' own state and request records.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectBus, type Bus } from '../../src/bus/connection.ts';
 import { subjects } from '../../src/bus/subjects.ts';
 import { makeChunks } from '../../src/sim/trainer/chunks.ts';
 import { runDistributedRefit } from '../../src/sim/trainer/refit.ts';
-import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
-import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
-import { startGatewayProcess, until, type GatewayProcess } from '../fixtures/gateway-process.ts';
+import { until } from '../fixtures/gateway-process.ts';
+import { startReplicaFleet, type ReplicaFleet } from '../fixtures/replica-fleet.ts';
 
 const LEASE_SECS = 2;
 const CHUNKS = 3;
 
 describe('SIGKILL of the replica running a distributed refit', () => {
-  let nats: TestNats;
-  let bus: Bus;
-  let sims: SimProcess[] = [];
-  const replicas: GatewayProcess[] = [];
-  const killed = new Set<GatewayProcess>();
-  let n = 0;
-  const launch = async () => {
-    const g = await startGatewayProcess(['--nats-url', nats.url, '--replica-id', `d${n++}`, '--lease-secs', String(LEASE_SECS), '--health-check-interval-secs', '2', '--retry-interval-secs', '1', '--rl-control-timeout-secs', '20']);
-    replicas.push(g);
-    return g;
-  };
-  const live = () => replicas.filter((g) => !killed.has(g));
-
+  let f: ReplicaFleet;
   beforeAll(async () => {
-    nats = await startTestNats();
-    bus = await connectBus({ url: nats.url, name: 'test-trainer' });
-    sims = await Promise.all([0, 1].map(() => spawnSglangSim(['--tp-size', '1', '--token-rate', '0'])));
-    await Promise.all([launch(), launch()]);
-    for (const s of sims) expect((await replicas[0]!.http('POST', '/workers', { url: s.url })).status).toBe(202);
-    await until('both engines ready on both replicas', 20_000, async () => {
-      for (const g of replicas) {
-        const rows = (await g.http('GET', '/v1/rl/workers')).json.workers as Array<{ health: string }>;
-        if (rows.length !== 2 || rows.some((r) => r.health !== 'ready')) return false;
-      }
-      return true;
-    });
+    f = await startReplicaFleet({ sims: [0, 1].map(() => ['--tp-size', '1', '--token-rate', '0']), prefix: 'd', leaseSecs: LEASE_SECS });
   }, 60_000);
-  afterAll(async () => {
-    await bus?.close();
-    await Promise.all(replicas.map((g) => g.stop()));
-    await Promise.all(sims.map((s) => s.stop()));
-    await nats?.stop();
-  });
+  afterAll(() => f?.close());
 
   const trials: Array<[number, number]> = [];
   for (let chunk = 1; chunk <= CHUNKS; chunk++) for (let i = 0; i < 2; i++) trials.push([chunk, i]);
 
   it.each(trials)('during chunk %i of 3 (trial %i): one report, the transfer abandoned, nothing paused, no step twice', async (chunk, trial) => {
     const refitId = `dist-kill-${chunk}-${trial}`;
-    for (const s of sims) {
+    for (const s of f.sims) {
       await s.clearRequests();
       await s.setFaults({ route: 'update_weights_from_distributed', delayMs: 1_500, times: CHUNKS });
     }
     const reports: unknown[] = [];
-    const sub = bus.subscribe(subjects('rl').refitReport(refitId), (data) => void reports.push(data));
-    const [front] = live();
+    const sub = f.bus.subscribe(subjects('rl').refitReport(refitId), (data) => void reports.push(data));
+    const [front] = f.live();
     const chunks = makeChunks({ params: 6, perChunk: 2, shape: [8, 8], dtype: 'bfloat16' });
     const trainer = runDistributedRefit({ gateway: front!.url, version: `d${chunk}-${trial}`, chunks, refitId, rendezvousTimeoutMs: 10_000, chunkTimeoutMs: 5_000, settleMs: 200, httpTimeoutMs: 60_000 }).catch(() => null);
     // Step 0 joins the group; steps 1..3 are the chunks.
@@ -70,24 +40,23 @@ describe('SIGKILL of the replica running a distributed refit', () => {
       const r = await front!.http('GET', `/v1/rl/refits/${refitId}`);
       return r.status === 200 && r.json.status === 'running' && r.json.phase === 'refit' && r.json.step_index === chunk ? (r.json.replica as string) : null;
     });
-    const victim = replicas.find((g) => g.replicaId === holder)!;
+    const victim = f.replicas.find((g) => g.replicaId === holder)!;
     await new Promise((r) => setTimeout(r, 300));
-    killed.add(victim);
-    await victim.kill();
-    const survivor = live()[0]!;
+    await f.kill(victim);
+    const survivor = f.live()[0]!;
     const report = await until('the report on the survivor', 40_000, async () => {
       const r = await survivor.http('GET', `/v1/rl/refits/${refitId}`);
       return r.status === 200 && r.json.status !== 'running' ? r.json : null;
     });
     await trainer;
-    await launch();
+    await f.launch();
     await new Promise((r) => setTimeout(r, 500));
     sub.unsubscribe();
     expect(reports, 'reports on rl.refit.<id>.report').toHaveLength(1);
     // The transfer could not go on: no engine took the new version, all were failed.
     expect(report.status).toBe('failed');
     for (const e of report.engines) expect(e.outcome).toBe('failed');
-    for (const s of sims) {
+    for (const s of f.sims) {
       await s.clearFaults();
       const st = await s.state();
       expect(st.paused, `${s.url} paused`).toBeNull();
