@@ -37,6 +37,8 @@ export class Ownership {
   /** When this replica's own bus connection last came back: silence before it proves nothing. */
   private reconnectedAt = 0;
   private connected = true;
+  /** When this replica's own heartbeat was last written. */
+  private beatOkAt = 0;
 
   constructor(
     private readonly deps: {
@@ -67,6 +69,8 @@ export class Ownership {
    */
   async aliveNow(replica: string): Promise<boolean> {
     if (this.alive(replica)) return true;
+    // Our own heartbeat is not being written: theirs may not be either, and that proves nothing.
+    if (Date.now() - this.beatOkAt > this.beatGapMs()) return true;
     try {
       const hb = await this.deps.replicas.get(replica);
       if (hb && hb.revision > (this.seenRevision.get(replica) ?? 0)) {
@@ -114,7 +118,7 @@ export class Ownership {
       }),
     );
     this.stops.push(await owners.watch((id, lease, revision) => this.leaseChanged(id, lease, revision)));
-    const period = Math.max(50, Math.floor(this.deps.leaseMs / 5));
+    const period = this.period();
     this.timers.push(setInterval(() => void this.beat(), period).unref());
     this.timers.push(setInterval(() => void this.sweep(), period).unref());
     await this.sweep();
@@ -134,9 +138,28 @@ export class Ownership {
     if (this.closed) return;
     try {
       await this.deps.replicas.put(this.deps.replicaId, { replica: this.deps.replicaId, time: new Date().toISOString(), url: this.url });
+      // Our own heartbeat could not be written for a while (the stream had no leader, with the
+      // connection up): no one else's could either, so their silence meanwhile proves nothing,
+      // and everyone gets a whole lease from now, as after a reconnect. Without this, two live
+      // replicas take each other's engines when a NATS node dies, back and forth.
+      const now = Date.now();
+      if (now - this.beatOkAt > this.beatGapMs()) this.reconnectedAt = Math.max(this.reconnectedAt, now);
+      this.beatOkAt = now;
     } catch (err) {
       this.deps.log.debug({ err }, 'could not refresh this replica\'s heartbeat');
     }
+  }
+
+  /**
+   * Longer than this without a written heartbeat, and this replica judges no one. Half a lease:
+   * a shorter gap leaves everyone's heartbeat well inside the lease, so no one looks dead for it.
+   */
+  private beatGapMs(): number {
+    return this.deps.leaseMs / 2;
+  }
+
+  private period(): number {
+    return Math.max(50, Math.floor(this.deps.leaseMs / 5));
   }
 
   private leaseChanged(id: string, lease: OwnerLease | null, revision: number): void {
@@ -187,7 +210,8 @@ export class Ownership {
   }
 
   private async sweep(): Promise<void> {
-    if (this.closed || !this.connected) return;
+    // Not while our own bus or heartbeat writes fail: we might be the one cut off.
+    if (this.closed || !this.connected || Date.now() - this.beatOkAt > this.beatGapMs()) return;
     // A heartbeat that looks stale is read once more before anything is taken (aliveNow): a
     // watch that stalled (its server died) must not make a live replica look dead.
     const dead = new Set<string>();

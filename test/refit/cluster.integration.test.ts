@@ -305,4 +305,37 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
       expect.soft(seenPaths.filter((p) => p === '/update_weights_from_disk'), `${s.url} loads`).toHaveLength(2);
     }
   }, 240_000);
+
+  // JetStream without quorum, connections up: no heartbeat can be written, by anyone. Silence
+  // heard while our own heartbeat could not be written proves nothing, so when the quorum comes
+  // back no live replica takes another's engines (before: each took the other's, back and forth,
+  // and calls in flight met a replica that no longer owned their engine).
+  it('JetStream without quorum for three leases: no live replica takes another\'s engines', async () => {
+    await stopReplicas();
+    await clusterWhole();
+    await startReplicas();
+    await fleetReady();
+    const ownersBefore = new Map((await rows(gateways[0]!)).map((w) => [w.url, w.owner]));
+    const logFrom = gateways.map((g) => g.stderr().length);
+    const survivor = 0;
+    const victims = [1, 2];
+    for (const v of victims) await cluster.kill(v, 'SIGKILL');
+    try {
+      await new Promise((r) => setTimeout(r, 3 * LEASE_SECS * 1000));
+    } finally {
+      for (const v of victims) await cluster.restart(v);
+    }
+    await clusterWhole();
+    // Two more leases: a replica that judged wrongly would have taken the engines by now.
+    await new Promise((r) => setTimeout(r, 2 * LEASE_SECS * 1000));
+    await fleetReady();
+    for (const g of gateways) {
+      const after = new Map((await rows(g)).map((w) => [w.url, w.owner]));
+      expect(Object.fromEntries(after), `owners seen by ${g.replicaId} (${cluster.names[survivor]} stayed up)`).toEqual(Object.fromEntries(ownersBefore));
+    }
+    gateways.forEach((g, i) => {
+      const takeovers = g.stderr().slice(logFrom[i]).split('\n').filter((l) => l.includes('took over an engine'));
+      expect(takeovers, `${g.replicaId} took engines over`).toEqual([]);
+    });
+  }, 180_000);
 });
