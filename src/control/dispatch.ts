@@ -63,6 +63,8 @@ export interface LocalEngines {
 
 /** How often a caller that lost its replies in an outage asks the owner for them. */
 const SETTLE_POLL_MS = 200;
+/** Pause before a leg refused by a replica that no longer owns its engine is sent again. */
+const REROUTE_MS = 200;
 /** How long an owner may stay off the bus after the caller is back before its legs are given up. */
 const OWNER_RETURN_MS = 10_000;
 
@@ -99,6 +101,28 @@ export class Dispatcher {
    * `onLeg` as each answers. Resolves when every leg has an outcome (bus failures included).
    */
   async many(legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }): Promise<void> {
+    // A replica that no longer owns an engine (its lease was moving) made no call: the leg goes
+    // again to whoever owns the engine now, while its deadline allows.
+    let pending = legs;
+    for (;;) {
+      const byWorker = new Map(pending.map((l) => [l.workerId, l]));
+      const refused: Leg[] = [];
+      await this.route(pending, {
+        ...opts,
+        onLeg: (reply) => {
+          const leg = byWorker.get(reply.workerId);
+          const o = reply.outcome;
+          if (leg && o.kind === 'unreachable' && o.code === 'not_owner' && !opts.signal?.aborted && leg.call.deadline - Date.now() > REROUTE_MS) refused.push(leg);
+          else opts.onLeg(reply);
+        },
+      });
+      if (refused.length === 0) return;
+      await new Promise((r) => setTimeout(r, REROUTE_MS));
+      pending = refused;
+    }
+  }
+
+  private async route(legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }): Promise<void> {
     const byOwner = new Map<string, Leg[]>();
     for (const leg of legs) {
       const owner = this.deps.registry.get(leg.workerId)?.owner;

@@ -42,7 +42,7 @@ export function failedCall(w: Pick<Worker, 'id' | 'url'>, o: ControlOutcome): Rl
     case 'timeout':
       return { worker_id: w.id, url: w.url, error: 'upstream_timeout', message: o.message };
     case 'unreachable':
-      return { worker_id: w.id, url: w.url, error: o.code ?? 'upstream_unreachable', message: o.message };
+      return { worker_id: w.id, url: w.url, error: unreachableCode(o), message: o.message };
     case 'no_control_endpoint':
       return { worker_id: w.id, url: w.url, error: 'no_control_endpoint', message: o.message, connection_mode: o.connectionMode };
   }
@@ -59,10 +59,19 @@ export function proxyAnswer(w: Pick<Worker, 'id' | 'url'>, o: ControlOutcome): {
       throw new GatewayError('upstream_timeout', o.message, { worker_id: w.id, url: w.url });
     case 'unreachable':
       // bus_unavailable is a 503: the gateway's bus is down, the engine may well be fine.
-      throw new GatewayError(o.code ?? 'upstream_unreachable', o.message, { worker_id: w.id, url: w.url });
+      throw new GatewayError(unreachableCode(o), o.message, { worker_id: w.id, url: w.url });
     case 'no_control_endpoint':
       throw new GatewayError('no_control_endpoint', o.message, { worker_id: w.id, url: w.url, connection_mode: o.connectionMode });
   }
+}
+
+/**
+ * The public error of a leg that reached no engine: `bus_unavailable` when the gateway's bus was
+ * down, else `upstream_unreachable` (a leg still refused by a replica that lost the engine when
+ * its deadline ran out is one too: no engine was reached).
+ */
+export function unreachableCode(o: Extract<ControlOutcome, { kind: 'unreachable' }>): 'bus_unavailable' | 'upstream_unreachable' {
+  return o.code === 'bus_unavailable' ? 'bus_unavailable' : 'upstream_unreachable';
 }
 
 /** Why a gRPC or ZMQ worker has no control endpoint, with what to do about it (spec §7.1). */

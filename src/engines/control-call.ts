@@ -36,8 +36,12 @@ export type ControlOutcome =
       kind: 'unreachable';
       latencyMs: number;
       message: string;
-      /** Set when the gateway's own bus was down: the call may never have left the gateway. */
-      code?: 'bus_unavailable';
+      /**
+       * `bus_unavailable`: the gateway's own bus was down, the call may never have left it.
+       * `not_owner`: the replica asked no longer owns the engine (ownership was moving); the
+       * call was not made, so the dispatcher sends it to the new owner.
+       */
+      code?: 'bus_unavailable' | 'not_owner';
     }
   | { kind: 'no_control_endpoint'; latencyMs: 0; message: string; connectionMode: string };
 

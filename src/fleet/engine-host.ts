@@ -67,6 +67,14 @@ interface Owned {
   seededLabel: string | undefined;
 }
 
+/** The engine's actor runs on another replica (or none yet): the call was not made here. */
+export class NotOwner extends Error {
+  override readonly name = 'NotOwner';
+  constructor(id: string) {
+    super(`engine ${id} is not owned by this replica`);
+  }
+}
+
 export class EngineHost {
   /**
    * Bumped whenever any hosted actor's snapshot changes, and when an actor is hosted or removed:
@@ -180,7 +188,7 @@ export class EngineHost {
    */
   run(id: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
     const owned = this.hosted.get(id)?.owned;
-    if (!owned) return Promise.reject(new Error(`engine ${id} is not owned by this replica`));
+    if (!owned) return Promise.reject(new NotOwner(id));
     return this.commands.submit(owned, call, signal);
   }
 

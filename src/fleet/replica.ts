@@ -7,7 +7,7 @@ import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { LegReply, ReplicaCommand } from '../control/dispatch.ts';
 import type { Cancellations } from './cancellations.ts';
-import type { EngineHost } from './engine-host.ts';
+import { NotOwner, type EngineHost } from './engine-host.ts';
 import { OutcomeLog } from './outcome-log.ts';
 
 export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; replicaId: string; host: EngineHost; cancels: Cancellations; log: OutcomeLog }): BusSubscription {
@@ -58,7 +58,8 @@ export async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (rep
       try {
         reply = { workerId: leg.workerId, outcome: await host.run(leg.workerId, call, signal) };
       } catch (err) {
-        reply = { workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message } };
+        const code = err instanceof NotOwner ? ('not_owner' as const) : undefined;
+        reply = { workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message, ...(code && { code }) } };
       }
       send(reply);
     }

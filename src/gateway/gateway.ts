@@ -141,6 +141,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       host,
       alive: (replica) => ownership.alive(replica),
       refitRunning: (refitId) => refitsRef.current?.running(refitId) ?? false,
+      refitDone: (refitId) => refitsRef.current?.done(refitId) ?? false,
       timeoutSecs: config.rl.controlTimeoutSecs,
       intervalMs: Math.min(2_000, Math.max(200, config.retryIntervalSecs * 1000)),
       log: log.child({ component: 'refit' }),

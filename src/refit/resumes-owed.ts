@@ -37,6 +37,8 @@ export class ResumesOwed {
       alive: (replica: string) => boolean;
       /** Is this refit's journal still running? Then whoever takes it over resumes the engine. */
       refitRunning: (refitId: string) => boolean;
+      /** Does this refit's journal hold its report? Then no one else will resume the engine. */
+      refitDone: (refitId: string) => boolean;
       /** Deadline of one resume call. */
       timeoutSecs: number;
       /** How often owned engines' debts are looked at. */
@@ -99,7 +101,8 @@ export class ResumesOwed {
       if (this.paying.has(id) || !this.deps.host.owns(id)) continue;
       // A running refit whose replica died is taken over with its debts: its new runner resumes.
       const orphaned = value.holder !== this.deps.replicaId && !this.deps.alive(value.holder) && !this.deps.refitRunning(value.refit_id);
-      const due = value.due || orphaned;
+      // A finished refit whose runner could not mark the debt due (the bus failed it) left it too.
+      const due = value.due || orphaned || this.deps.refitDone(value.refit_id);
       if (!due) continue;
       const snap = this.deps.host.snapshot(id);
       if (!snap || !RESTING.has(lifecycleOf(snap))) continue;

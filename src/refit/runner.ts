@@ -14,6 +14,7 @@ import type { Bus } from '../bus/connection.ts';
 import type { RefitQueue } from '../bus/refit-queue.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
+import { unreachableCode } from '../control/outcome.ts';
 import type { Passthrough } from '../control/passthrough.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Registry } from '../fleet/registry.ts';
@@ -496,7 +497,7 @@ async function retry(fn: () => Promise<unknown>, stop: () => boolean): Promise<v
  */
 export function legResult(phase: Phase, o: ControlOutcome, target: string, expected?: ReadonlyArray<number | null>): LegResult {
   if (o.kind !== 'answer') {
-    const error = o.kind === 'timeout' ? 'upstream_timeout' : o.kind === 'unreachable' ? (o.code ?? 'upstream_unreachable') : 'no_control_endpoint';
+    const error = o.kind === 'timeout' ? 'upstream_timeout' : o.kind === 'unreachable' ? unreachableCode(o) : 'no_control_endpoint';
     return { ok: false, error, message: o.message, latencyMs: o.latencyMs };
   }
   const body = o.body as { success?: unknown; message?: unknown; weight_version?: unknown } | string | null;

@@ -103,6 +103,11 @@ export class RefitService {
     return this.journals.get(refitId)?.status === 'running';
   }
 
+  /** The refit's journal holds its report. */
+  done(refitId: string): boolean {
+    return this.journals.get(refitId)?.status === 'done';
+  }
+
   /** A running refit other than `refitId` that holds one of these engines. */
   clashes(refitId: string, targets: string[]): string | undefined {
     for (const [id, held] of this.accepted) {
