@@ -203,7 +203,9 @@ export const engineMachine = setup({
               { guard: 'isPauseOp', target: '.pausing' },
             ],
             'control.set': { target: '.resolving', actions: 'setControl' },
-            'probe.ok': { actions: assign({ probeFailures: 0 }) },
+            // A probe that finds nothing new changes nothing: no new snapshot (the fleet's
+            // engines are probed thousands of times a minute).
+            'probe.ok': { guard: ({ context }) => context.probeFailures > 0, actions: assign({ probeFailures: 0 }) },
             'probe.failed': [
               {
                 guard: 'probeThresholdReached',

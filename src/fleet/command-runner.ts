@@ -1,10 +1,12 @@
-// Runs the control commands the engine actors emit: `command.run` executes one control call (path
-// rules, control URL, the call, its metrics, what a 2xx tells sibling DP ranks) and answers with
-// `cmd.result`; `command.abort` aborts it; `command.done` settles the caller of `EngineHost.run()`.
-// It never orders, queues or retries commands (the actor does) and never creates or removes actors.
+// Runs the control calls sent to the engines this replica owns, one at a time per engine, in the
+// order they came (no pause/update reordering). A call that changes no lifecycle (a resume, a
+// version read, a flush) runs straight from the engine's lane: no actor event, no snapshot, no
+// routing rebuild; what its answer teaches (control, version) reaches the actor only when it
+// changes something. A pause or refit call goes through the engine actor, which decides the
+// lifecycle around it (`pausing`, `refitting`): `command.run` executes it, `cmd.result` answers.
+// It never retries a call, and never creates or removes actors.
 
-import { randomUUID } from 'node:crypto';
-import type { CommandResult, EngineActor, EngineCommand } from '../../actors/engine.ts';
+import type { CommandOp, CommandResult, EngineActor, EngineCommand } from '../../actors/engine.ts';
 import { decodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
 import { controlOp, validateEnginePath } from '../control/engine-path.ts';
@@ -28,17 +30,37 @@ const REFIT_PATHS = new Set([
 /** Commands that stop generation: the engine leaves routing when they are sent (spec §12.6 paths). */
 const PAUSE_PATHS = new Set(['pause_generation', 'pause', 'release_memory_occupation', 'sleep']);
 
-/** What the runner uses of one hosted engine: its actor and the bookkeeping of its commands. */
+/** One call waiting for, or holding, its engine's lane. */
+interface Job {
+  op: CommandOp;
+  call: ControlCall;
+  signal: AbortSignal | undefined;
+  onAbort: (() => void) | undefined;
+  /** Set while the actor runs it (pause and refit calls). */
+  token: string | undefined;
+  settle(result: CommandResult | { error: string }): void;
+}
+
+/** One owned engine's commands: its actor, and the calls queued for it, oldest first. */
 export interface CommandLane {
   actor: EngineActor;
-  /** Tokens of commands sent to this actor and not answered yet. */
-  pending: Set<string>;
-  /** Control calls in flight, by command token: aborted when the engine is removed. */
+  queue: Job[];
+  current: Job | undefined;
+  /** Calls the actor runs (pause, refit), by token: aborted when the engine leaves this replica. */
   running: Map<string, AbortController>;
+  closed: boolean;
+}
+
+export function newLane(actor: EngineActor): CommandLane {
+  return { actor, queue: [], current: undefined, running: new Map(), closed: false };
+}
+
+export function opOf(path: string): CommandOp {
+  return REFIT_PATHS.has(path) ? 'refit' : PAUSE_PATHS.has(path) ? 'pause' : 'other';
 }
 
 export class CommandRunner {
-  private readonly waiters = new Map<string, (r: CommandResult | { error: string }) => void>();
+  private tokens = 0;
 
   constructor(
     private readonly deps: {
@@ -51,27 +73,36 @@ export class CommandRunner {
     },
   ) {}
 
-  /** Enqueues one control call on the engine's actor; aborting `signal` becomes `cmd.cancel`. */
-  submit(lane: CommandLane, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
+  /**
+   * Queues one control call on the engine's lane and returns its outcome. Aborting `signal` drops
+   * the call if it is still queued, or aborts it if it is running.
+   */
+  submit(id: string, lane: CommandLane, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
     if (signal?.aborted) return Promise.reject(new Error('cancelled'));
-    const token = randomUUID();
-    const op = REFIT_PATHS.has(call.path) ? 'refit' : PAUSE_PATHS.has(call.path) ? 'pause' : 'other';
-    const command: EngineCommand = { token, op, payload: call };
+    if (lane.closed) return Promise.reject(new Error(`worker \`${id}\` was removed`));
     return new Promise((resolve, reject) => {
-      const onAbort = () => lane.actor.send({ type: 'cmd.cancel', token });
-      signal?.addEventListener('abort', onAbort, { once: true });
-      lane.pending.add(token);
-      this.waiters.set(token, (r) => {
-        lane.pending.delete(token);
-        signal?.removeEventListener('abort', onAbort);
-        if ('error' in r) reject(new Error(r.error));
-        else resolve(r.outcome as ControlOutcome);
-      });
-      lane.actor.send({ type: 'cmd.enqueue', command });
+      const job: Job = {
+        op: opOf(call.path),
+        call,
+        signal,
+        onAbort: undefined,
+        token: undefined,
+        settle: (r) => {
+          if (job.onAbort) signal!.removeEventListener('abort', job.onAbort);
+          if ('error' in r) reject(new Error(r.error));
+          else resolve(r.outcome as ControlOutcome);
+        },
+      };
+      if (signal) {
+        job.onAbort = () => this.cancel(id, lane, job);
+        signal.addEventListener('abort', job.onAbort, { once: true });
+      }
+      lane.queue.push(job);
+      this.next(id, lane);
     });
   }
 
-  /** Takes the commands the actor emits: the machine says what runs when, the I/O happens here. */
+  /** Takes the calls the actor emits: the machine says when a pause or refit runs, the I/O happens here. */
   listen(id: string, lane: CommandLane): void {
     const { actor, running } = lane;
     actor.on('command.run', ({ command }) => {
@@ -90,23 +121,82 @@ export class CommandRunner {
     });
     actor.on('command.abort', ({ token }) => running.get(token)?.abort());
     actor.on('command.done', ({ token, result }) => {
-      const waiter = this.waiters.get(token);
-      this.waiters.delete(token);
-      waiter?.(result);
+      const job = lane.current;
+      if (!job || job.token !== token) return;
+      lane.current = undefined;
+      job.settle(result);
+      this.next(id, lane);
     });
   }
 
-  /** The engine was removed: its running calls abort, and its waiters get an answer now, not at their deadline. */
+  /** The engine left this replica: its actor's calls abort, and every caller gets an answer now. */
   abandon(id: string, lane: CommandLane): void {
+    lane.closed = true;
     for (const ctrl of lane.running.values()) ctrl.abort();
-    for (const token of [...lane.pending]) {
-      const waiter = this.waiters.get(token);
-      this.waiters.delete(token);
-      waiter?.({ error: `worker \`${id}\` was removed` });
+    const jobs = [...(lane.current ? [lane.current] : []), ...lane.queue];
+    lane.current = undefined;
+    lane.queue = [];
+    for (const job of jobs) job.settle({ error: `worker \`${id}\` was removed` });
+  }
+
+  /** Starts the oldest queued call when the lane is free. */
+  private next(id: string, lane: CommandLane): void {
+    if (lane.current || lane.closed) return;
+    const job = lane.queue.shift();
+    if (!job) return;
+    lane.current = job;
+    if (job.op !== 'other') {
+      job.token = `${id}#${++this.tokens}`;
+      const command: EngineCommand = { token: job.token, op: job.op, payload: job.call };
+      lane.actor.send({ type: 'cmd.enqueue', command });
+      return;
+    }
+    // The caller's signal aborts the HTTP call itself; nothing else per call is needed.
+    this.execute(id, job.call, job.signal).then(
+      (result) => this.finished(id, lane, job, result),
+      (err: unknown) => this.finished(id, lane, job, { error: String((err as Error)?.message ?? err) }),
+    );
+  }
+
+  private finished(id: string, lane: CommandLane, job: Job, result: CommandResult | { error: string }): void {
+    if (lane.current !== job) return; // cancelled or abandoned meanwhile: its answer is nobody's
+    lane.current = undefined;
+    if (!('error' in result)) this.teach(lane.actor, result);
+    job.settle(result);
+    this.next(id, lane);
+  }
+
+  /** What a call's answer showed, as the events an API write would send: only when it changes something. */
+  private teach(actor: EngineActor, result: CommandResult): void {
+    if (result.version === undefined && result.control === undefined) return;
+    const c = actor.getSnapshot().context;
+    if (result.version !== undefined && (c.version !== result.version || c.versionSource !== 'passthrough')) {
+      actor.send({ type: 'version.set', version: result.version, source: 'passthrough' });
+    }
+    if (result.control !== undefined && (c.control !== result.control || c.controlSource !== 'engine')) {
+      actor.send({ type: 'control.set', control: result.control });
     }
   }
 
-  private async execute(id: string, call: ControlCall, signal: AbortSignal): Promise<CommandResult> {
+  private cancel(id: string, lane: CommandLane, job: Job): void {
+    const at = lane.queue.indexOf(job);
+    if (at >= 0) {
+      lane.queue.splice(at, 1);
+      return job.settle({ error: 'cancelled' });
+    }
+    if (lane.current !== job) return;
+    if (job.token !== undefined) {
+      // The actor aborts the call (command.abort) and answers cancelled (command.done).
+      lane.actor.send({ type: 'cmd.cancel', token: job.token });
+      return;
+    }
+    // Its HTTP call saw the same signal and is aborting: the lane moves on now.
+    lane.current = undefined;
+    job.settle({ error: 'cancelled' });
+    this.next(id, lane);
+  }
+
+  private async execute(id: string, call: ControlCall, signal: AbortSignal | undefined): Promise<CommandResult> {
     const worker = this.deps.registry.get(id);
     if (!worker) return { outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${id}\` was removed` } };
     // Commands reach this replica over NATS from anyone on the bus: the path rules hold here too.

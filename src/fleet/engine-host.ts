@@ -20,11 +20,11 @@ import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { Registry } from './registry.ts';
 import type { Cancellations } from './cancellations.ts';
-import { CommandRunner } from './command-runner.ts';
+import { CommandRunner, newLane, type CommandLane } from './command-runner.ts';
 import { discoverAndSeed, seedFrom } from './discovery-seed.ts';
 import { compareVersions } from './versions.ts';
 import { probeLoop } from './probe-loop.ts';
-import { StatePublisher } from './state-publisher.ts';
+import { StatePublisher, type PublishedState } from './state-publisher.ts';
 import type { EngineNotice, EngineRecord } from './engine-record.ts';
 import { baseUrlOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker } from './worker.ts';
 
@@ -55,14 +55,13 @@ interface Owned {
   actor: EngineActor;
   readonly client: EngineClient;
   readonly load: number;
-  /** Tokens of commands sent to this actor and not answered yet. */
-  pending: Set<string>;
-  /** Control calls in flight, by command token: aborted when the engine is removed. */
-  running: Map<string, AbortController>;
+  /** Its control calls, one at a time in arrival order. */
+  lane: CommandLane;
   /** Completed discoveries: the first seeds from labels, later ones trust the engine. */
   discoveries: number;
   cmdSub: BusSubscription;
-  lastPublished: string;
+  /** The state last published; a snapshot that changes none of it changes nothing outside. */
+  published: PublishedState | undefined;
   /** The weight_version label last seen, to re-seed only when it changes (spec §12.3). */
   seededLabel: string | undefined;
 }
@@ -189,7 +188,7 @@ export class EngineHost {
   run(id: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
     const owned = this.hosted.get(id)?.owned;
     if (!owned) return Promise.reject(new NotOwner(id));
-    return this.commands.submit(owned, call, signal);
+    return this.commands.submit(id, owned.lane, call, signal);
   }
 
   /** Gateway-local writes (spec §11): applied to every DP rank of the engine, by its owner. */
@@ -301,26 +300,23 @@ export class EngineHost {
       get load() {
         return h.load;
       },
-      pending: new Set(),
-      running: new Map(),
+      lane: newLane(actor),
       // A takeover is a rediscovery: the engine is believed over what the last owner recorded.
       discoveries: last ? 1 : 0,
       cmdSub,
-      lastPublished: '',
+      published: undefined,
       seededLabel,
     };
     h.owned = owned;
-    // The machine says what runs when; the I/O happens in the runner, its result goes back as an event.
-    this.commands.listen(worker.id, owned);
-    let seen: unknown;
+    // The machine says when a pause or refit runs; the I/O happens in the runner, its result goes back as an event.
+    this.commands.listen(worker.id, owned.lane);
     actor.subscribe({
       next: (snap) => {
-        // XState notifies on every event; an event that changed nothing keeps the same snapshot.
-        if (snap !== seen) {
-          seen = snap;
-          this.generation++;
-        }
-        if (h.owned === owned) this.states.publish(worker.id, owned, snap);
+        // Routing and the shared state move only when lifecycle, control, version, breaker or
+        // quarantine did: a probe or a breaker count that changed none of them is invisible.
+        if (h.owned !== owned || !this.states.changed(owned.published, snap)) return;
+        this.generation++;
+        owned.published = this.states.publish(worker.id, owned.published, snap, h.load, owned.lane.queue.length);
       },
       error: (err) => this.deps.log.error({ err, worker_id: worker.id }, 'engine actor failed'),
     });
@@ -352,7 +348,7 @@ export class EngineHost {
     this.generation++;
     owned.cmdSub.unsubscribe();
     owned.actor.stop();
-    this.commands.abandon(id, owned);
+    this.commands.abandon(id, owned.lane);
   }
 
   private replaced(prev: Worker, next: Worker): void {

@@ -30,12 +30,14 @@ export interface EngineStateEvent {
   time: string;
 }
 
-/** What publishing uses of one hosted engine. */
-export interface PublishedEngine {
-  /** Data-plane requests in flight. */
-  load: number;
-  /** The key of the last published state, so an unchanged state is not published again. */
-  lastPublished: string;
+/** The facts of an engine that the outside sees: a change of any of them is published. */
+export interface PublishedState {
+  state: string;
+  breaker: string;
+  control: string;
+  version: string | undefined;
+  versionSource: string | undefined;
+  quarantine: string | null;
 }
 
 export class StatePublisher {
@@ -57,14 +59,27 @@ export class StatePublisher {
     },
   ) {}
 
-  publish(id: string, h: PublishedEngine, snap: EngineSnapshot): void {
+  /** Whether `snap` differs from what was last published in anything the outside sees. */
+  changed(last: PublishedState | undefined, snap: EngineSnapshot): boolean {
+    if (!last) return true;
+    const c = snap.context;
+    return (
+      last.control !== c.control ||
+      last.version !== c.version ||
+      last.versionSource !== c.versionSource ||
+      last.quarantine !== c.quarantine ||
+      last.state !== lifecycleOf(snap) ||
+      last.breaker !== breakerOf(snap)
+    );
+  }
+
+  /** Publishes the engine's new state (event, shared record, gauges, log) and returns it. */
+  publish(id: string, last: PublishedState | undefined, snap: EngineSnapshot, load: number, queued: number): PublishedState {
     const c = snap.context;
     const state = lifecycleOf(snap);
     const breaker = breakerOf(snap);
-    const key = `${state}|${breaker}|${c.control}|${c.version}|${c.versionSource}|${c.quarantine}`;
-    if (key === h.lastPublished) return;
-    const prevState = h.lastPublished.split('|')[0];
-    h.lastPublished = key;
+    const now: PublishedState = { state, breaker, control: c.control, version: c.version, versionSource: c.versionSource, quarantine: c.quarantine };
+    const prevState = last?.state;
     const event: EngineStateEvent = {
       id,
       url: c.url,
@@ -74,14 +89,14 @@ export class StatePublisher {
       version_source: c.versionSource ?? null,
       breaker,
       quarantine: c.quarantine,
-      in_flight: h.load,
-      queued: c.queue.length,
+      in_flight: load,
+      queued,
       error: state === 'unreachable' ? (c.lastError ?? null) : null,
       time: new Date().toISOString(),
     };
     this.deps.metrics.engineState(c.url, event);
     this.noteVersion(c.url, c.version);
-    if (prevState !== state) this.deps.log.info({ worker_id: id, url: c.url, from: prevState || null, to: state }, 'engine transition');
+    if (prevState !== state) this.deps.log.info({ worker_id: id, url: c.url, from: prevState ?? null, to: state }, 'engine transition');
     try {
       this.deps.bus.publish(this.deps.subjects.engineState(id), event);
     } catch (err) {
@@ -91,6 +106,7 @@ export class StatePublisher {
     this.deps.records?.put(id, { ...event, owner: this.deps.replicaId }).catch((err: unknown) => {
       this.deps.log.debug({ err, worker_id: id }, 'could not write the shared engine record');
     });
+    return now;
   }
 
   /** The engine's last DP rank is gone: a later one with this base URL is a first sighting again. */
