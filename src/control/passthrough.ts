@@ -12,6 +12,7 @@ import { controlUrlFor } from '../fleet/control-url.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
+import { fanoutConcurrency } from './concurrency.ts';
 import type { Dispatcher, Leg } from './dispatch.ts';
 import { validateEnginePath, queryWithoutSelector } from './engine-path.ts';
 import { callOutcome, failedCall, isSuccess, noControlEndpoint, proxyAnswer, type RlCallOutcome, type RlFailedCall } from './outcome.ts';
@@ -46,7 +47,8 @@ export class Passthrough {
       metrics: Metrics;
       log: Logger;
       timeoutSecs: number;
-      concurrency: number;
+      /** The operator's fan-out concurrency; undefined: by call (concurrency.ts). */
+      concurrency: number | undefined;
       /** Largest request body that still fits one bus message (derived from max_payload). */
       maxCallBodyBytes: number;
     },
@@ -65,7 +67,7 @@ export class Passthrough {
     return proxyAnswer(worker, outcome);
   }
 
-  async fanout(req: IncomingControl & { selector: string | undefined }): Promise<{ status: number; body: RlFanoutResponse }> {
+  async fanout(req: IncomingControl & { selector: string | undefined; concurrency?: number }): Promise<{ status: number; body: RlFanoutResponse }> {
     const started = performance.now();
     const selector = selectorFromQuery(req.selector);
     const path = validateEnginePath(req.path);
@@ -75,7 +77,8 @@ export class Passthrough {
       throw new GatewayError('no_workers_match', `no workers match selector \`${selector.text}\``, { selector: selector.text });
     }
     const call = this.callFor(path, req);
-    const outcomes = await this.runLegs(targets.map((w) => ({ worker: w, call })), req.signal);
+    const concurrency = this.concurrencyFor(path, targets.length, req.concurrency);
+    const outcomes = await this.runLegs(targets.map((w) => ({ worker: w, call })), req.signal, undefined, concurrency);
     const body = fanoutResponse(targets, outcomes);
     const seconds = (performance.now() - started) / 1000;
     this.deps.metrics.fanout(body.failed.length === 0 ? 'ok' : 'partial', seconds);
@@ -94,6 +97,7 @@ export class Passthrough {
     legs: Array<{ worker: Worker; call: ControlCall }>,
     signal?: AbortSignal,
     onLeg?: (workerId: string, outcome: ControlOutcome) => void,
+    concurrency?: number,
   ): Promise<Map<string, ControlOutcome>> {
     const outcomes = new Map<string, ControlOutcome>();
     const record = (id: string, o: ControlOutcome) => {
@@ -109,9 +113,15 @@ export class Passthrough {
       }
     }
     if (callable.length > 0) {
-      await this.deps.dispatcher.many(callable, { concurrency: this.deps.concurrency, signal, onLeg: (r) => record(r.workerId, r.outcome) });
+      const limit = concurrency ?? this.concurrencyFor(callable[0]!.call.path, callable.length);
+      await this.deps.dispatcher.many(callable, { concurrency: limit, signal, onLeg: (r) => record(r.workerId, r.outcome) });
     }
     return outcomes;
+  }
+
+  /** Legs of one call that run at once per owning replica (concurrency.ts). */
+  concurrencyFor(path: string, targets: number, requested?: number): number {
+    return fanoutConcurrency(path, targets, this.deps.concurrency, requested);
   }
 
   callFor(path: string, req: Pick<IncomingControl, 'method' | 'rawQuery' | 'body' | 'contentType' | 'trace'>): ControlCall {

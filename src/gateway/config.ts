@@ -19,7 +19,8 @@ export interface GatewayConfig {
   rl: {
     enabled: boolean;
     controlTimeoutSecs: number;
-    fanoutConcurrency: number;
+    /** Calls in flight per fan-out and owning replica; undefined: by call (control/concurrency.ts). */
+    fanoutConcurrency: number | undefined;
     versionPolicy: string;
   };
   maxBodyBytes: number;
@@ -69,7 +70,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'admin-key', key: 'adminKey', kind: 'string', help: 'bearer token required on /v1/rl (default: no check)' },
   { flag: 'worker-urls', key: 'workerUrls', kind: 'list', help: 'engine URLs to register at start (space- or comma-separated)' },
   { flag: 'rl-control-timeout-secs', key: 'rl.controlTimeoutSecs', kind: 'int', help: 'deadline of one engine control call (default 600)' },
-  { flag: 'rl-fanout-concurrency', key: 'rl.fanoutConcurrency', kind: 'int', help: 'engine calls in flight per fan-out (default 32)' },
+  { flag: 'rl-fanout-concurrency', key: 'rl.fanoutConcurrency', kind: 'int', help: 'engine calls in flight per fan-out and owning replica, for every call (default: 32 for calls that move weights, the fleet size and at least 256 for the others)' },
   { flag: 'rl-version-policy', key: 'rl.versionPolicy', kind: 'string', help: 'any | latest-only | min-version:<v> | max-staleness:<k> (default any)' },
   { flag: 'request-timeout-secs', key: 'requestTimeoutSecs', kind: 'int', help: 'deadline of one data-plane request (default 14400)' },
   { flag: 'workers-list-control-urls', key: 'workersListControlUrls', kind: 'bool', help: 'GET /workers lists gRPC/ZMQ workers by their control-app URL, for slime\'s abort flow (default off)' },
@@ -97,7 +98,7 @@ export function defaultConfig(): GatewayConfig {
     nats: noNatsAuth(),
     adminKey: undefined,
     workerUrls: [],
-    rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: 32, versionPolicy: 'any' },
+    rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: undefined, versionPolicy: 'any' },
     maxBodyBytes: 64 * 1024 * 1024,
     requestTimeoutSecs: 14400,
     workersListControlUrls: false,
@@ -160,7 +161,7 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   }
   if (!(cfg.rl.controlTimeoutSecs >= 1)) throw new ConfigError('rl.control_timeout_secs must be >= 1');
   if (cfg.rl.controlTimeoutSecs > MAX_TIMER_SECS) throw new ConfigError(`rl.control_timeout_secs must be <= ${MAX_TIMER_SECS} (about 24.8 days)`);
-  if (!(cfg.rl.fanoutConcurrency >= 1)) throw new ConfigError('rl.fanout_concurrency must be >= 1');
+  if (cfg.rl.fanoutConcurrency !== undefined && !(cfg.rl.fanoutConcurrency >= 1)) throw new ConfigError('rl.fanout_concurrency must be >= 1');
   try {
     parseVersionPolicy(policy);
   } catch (err) {

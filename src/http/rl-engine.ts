@@ -7,6 +7,7 @@ import type { RouteOptions } from './services.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { methodNotAllowed } from './rl-workers.ts';
 import { TRACE_HEADERS, type IncomingControl } from '../control/passthrough.ts';
+import { CONCURRENCY_HEADER, requestedConcurrency } from '../control/concurrency.ts';
 
 export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   const { passthrough } = services;
@@ -34,7 +35,8 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
       handler: async (req, reply) => {
         const query = new URLSearchParams(rawQuery(req.url));
         const selector = query.has('selector') ? (query.get('selector') ?? '') : undefined;
-        const { status, body } = await passthrough.fanout({ ...incoming(req, req.params['*'] ?? '', reply), selector });
+        const concurrency = requestedConcurrency(req.headers[CONCURRENCY_HEADER]);
+        const { status, body } = await passthrough.fanout({ ...incoming(req, req.params['*'] ?? '', reply), selector, concurrency });
         return reply.code(status).send(body);
       },
     });

@@ -302,11 +302,20 @@ export class RefitRunner {
           return fresh;
         };
         const legs = input.targets.map((wid) => ({ worker: byId.get(wid)!, call: stamp(calls.get(callKey(input.phase, input.stepIndex, wid))!) }));
+        // A collective step (joining the group, a broadcast chunk) completes only when every
+        // engine is in it: all its legs go at once, whatever the fan-out concurrency.
+        const collective = input.phase === 'refit' && plan.steps[input.stepIndex]?.collective === true;
+        const concurrency = collective ? legs.length : undefined;
         await this.deps.passthrough
-          .runLegs(legs, abort.signal, (wid, outcome) => {
-            const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
-            sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: legResult(input.phase, outcome, req.weight_version, expected) });
-          })
+          .runLegs(
+            legs,
+            abort.signal,
+            (wid, outcome) => {
+              const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
+              sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: legResult(input.phase, outcome, req.weight_version, expected) });
+            },
+            concurrency,
+          )
           .catch((err: unknown) => {
             // Never leave the coordinator waiting: an unexpected failure fails the phase's legs.
             this.deps.log.error({ err, refit_id: id, phase: input.phase }, 'refit phase failed unexpectedly');

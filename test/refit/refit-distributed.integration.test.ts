@@ -14,7 +14,9 @@ describe('distributed refit through the coordinator', () => {
 
   beforeAll(async () => {
     sims = await Promise.all([spawnSglangSim(['--tp-size', '2', '--token-rate', '0']), spawnSglangSim(['--tp-size', '1', '--token-rate', '0'])]);
-    t = await startTestGateway({ rl: { controlTimeoutSecs: 20 } });
+    // A fan-out concurrency of 1: the collective steps still go to every engine at once (an
+    // engine alone in the group would wait for the others' ranks until its deadline).
+    t = await startTestGateway({ rl: { controlTimeoutSecs: 20, fanoutConcurrency: 1 } });
     await t.register(sims.map((s) => s.url));
   });
   afterAll(async () => {
