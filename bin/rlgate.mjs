@@ -1,7 +1,23 @@
 #!/usr/bin/env node
-// The published entry point: TypeScript sources run through tsx's loader, so there is no
-// build step and no build output to ship or to drift from the sources.
-import { register } from 'tsx/esm/api';
+// The published entry point: runs the compiled CLI in dist/ (`npm run build`, which `npm install`
+// and `npm ci` run through `prepare`) with plain node. A checkout whose dist/ is missing (installed
+// with --ignore-scripts, or dist/ deleted) runs the TypeScript sources through tsx, a development
+// dependency, and says so once on stderr. It never builds anything itself.
+import { existsSync } from 'node:fs';
 
-register();
-await import('../src/cli/main.ts');
+const compiled = new URL('../dist/src/cli/main.js', import.meta.url);
+
+if (existsSync(compiled)) {
+  await import(compiled.href);
+} else {
+  process.stderr.write('rlgate: dist/ is not built (npm run build); running the TypeScript sources through tsx\n');
+  let register;
+  try {
+    ({ register } = await import('tsx/esm/api'));
+  } catch {
+    process.stderr.write('rlgate: tsx is not installed either; run `npm install` (it builds dist/)\n');
+    process.exit(1);
+  }
+  register();
+  await import('../src/cli/main.ts');
+}

@@ -1,16 +1,21 @@
-// Runs engine simulators as child processes (one PID each: node with the tsx loader, no npm or
-// shell in between) and learns their URL from the `{"event":"listening"}` line they print.
+// Runs engine simulators as child processes (one PID each: node, no npm or shell in between)
+// and learns their URL from the `{"event":"listening"}` line they print.
 // Used by the demo, `rlgate serve`-style launches and the benchmarks; tests have fixtures of
 // their own on top of it.
 
 import { spawn, type ChildProcess } from 'node:child_process';
+import { extname } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
+// The simulators are launched from the same tree as this module: the compiled build (dist/, `.js`)
+// runs compiled simulators with plain node, the sources (`.ts`) run theirs through tsx's loader.
+const EXT = extname(fileURLToPath(import.meta.url));
+const LOADER = EXT === '.ts' ? ['--import', 'tsx'] : [];
 const ENTRY: Record<string, string> = {
-  sglang: fileURLToPath(new URL('./sglang/main.ts', import.meta.url)),
-  zmq: fileURLToPath(new URL('./zmq/main.ts', import.meta.url)),
-  tokenspeed: fileURLToPath(new URL('./tokenspeed/main.ts', import.meta.url)),
+  sglang: fileURLToPath(new URL(`./sglang/main${EXT}`, import.meta.url)),
+  zmq: fileURLToPath(new URL(`./zmq/main${EXT}`, import.meta.url)),
+  tokenspeed: fileURLToPath(new URL(`./tokenspeed/main${EXT}`, import.meta.url)),
 };
 
 export interface SimProcess {
@@ -31,7 +36,7 @@ export async function launchSim(kind: string, args: string[] = [], opts: { start
   const hasPort = args.some((a) => a === '--port' || a.startsWith('--port='));
   // stdin stays open for the child's lifetime: if this process dies, the pipe closes and the
   // simulator exits by itself (--exit-on-stdin-close) instead of living on as an orphan.
-  const child = spawn(process.execPath, ['--import', 'tsx', entry, ...(hasPort ? [] : ['--port', '0']), '--exit-on-stdin-close', ...args], {
+  const child = spawn(process.execPath, [...LOADER, entry, ...(hasPort ? [] : ['--port', '0']), '--exit-on-stdin-close', ...args], {
     stdio: ['pipe', 'pipe', opts.stderr ?? 'ignore'],
     env: { ...process.env },
   });

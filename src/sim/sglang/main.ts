@@ -12,7 +12,8 @@ import { runAsMain, runUntilStopped } from '../lifetime.ts';
 async function loadTransport(transport: Transport): Promise<JoinGroup | null> {
   if (transport === 'metadata') return null;
   // A non-literal specifier: the broadcast module is optional for this simulator and may be absent.
-  const specifier = new URL('../broadcast/member.ts', import.meta.url).href;
+  // Relative, so the build's import rewriting (rewriteRelativeImportExtensions) makes it `.js` in dist/.
+  const specifier: string = '../broadcast/member.ts';
   try {
     const mod = (await import(specifier)) as { joinGroup?: JoinGroup };
     return typeof mod.joinGroup === 'function' ? mod.joinGroup : null;
