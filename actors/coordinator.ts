@@ -126,6 +126,7 @@ export const coordinatorMachine = setup({
     recoverAt: ({ context }, at: Recovered['at']) => context.recovered?.at === at,
     collectiveBroken: ({ context, event }) =>
       event.type === 'leg.done' &&
+      event.phase === context.phase &&
       !event.result.ok &&
       context.steps[context.stepIndex]?.collective === true &&
       context.pending.includes(event.workerId),
@@ -266,10 +267,19 @@ export const coordinatorMachine = setup({
     refitting: {
       initial: 'step',
       after: {
-        refitDeadline: {
-          target: 'cleanup',
-          actions: { type: 'markStalled', params: ({ context }) => ({ phase: 'refit' as const, deadlineMs: context.deadlines.refitMs }) },
-        },
+        // Cut in a collective step, the transfer cannot complete for anyone: the engines that
+        // answered this step hold part of the weights too (transfer_aborted, like a broken one).
+        refitDeadline: [
+          {
+            guard: ({ context }) => context.steps[context.stepIndex]?.collective === true,
+            target: 'cleanup',
+            actions: [{ type: 'markStalled', params: ({ context }) => ({ phase: 'refit' as const, deadlineMs: context.deadlines.refitMs }) }, 'abortTransfer'],
+          },
+          {
+            target: 'cleanup',
+            actions: { type: 'markStalled', params: ({ context }) => ({ phase: 'refit' as const, deadlineMs: context.deadlines.refitMs }) },
+          },
+        ],
       },
       states: {
         step: {

@@ -373,7 +373,8 @@ export class RefitRunner {
     for (const w of targets) {
       const rec = result.engines[w.id];
       if (rec?.failedIn === 'refit' || (rec?.error !== undefined && QUARANTINING.has(rec.error))) this.deps.quarantine(w.id, rec.error ?? 'refit_failed');
-      else if (plan.verify && !result.abortReason && result.paused.includes(w.id) && rec?.failedIn === undefined) this.deps.quarantine(w.id, null);
+      // Only an engine whose version check passed leaves quarantine (a refit cut by its deadline skips the check).
+      else if (plan.verify && !result.abortReason && rec?.phases.verify !== undefined && rec.failedIn === undefined) this.deps.quarantine(w.id, null);
     }
     return buildReport({
       id,

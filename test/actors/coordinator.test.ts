@@ -394,6 +394,24 @@ describe('coordinator: a distributed transfer that breaks', () => {
     expect(h.of('resume')[0]).toMatchObject({ at: 3_020, targets: TARGETS });
   });
 
+  it('the refit deadline in mid-transfer fails every engine still in the transfer, not only those that had not answered the chunk', async () => {
+    // e1 and e3 answered chunk 1/2; e2 never does. Nobody gets chunk 2/2 (the one with the version).
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e2: 'hang' } : undefined));
+    const r = await h.finish();
+    expect(h.of('refit', CHUNK_2)).toEqual([]);
+    expect(r.engines.e2).toMatchObject({ failedIn: 'refit', step: CHUNK_1, error: 'phase_deadline_exceeded' });
+    // The others hold part of the weights and cannot complete the collective.
+    for (const id of ['e1', 'e3']) expect(r.engines[id]).toMatchObject({ failedIn: 'refit', step: CHUNK_1, error: 'transfer_aborted' });
+  });
+
+  it('a late failure from a phase already left does not abandon a collective step', async () => {
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e2: 'hang' } : undefined));
+    h.advance(35); // pause, init, then e1 and e3 answered chunk 1 (10 ms each)
+    h.actor.send({ type: 'leg.done', phase: 'pause', workerId: 'e2', result: fail('upstream_error', { status: 500 }) });
+    expect(h.actor.getSnapshot().value).toEqual({ refitting: 'step' });
+    expect(h.actor.getSnapshot().context.engines.e1!.failedIn).toBeUndefined();
+  });
+
   it('a cleanup that hangs is given up at the resume deadline, and the resume still goes out', async () => {
     const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e2: fail('upstream_error', { status: 500 }) } : c.step === DESTROY ? { e1: 'hang' } : undefined));
     await h.finish();
