@@ -52,7 +52,55 @@ export function encodeBody(body: Uint8Array | null | undefined): string | undefi
   return Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('base64');
 }
 
+/** The last body decoded: every leg of a fan-out carries the same one, decoded once. */
+let lastBody: { text: string; bytes: Buffer } | undefined;
+
+/** The call's body as bytes. Callers only read them (the buffer may be shared between legs). */
 export function decodeBody(body: string | undefined): Buffer | null {
   if (!body) return null;
-  return Buffer.from(body, 'base64');
+  if (lastBody?.text === body) return lastBody.bytes;
+  const bytes = Buffer.from(body, 'base64');
+  lastBody = { text: body, bytes };
+  return bytes;
+}
+
+/**
+ * A signal that aborts at one deadline for a whole share of legs, or when the share is
+ * cancelled: one timer for the share instead of one per leg. A call whose own deadline is this
+ * one needs no timer of its own (control-client.ts).
+ */
+export class ShareDeadline {
+  private readonly ctrl = new AbortController();
+  private readonly timer: NodeJS.Timeout;
+  private readonly forward: () => void;
+
+  constructor(
+    readonly at: number,
+    private readonly parent: AbortSignal | undefined,
+  ) {
+    this.timer = setTimeout(() => this.ctrl.abort(DEADLINE), Math.max(0, at - Date.now()));
+    this.forward = () => this.ctrl.abort(parent?.reason);
+    if (parent?.aborted) this.ctrl.abort(parent.reason);
+    else parent?.addEventListener('abort', this.forward, { once: true });
+    shareDeadlines.set(this.ctrl.signal, at);
+  }
+
+  get signal(): AbortSignal {
+    return this.ctrl.signal;
+  }
+
+  dispose(): void {
+    clearTimeout(this.timer);
+    this.parent?.removeEventListener('abort', this.forward);
+  }
+}
+
+/** The reason a ShareDeadline's signal gives when its deadline passed (not a cancel). */
+export const DEADLINE = Object.freeze({ deadline: true });
+
+const shareDeadlines = new WeakMap<AbortSignal, number>();
+
+/** The deadline `signal` enforces by itself, if it is a ShareDeadline's. */
+export function deadlineOf(signal: AbortSignal | undefined): number | undefined {
+  return signal ? shareDeadlines.get(signal) : undefined;
 }

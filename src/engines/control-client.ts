@@ -5,7 +5,7 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Agent, errors as undiciErrors } from 'undici';
-import { BODY_CAP, decodeBody, type ControlCall, type ControlOutcome } from './control-call.ts';
+import { BODY_CAP, DEADLINE, deadlineOf, decodeBody, type ControlCall, type ControlOutcome } from './control-call.ts';
 
 /** Per-worker HTTP client settings given at registration (`http_pool`). */
 export interface HttpPoolConfig {
@@ -60,17 +60,25 @@ export class ControlClient {
     const url = `${base}/${call.path}${call.query ? `?${call.query}` : ''}`;
     if (remaining <= 0) return this.timedOut(target, call, started);
 
-    // One controller for both the deadline and the caller's cancel (cheaper than
-    // AbortSignal.timeout + AbortSignal.any on every call of a fan-out).
-    const ctrl = new AbortController();
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      ctrl.abort();
-    }, remaining);
-    const onCancel = () => ctrl.abort();
-    if (signal?.aborted) ctrl.abort();
-    else signal?.addEventListener('abort', onCancel, { once: true });
+    // A share's signal that already ends at this call's deadline is used as it is (one timer per
+    // share); otherwise one controller for both the deadline and the caller's cancel (cheaper
+    // than AbortSignal.timeout + AbortSignal.any).
+    const shared = signal !== undefined && deadlineOf(signal) === call.deadline;
+    let ctrl: AbortController | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    let timedOutHere = false;
+    const onCancel = () => ctrl?.abort();
+    if (!shared) {
+      const own = (ctrl = new AbortController());
+      timer = setTimeout(() => {
+        timedOutHere = true;
+        own.abort();
+      }, remaining);
+      if (signal?.aborted) own.abort();
+      else signal?.addEventListener('abort', onCancel, { once: true });
+    }
+    const callSignal = ctrl ? ctrl.signal : signal!;
+    const timedOut = () => timedOutHere || (shared && signal!.reason === DEADLINE);
     const body = decodeBody(call.body);
     const headers: Record<string, string> = {};
     if (call.contentType) headers['content-type'] = call.contentType;
@@ -88,14 +96,14 @@ export class ControlClient {
         method: call.method,
         headers,
         body: body ?? undefined,
-        signal: ctrl.signal,
+        signal: callSignal,
       });
       const { bytes, truncated } = await readCapped(res.body);
       const latencyMs = Math.max(0, Math.round(performance.now() - started));
       const contentType = String(res.headers['content-type'] ?? '');
       return { kind: 'answer', status: res.statusCode, latencyMs, body: decodeAnswer(bytes, truncated, contentType), truncated };
     } catch (err) {
-      if (timedOut) return this.timedOut(target, call, started);
+      if (timedOut()) return this.timedOut(target, call, started);
       const latencyMs = Math.max(0, Math.round(performance.now() - started));
       return {
         kind: 'unreachable',
@@ -103,8 +111,10 @@ export class ControlClient {
         message: `upstream \`${target.workerUrl}\` unreachable: error sending request for url (${url}): ${describe(err)}`,
       };
     } finally {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', onCancel);
+      if (!shared) {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onCancel);
+      }
     }
   }
 

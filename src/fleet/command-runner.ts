@@ -7,7 +7,7 @@
 // It never retries a call, and never creates or removes actors.
 
 import type { CommandOp, CommandResult, EngineActor, EngineCommand } from '../../actors/engine.ts';
-import { decodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
+import { DEADLINE, decodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
 import { controlOp, validateEnginePath } from '../control/engine-path.ts';
 import { noControlEndpoint } from '../control/outcome.ts';
@@ -94,7 +94,7 @@ export class CommandRunner {
         },
       };
       if (signal) {
-        job.onAbort = () => this.cancel(id, lane, job);
+        job.onAbort = () => (signal.reason === DEADLINE ? this.expire(id, lane, job) : this.cancel(id, lane, job));
         signal.addEventListener('abort', job.onAbort, { once: true });
       }
       lane.queue.push(job);
@@ -176,6 +176,18 @@ export class CommandRunner {
     if (result.control !== undefined && (c.control !== result.control || c.controlSource !== 'engine')) {
       actor.send({ type: 'control.set', control: result.control });
     }
+  }
+
+  /**
+   * The share's deadline passed: a call still queued times out without being sent; a running
+   * one times out by itself (its HTTP call saw the same signal, or has a timer of its own).
+   */
+  private expire(id: string, lane: CommandLane, job: Job): void {
+    const at = lane.queue.indexOf(job);
+    if (at < 0) return;
+    lane.queue.splice(at, 1);
+    const url = this.deps.registry.get(id)?.url ?? id;
+    job.settle({ outcome: { kind: 'timeout', latencyMs: 0, message: `upstream \`${url}\` timed out after ${job.call.timeoutSecs}s` } });
   }
 
   private cancel(id: string, lane: CommandLane, job: Job): void {

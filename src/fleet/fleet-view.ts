@@ -62,6 +62,11 @@ export interface EngineView {
 const ONLINE = new Set(['serving', 'paused', 'asleep', 'refitting']);
 
 export class FleetView {
+  /** The DP-collapsed, sorted engines, valid for one registry generation. */
+  private reps: { generation: number; list: Array<[Worker, number]> } | undefined;
+  /** Selector views by worker id, valid while neither the registry nor any engine's state moved. */
+  private views: { registry: number; host: number; byId: Map<string, Record<string, string | undefined>> } | undefined;
+
   constructor(private readonly deps: { registry: Registry; host: EngineHost }) {}
 
   engine(w: Worker): EngineView {
@@ -111,7 +116,20 @@ export class FleetView {
   /** DP-collapsed workers whose merged label view matches (spec §10.1 step 3); all without one. */
   targets(selector?: Selector): Worker[] {
     const reps = this.representatives().map(([w]) => w);
-    return selector ? reps.filter((w) => matchesSelector(selector, this.selectorView(w))) : reps;
+    if (!selector) return reps;
+    // Views are cached: a fan-out does not rebuild every engine's labels (they change only
+    // when the registry or an engine's published state does).
+    const { registry, host } = this.deps;
+    let v = this.views;
+    if (!v || v.registry !== registry.generation || v.host !== host.generation) {
+      v = this.views = { registry: registry.generation, host: host.generation, byId: new Map() };
+    }
+    const byId = v.byId;
+    return reps.filter((w) => {
+      let view = byId.get(w.id);
+      if (!view) byId.set(w.id, (view = this.selectorView(w)));
+      return matchesSelector(selector, view);
+    });
   }
 
   /** Labels plus synthetic keys that shadow labels of the same name (spec §14.3). */
@@ -180,6 +198,12 @@ export class FleetView {
 
   /** [representative, number of DP ranks] per engine, sorted (spec §6.1). */
   private representatives(): Array<[Worker, number]> {
+    const generation = this.deps.registry.generation;
+    if (this.reps?.generation !== generation) this.reps = { generation, list: this.groupRanks() };
+    return this.reps.list;
+  }
+
+  private groupRanks(): Array<[Worker, number]> {
     const groups = new Map<string, Worker[]>();
     for (const w of this.deps.registry.all()) {
       const key = w.dpAware ? `dp|${w.baseUrl}` : `url|${w.url}`;

@@ -6,6 +6,7 @@
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { LegReply, ReplicaCommand } from '../control/dispatch.ts';
+import { ShareDeadline, type ControlCall } from '../engines/control-call.ts';
 import type { Cancellations } from './cancellations.ts';
 import { NotOwner, type EngineHost } from './engine-host.ts';
 import { OutcomeLog } from './outcome-log.ts';
@@ -47,23 +48,43 @@ export async function runLoggedShare(host: EngineHost, log: OutcomeLog, cmd: Rep
 
 export async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (reply: LegReply) => void, signal: AbortSignal): Promise<void> {
   let next = 0;
+  const startedAt = Date.now();
+  // Legs taken at once share one deadline timer (by call, as calls may differ in timeout).
+  const deadlines = new Map<ControlCall, ShareDeadline>();
   const lane = async () => {
     while (next < cmd.legs.length && !signal.aborted) {
       const { workerId, call: index } = cmd.legs[next++]!;
-      const leg = { workerId, call: cmd.calls[index]! };
+      const base = cmd.calls[index]!;
       // Each leg gets its own control timeout from the moment its lane takes it (spec §10.1
       // step 4: no overall deadline), so a leg held back by the concurrency cap keeps it whole.
-      const call = { ...leg.call, deadline: Date.now() + leg.call.timeoutSecs * 1000 };
+      // Legs taken within a moment of the share's start use the share's deadline for that call.
+      const now = Date.now();
+      let legSignal = signal;
+      let deadline = now + base.timeoutSecs * 1000;
+      if (now - startedAt <= SAME_DEADLINE_MS) {
+        let d = deadlines.get(base);
+        if (!d) deadlines.set(base, (d = new ShareDeadline(startedAt + base.timeoutSecs * 1000, signal)));
+        deadline = d.at;
+        legSignal = d.signal;
+      }
+      const call = { ...base, deadline };
       let reply: LegReply;
       try {
-        reply = { workerId: leg.workerId, outcome: await host.run(leg.workerId, call, signal) };
+        reply = { workerId, outcome: await host.run(workerId, call, legSignal) };
       } catch (err) {
         const code = err instanceof NotOwner ? ('not_owner' as const) : undefined;
-        reply = { workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message, ...(code && { code }) } };
+        reply = { workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message, ...(code && { code }) } };
       }
       send(reply);
     }
   };
   const lanes = Math.max(1, Math.min(cmd.concurrency, cmd.legs.length));
-  await Promise.all(Array.from({ length: lanes }, lane));
+  try {
+    await Promise.all(Array.from({ length: lanes }, lane));
+  } finally {
+    for (const d of deadlines.values()) d.dispose();
+  }
 }
+
+/** Legs a lane takes this soon after the share started keep the share's deadline (a few ms less budget). */
+const SAME_DEADLINE_MS = 20;
