@@ -4,7 +4,7 @@
 
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { Agent, errors as undiciErrors } from 'undici';
+import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import { BODY_CAP, DEADLINE, deadlineOf, decodeBody, type ControlCall, type ControlOutcome } from './control-call.ts';
 
 /** Per-worker HTTP client settings given at registration (`http_pool`). */
@@ -24,6 +24,8 @@ export interface ControlTarget {
   controlUrl: string;
   /** The worker's own api key, sent as its bearer; never the caller's credentials. */
   apiKey: string | null;
+  /** A pool already connected to the control URL's origin (the engine's own), used instead of ours. */
+  dispatcher?: Dispatcher;
 }
 
 export class ControlClient {
@@ -88,7 +90,7 @@ export class ControlClient {
 
     try {
       const { origin, prefix } = this.originOf(base);
-      const agent = this.clientFor(target.pool);
+      const agent = target.dispatcher ?? this.clientFor(target.pool);
       if (agent instanceof Error) throw agent;
       const res = await agent.request({
         origin,

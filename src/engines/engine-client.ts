@@ -2,6 +2,7 @@
 // engine actors and the coordinator treat connection modes alike. Discovery and liveness only:
 // control calls always go over HTTP (control-client.ts), data-plane relays are per wire.
 
+import type { Dispatcher } from 'undici';
 import type { ConnectionMode } from '../fleet/worker.ts';
 
 /** Raw facts an engine reports about itself; fleet/discovery.ts turns them into labels. */
@@ -26,5 +27,10 @@ export interface EngineClient {
    * also say whether the engine is paused, where the wire can tell.
    */
   probe(signal: AbortSignal, quiet?: boolean): Promise<void | { paused?: boolean }>;
+  /**
+   * The connection pool that reaches `url`'s origin, when this client already holds one (an
+   * HTTP engine's control calls then share its probes' connection: one socket per engine, not two).
+   */
+  poolFor?(url: string): Dispatcher | undefined;
   close(): Promise<void>;
 }

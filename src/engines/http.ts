@@ -9,6 +9,7 @@ export class HttpEngineClient implements EngineClient {
   readonly mode = 'http' as const;
   /** Data-plane pool. Timeouts are the relay's business (long rollouts), not undici's. */
   readonly pool: Pool;
+  private readonly origin: string;
   private readonly authHeader: Record<string, string>;
 
   constructor(
@@ -16,7 +17,8 @@ export class HttpEngineClient implements EngineClient {
     apiKey: string | null,
     opts: { connections?: number } = {},
   ) {
-    this.pool = new Pool(new URL(url).origin, {
+    this.origin = new URL(url).origin;
+    this.pool = new Pool(this.origin, {
       connections: opts.connections ?? 256,
       headersTimeout: 0,
       bodyTimeout: 0,
@@ -50,6 +52,10 @@ export class HttpEngineClient implements EngineClient {
     if (res.statusCode === 200) return false;
     if (res.statusCode === 503) return true;
     return undefined;
+  }
+
+  poolFor(url: string): Pool | undefined {
+    return url.startsWith(this.origin) && (url.length === this.origin.length || url[this.origin.length] === '/') ? this.pool : undefined;
   }
 
   async close(): Promise<void> {

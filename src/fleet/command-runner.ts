@@ -9,6 +9,7 @@
 import type { CommandOp, CommandResult, EngineActor, EngineCommand } from '../../actors/engine.ts';
 import { DEADLINE, decodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
+import type { EngineClient } from '../engines/engine-client.ts';
 import { controlOp, validateEnginePath } from '../control/engine-path.ts';
 import { noControlEndpoint } from '../control/outcome.ts';
 import type { Logger } from '../obs/logger.ts';
@@ -70,6 +71,8 @@ export class CommandRunner {
       log: Logger;
       /** The hosted actor of a worker, to tell sibling DP ranks what a call implied. */
       actorOf: (id: string) => EngineActor | undefined;
+      /** The engine's own client, whose connection a control call may share. */
+      clientOf: (id: string) => EngineClient | undefined;
     },
   ) {}
 
@@ -227,7 +230,9 @@ export class CommandRunner {
       const message = `worker \`${worker.id}\` has no control endpoint: no HTTP client for the control endpoint: ${clientError}`;
       return { outcome: { kind: 'no_control_endpoint', latencyMs: 0, message, connectionMode: worker.connectionMode } };
     }
-    const outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool }, call, signal);
+    // An engine without pool settings of its own is called on the connection its probes use.
+    const dispatcher = worker.httpPool && Object.keys(worker.httpPool).length > 0 ? undefined : this.deps.clientOf(id)?.poolFor?.(controlUrl);
+    const outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool, dispatcher }, call, signal);
     this.deps.metrics.controlCall(controlOp(call.path), outcome);
     if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) return { outcome };
     const seen = observeControlCall(call.path, decodeBody(call.body));

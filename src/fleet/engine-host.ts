@@ -108,7 +108,7 @@ export class EngineHost {
     },
   ) {
     const { registry, bus, subjects, control, metrics, log, records, replicaId } = deps;
-    this.commands = new CommandRunner({ registry, control, metrics, log, actorOf: (id) => this.hosted.get(id)?.owned?.actor });
+    this.commands = new CommandRunner({ registry, control, metrics, log, actorOf: (id) => this.hosted.get(id)?.owned?.actor, clientOf: (id) => this.hosted.get(id)?.client });
     this.states = new StatePublisher({ registry, bus, subjects, metrics, log, loadOf: (id) => this.load(id), records, replicaId });
     registry.on('added', (w) => this.host(w));
     registry.on('replaced', (prev, next) => this.replaced(prev, next));

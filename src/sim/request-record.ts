@@ -18,4 +18,6 @@ export interface RecordedRequest {
   body: string;
   bodyBytes: number;
   httpVersion: string;
+  /** The client's port: requests with the same one came over the same connection. */
+  remotePort?: number;
 }

@@ -186,7 +186,7 @@ export async function startSglangSim(options: SglangSimOptions = {}): Promise<Sg
     if (engine.recorder.enabled) {
       engine.recorder.add({
         method, path, query, headers: req.headers, body: body.toString('utf8'), bodyBytes: body.length,
-        httpVersion: req.httpVersion,
+        httpVersion: req.httpVersion, remotePort: req.socket.remotePort,
       });
     } else {
       engine.recorder.count();

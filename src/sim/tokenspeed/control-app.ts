@@ -132,7 +132,7 @@ export async function startControlApp(engine: TsEngine, exit: (code: number) => 
     const query = q < 0 ? '' : raw.slice(q + 1);
     const method = req.method ?? 'GET';
     engine.recorder.control.add({
-      method, path, query, headers: { ...req.headers }, body: body.toString('utf8'), bodyBytes: body.length, httpVersion: req.httpVersion,
+      method, path, query, headers: { ...req.headers }, body: body.toString('utf8'), bodyBytes: body.length, httpVersion: req.httpVersion, remotePort: req.socket.remotePort,
     });
     engine.controlInFlight++;
     engine.peakControlInFlight = Math.max(engine.peakControlInFlight, engine.controlInFlight);
