@@ -28,12 +28,18 @@ export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: 
         clearTimeout(timer);
       }
     }
-    if (!stopped) handle = setTimeout(tick, intervalMs);
+    if (!stopped) handle = setTimeout(tick, jittered(intervalMs));
   };
-  handle = setTimeout(tick, intervalMs);
+  // A fleet registered at once must not be probed at once: the first probe comes at a random
+  // point of the first interval, and every later one within ±20% of the interval.
+  handle = setTimeout(tick, Math.random() * intervalMs);
   return () => {
     stopped = true;
     clearTimeout(handle);
     ctrl?.abort();
   };
+}
+
+function jittered(intervalMs: number): number {
+  return intervalMs * (0.8 + 0.4 * Math.random());
 }
