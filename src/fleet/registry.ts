@@ -51,6 +51,11 @@ export class Registry extends EventEmitter<RegistryEvents> {
     return id ? this.byId.get(id) : undefined;
   }
 
+  /** Registered workers (DP ranks counted each). */
+  get size(): number {
+    return this.byId.size;
+  }
+
   all(): Worker[] {
     return [...this.byId.values()];
   }

@@ -18,6 +18,7 @@ import { EngineHost } from '../fleet/engine-host.ts';
 import { FleetView } from '../fleet/fleet-view.ts';
 import { Registry } from '../fleet/registry.ts';
 import { RegistrySync, type StoredWorker } from '../fleet/registry-sync.ts';
+import { FdBudget } from './fd-limit.ts';
 import { Ownership, type Heartbeat, type OwnerLease } from '../fleet/ownership.ts';
 import type { EngineRecord } from '../fleet/engine-record.ts';
 import { runShare, serveReplicaCommands } from '../fleet/replica.ts';
@@ -253,6 +254,10 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         throw err;
       }
     }
+    // The open-file limit against the fleet found at start, and as it grows.
+    const fds = new FdBudget(log.child({ component: 'limits' }));
+    fds.check(registry.size);
+    registry.on('added', () => fds.check(registry.size));
     ownership.setUrl(url);
     natsUrl = redactUrl(natsUrl);
     log.info({ url, nats_url: natsUrl, replica_id: replicaId, rl: config.rl.enabled }, 'gateway listening');
