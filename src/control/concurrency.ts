@@ -4,7 +4,7 @@
 // fleet at once, since it costs the engine nothing. An operator's setting applies to every call,
 // and a request may name its own (`x-rlgate-fanout-concurrency`).
 
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 
 /** Calls that move weights onto the engine. */
 const WEIGHT_PATHS = new Set(['update_weights_from_disk', 'update_weights_from_tensor', 'update_weights_from_ipc', 'update_weights_from_distributed']);

@@ -2,9 +2,10 @@
 // (RlFailedCall), and into the proxy's HTTP answer. One place decides which outcome is an
 // error of which code, so the per-worker route and the fan-out can never disagree.
 
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import type { ControlOutcome } from '../engines/control-call.ts';
 import type { Worker } from '../fleet/worker.ts';
+export { noControlEndpoint } from '../fleet/control-url.ts';
 
 export interface RlCallOutcome {
   worker_id: string;
@@ -72,13 +73,4 @@ export function proxyAnswer(w: Pick<Worker, 'id' | 'url'>, o: ControlOutcome): {
  */
 export function unreachableCode(o: Extract<ControlOutcome, { kind: 'unreachable' }>): 'bus_unavailable' | 'upstream_unreachable' {
   return o.code === 'bus_unavailable' ? 'bus_unavailable' : 'upstream_unreachable';
-}
-
-/** Why a gRPC or ZMQ worker has no control endpoint, with what to do about it (spec §7.1). */
-export function noControlEndpoint(w: Pick<Worker, 'id' | 'connectionMode'>): string {
-  const fix =
-    w.connectionMode === 'zmq'
-      ? 'ZMQ engines advertise nothing: set the `rl.control_url` label when registering the worker'
-      : 'launch the engine with a routable --rl-control-host (a wildcard bind is not advertised), or set the `rl.control_url` label when registering the worker';
-  return `worker \`${w.id}\` uses connection mode \`${w.connectionMode}\` and has no \`rl.control_url\`: ${fix}`;
 }

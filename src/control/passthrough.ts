@@ -4,7 +4,7 @@
 
 import type { ControlCall, ControlMethod, ControlOutcome } from '../engines/control-call.ts';
 import { encodeBody } from '../engines/control-call.ts';
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Registry } from '../fleet/registry.ts';
 import { selectorFromQuery } from '../fleet/selector.ts';
@@ -13,8 +13,9 @@ import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { fanoutConcurrency } from './concurrency.ts';
-import type { Dispatcher, Leg } from './dispatch.ts';
-import { validateEnginePath, queryWithoutSelector } from './engine-path.ts';
+import type { Dispatcher } from './dispatch.ts';
+import type { LegRunner } from './leg-runner.ts';
+import { validateEnginePath, queryWithoutSelector } from '../engines/engine-path.ts';
 import { callOutcome, failedCall, isSuccess, noControlEndpoint, proxyAnswer, type RlCallOutcome, type RlFailedCall } from './outcome.ts';
 
 export interface IncomingControl {
@@ -44,13 +45,9 @@ export class Passthrough {
       registry: Registry;
       view: FleetView;
       dispatcher: Dispatcher;
+      legs: LegRunner;
       metrics: Metrics;
       log: Logger;
-      timeoutSecs: number;
-      /** The operator's fan-out concurrency; undefined: by call (concurrency.ts). */
-      concurrency: number | undefined;
-      /** Largest request body that still fits one bus message (derived from max_payload). */
-      maxCallBodyBytes: number;
     },
   ) {}
 
@@ -58,7 +55,7 @@ export class Passthrough {
     const path = validateEnginePath(req.path);
     const worker = this.deps.registry.require(workerId);
     const controlUrl = this.controlUrlOrThrow(worker);
-    const call = this.callFor(path, req);
+    const call = this.deps.legs.callFor(path, req);
     const outcome = await this.deps.dispatcher.one(worker.id, call, req.signal);
     this.deps.log.info(
       { worker_id: worker.id, url: worker.url, control_url: controlUrl, method: req.method, path, status: outcome.kind === 'answer' ? outcome.status : null, latency_ms: outcome.latencyMs },
@@ -76,9 +73,9 @@ export class Passthrough {
       this.deps.metrics.fanout('no_match');
       throw new GatewayError('no_workers_match', `no workers match selector \`${selector.text}\``, { selector: selector.text });
     }
-    const call = this.callFor(path, req);
-    const concurrency = this.concurrencyFor(path, targets.length, req.concurrency);
-    const outcomes = await this.runLegs(targets.map((w) => ({ worker: w, call })), req.signal, undefined, concurrency);
+    const call = this.deps.legs.callFor(path, req);
+    const concurrency = this.deps.legs.concurrencyFor(path, targets.length, req.concurrency);
+    const outcomes = await this.deps.legs.runLegs(targets.map((w) => ({ worker: w, call })), req.signal, undefined, concurrency);
     const body = fanoutResponse(targets, outcomes);
     const seconds = (performance.now() - started) / 1000;
     this.deps.metrics.fanout(body.failed.length === 0 ? 'ok' : 'partial', seconds);
@@ -87,63 +84,6 @@ export class Passthrough {
       'rl.fanout',
     );
     return { status: body.failed.length === 0 ? 200 : 207, body };
-  }
-
-  /**
-   * Runs one call per worker (each may differ, e.g. its own rank_offset) and returns every
-   * outcome by worker id. Workers without a control endpoint fail at once and are not called.
-   */
-  async runLegs(
-    legs: Array<{ worker: Worker; call: ControlCall }>,
-    signal?: AbortSignal,
-    onLeg?: (workerId: string, outcome: ControlOutcome) => void,
-    concurrency?: number,
-  ): Promise<Map<string, ControlOutcome>> {
-    const outcomes = new Map<string, ControlOutcome>();
-    const record = (id: string, o: ControlOutcome) => {
-      outcomes.set(id, o);
-      onLeg?.(id, o);
-    };
-    const callable: Leg[] = [];
-    for (const { worker, call } of legs) {
-      if (controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker)) === null) {
-        record(worker.id, { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpoint(worker), connectionMode: worker.connectionMode });
-      } else {
-        callable.push({ workerId: worker.id, call });
-      }
-    }
-    if (callable.length > 0) {
-      const limit = concurrency ?? this.concurrencyFor(callable[0]!.call.path, callable.length);
-      await this.deps.dispatcher.many(callable, { concurrency: limit, signal, onLeg: (r) => record(r.workerId, r.outcome) });
-    }
-    return outcomes;
-  }
-
-  /** Legs of one call that run at once per owning replica (concurrency.ts). */
-  concurrencyFor(path: string, targets: number, requested?: number): number {
-    return fanoutConcurrency(path, targets, this.deps.concurrency, requested);
-  }
-
-  callFor(path: string, req: Pick<IncomingControl, 'method' | 'rawQuery' | 'body' | 'contentType' | 'trace'>): ControlCall {
-    // Control calls cross NATS to the replica owning the engine: a body the bus cannot carry is
-    // refused up front instead of failing every leg.
-    if (req.body && req.body.length > this.deps.maxCallBodyBytes) {
-      throw new GatewayError('payload_too_large', `control request bodies are limited to ${this.deps.maxCallBodyBytes} bytes by the bus (NATS max_payload)`, {
-        limit: this.deps.maxCallBodyBytes,
-      });
-    }
-    const call: ControlCall = {
-      method: req.method,
-      path,
-      query: queryWithoutSelector(req.rawQuery),
-      deadline: Date.now() + this.deps.timeoutSecs * 1000,
-      timeoutSecs: this.deps.timeoutSecs,
-    };
-    const body = encodeBody(req.body);
-    if (body) call.body = body;
-    if (req.contentType) call.contentType = req.contentType;
-    if (Object.keys(req.trace).length > 0) call.trace = req.trace;
-    return call;
   }
 
   private controlUrlOrThrow(w: Worker): string {

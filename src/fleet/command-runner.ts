@@ -10,11 +10,10 @@ import type { CommandOp, CommandResult, EngineActor, EngineCommand } from '../..
 import { DEADLINE, decodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
-import { controlOp, validateEnginePath } from '../control/engine-path.ts';
-import { noControlEndpoint } from '../control/outcome.ts';
+import { controlOp, validateEnginePath } from '../engines/engine-path.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
-import { controlUrlFor } from './control-url.ts';
+import { controlUrlFor, noControlEndpoint } from './control-url.ts';
 import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
 import { mergedLabels } from './worker.ts';

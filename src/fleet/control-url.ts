@@ -3,7 +3,7 @@
 // bind host is swapped for the host the gateway already reaches the worker on. Pure: never
 // connects, and never checks that the URL is reachable.
 
-import type { ConnectionMode } from './worker.ts';
+import type { ConnectionMode, Worker } from './worker.ts';
 import { baseUrlOf } from './worker.ts';
 import { trimWhiteSpace } from './versions.ts';
 
@@ -78,4 +78,13 @@ export function controlUrlFor(mode: ConnectionMode, baseUrl: string, labels: Rec
   if (mode === 'http') return baseUrl;
   const label = Object.hasOwn(labels, CONTROL_URL_LABEL) ? labels[CONTROL_URL_LABEL] : undefined;
   return resolveControlUrl(label, baseUrl);
+}
+
+/** Why a gRPC or ZMQ worker has no control endpoint, with what to do about it (spec §7.1). */
+export function noControlEndpoint(w: Pick<Worker, 'id' | 'connectionMode'>): string {
+  const fix =
+    w.connectionMode === 'zmq'
+      ? 'ZMQ engines advertise nothing: set the `rl.control_url` label when registering the worker'
+      : 'launch the engine with a routable --rl-control-host (a wildcard bind is not advertised), or set the `rl.control_url` label when registering the worker';
+  return `worker \`${w.id}\` uses connection mode \`${w.connectionMode}\` and has no \`rl.control_url\`: ${fix}`;
 }

@@ -5,7 +5,7 @@
 
 import { EventEmitter } from 'node:events';
 import { createHash } from 'node:crypto';
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import { laneAddresses } from '../engines/zmq/handshake.ts';
 import { baseUrlOf, connectionModeOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker, type WorkerRegistration } from './worker.ts';
 

@@ -2,7 +2,7 @@
 // as AND. A hand-written scanner whose errors carry the UTF-8 byte offset where parsing failed,
 // and exact-match evaluation against a label view. Never builds the view (fleet code does).
 
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import { hasWhiteSpace, trimWhiteSpace } from './versions.ts';
 
 export type SelectorOp = '=' | '!=' | 'in' | 'notin';

@@ -2,7 +2,7 @@
 // and the `x-smg-version-policy` / `x-rl-version-policy` headers, and the per-candidate verdict
 // of the routing pre-filter. Pure: it never reads the table or counts drops; callers do.
 
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import { compareVersions, hasWhiteSpace, trimWhiteSpace, versionNumber } from './versions.ts';
 
 export type VersionPolicy =

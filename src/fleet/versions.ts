@@ -2,7 +2,7 @@
 // version passes (API writes and passthrough observations), their ordering, and the per-model
 // fleet maximum. Pure: never stores a version, never logs (the mixed-kind warning is a hook).
 
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 
 export type VersionRejection = 'empty' | 'too_long' | 'not_printable_ascii';
 

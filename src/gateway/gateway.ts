@@ -12,6 +12,7 @@ import { startEmbeddedNats, type EmbeddedNats } from '../bus/server.ts';
 import { openBuckets, type JsonBucket } from '../bus/buckets.ts';
 import { subjects } from '../bus/subjects.ts';
 import { Dispatcher } from '../control/dispatch.ts';
+import { LegRunner } from '../control/leg-runner.ts';
 import { Passthrough } from '../control/passthrough.ts';
 import { ControlClient } from '../engines/control-client.ts';
 import { EngineHost } from '../fleet/engine-host.ts';
@@ -21,12 +22,12 @@ import { RegistrySync, type StoredWorker } from '../fleet/registry-sync.ts';
 import { FdBudget } from './fd-limit.ts';
 import { Ownership, type Heartbeat, type OwnerLease } from '../fleet/ownership.ts';
 import type { EngineRecord } from '../fleet/engine-record.ts';
-import { runShare, serveReplicaCommands } from '../fleet/replica.ts';
-import { OutcomeLog } from '../fleet/outcome-log.ts';
+import { runShare, serveReplicaCommands } from '../control/share.ts';
+import { OutcomeLog } from '../control/outcome-log.ts';
 import { Router } from '../fleet/router.ts';
 import { Cancellations } from '../fleet/cancellations.ts';
 import { buildApp } from '../http/app.ts';
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import type { Services } from '../http/services.ts';
 import { createLogger, type Logger } from '../obs/logger.ts';
 import { redactUrl } from '../obs/redact-url.ts';
@@ -165,17 +166,14 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         runShare: (cmd, send, signal) => runShare(host, cmd, send, signal),
       },
     });
-    const passthrough = new Passthrough({
-      registry,
-      view,
+    const legs = new LegRunner({
       dispatcher,
-      metrics,
-      log: log.child({ component: 'rl' }),
       timeoutSecs: config.rl.controlTimeoutSecs,
       concurrency: config.rl.fanoutConcurrency,
       // base64 grows a body by 4/3; leave room for the call's other fields.
       maxCallBodyBytes: Math.floor(((maxPayload || 1024 * 1024) - 16 * 1024) * 0.75),
     });
+    const passthrough = new Passthrough({ registry, view, dispatcher, legs, metrics, log: log.child({ component: 'rl' }) });
     // Refits are durable work: queued in JetStream, run by one replica, journaled in KV, taken
     // over by another replica if that one dies (after the ack wait: one lease).
     // Twice the lease (at least 5 s): a runner whose connection moves to another node keeps its
@@ -189,7 +187,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       journals,
       registry,
       view,
-      passthrough,
+      legs,
       bus,
       subjects: subj,
       metrics,
@@ -210,7 +208,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       quarantine: (id, reason) => host.setQuarantine(id, reason),
       alive: (replica) => ownership.aliveNow(replica),
     });
-    refits = new RefitService({ view, passthrough, queue, journals, runner, log: log.child({ component: 'refit' }), modelOf: (id) => registry.get(id)?.modelId });
+    refits = new RefitService({ view, legs, queue, journals, runner, log: log.child({ component: 'refit' }), modelOf: (id) => registry.get(id)?.modelId });
     const service = refits;
     host.fleetVersionOf = (w) => service.fleetVersion(w.modelId);
     refitsRef.current = refits;

@@ -3,7 +3,7 @@
 // `{error, message, ...context}`; with RL off every `/v1/rl` path is an empty 404.
 
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError, type FastifyReply } from 'fastify';
-import { GatewayError } from './errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import { bearerMatches } from './admin-auth.ts';
 import type { Services } from './services.ts';
 import { workerRoutes } from './workers.ts';
@@ -11,7 +11,7 @@ import { rlWorkerRoutes } from './rl-workers.ts';
 import { rlEngineRoutes } from './rl-engine.ts';
 import { refitRoutes } from './refits.ts';
 import { generateRoutes } from './generate.ts';
-import { EXPOSED_HEADERS } from './stamping.ts';
+import { EXPOSED_HEADERS } from '../relay/stamping.ts';
 import { metricsRoutes } from './metrics.ts';
 
 const RL_PREFIX = '/v1/rl';

@@ -10,15 +10,15 @@
 
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpEngineClient } from '../engines/http.ts';
-import { relayToHttpEngine, type Sent } from './http-relay.ts';
-import { RequestWatch } from './request-watch.ts';
-import { GatewayError } from './errors.ts';
+import { relayToHttpEngine, type Sent } from '../relay/http-relay.ts';
+import { RequestWatch } from '../relay/request-watch.ts';
+import { GatewayError } from '../api/errors.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
-import { checkDataPlaneBody, type DataPlanePath } from './data-plane-input.ts';
+import { checkDataPlaneBody, type DataPlanePath } from '../relay/data-plane-input.ts';
 import type { RouteOptions, Services } from './services.ts';
-import { tokenRelay, type TokenAttempt } from './token-relay.ts';
-import { tokenRequestOf } from './token-sampling.ts';
-import { openAiTokenRelay } from './openai-tokens.ts';
+import { tokenRelay, type TokenAttempt } from '../relay/token-relay.ts';
+import { tokenRequestOf } from '../relay/token-sampling.ts';
+import { openAiTokenRelay } from '../relay/openai-tokens.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { UNKNOWN_MODEL_ID } from '../fleet/worker.ts';
 import type { TokenEngine } from '../engines/generation.ts';

@@ -2,7 +2,7 @@
 // install this parser in their own scope: every content type, or none, arrives as a Buffer.
 
 import type { FastifyInstance } from 'fastify';
-import { GatewayError } from './errors.ts';
+import { GatewayError } from '../api/errors.ts';
 
 export function acceptRawBodies(app: FastifyInstance): void {
   app.removeAllContentTypeParsers();

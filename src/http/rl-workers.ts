@@ -4,7 +4,7 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import type { RouteOptions } from './services.ts';
-import { GatewayError } from './errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import { acceptRawBodies, jsonObjectBody } from './raw-body.ts';
 import { RL_PROTOCOL_VERSION } from '../fleet/fleet-view.ts';
 import { selectorFromQuery } from '../fleet/selector.ts';

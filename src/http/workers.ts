@@ -6,7 +6,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { RouteOptions } from './services.ts';
-import { GatewayError } from './errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import { bearerMatches } from './admin-auth.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';

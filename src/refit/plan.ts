@@ -4,7 +4,7 @@
 // version check and the resume. Pure: no I/O, no clocks.
 
 import type { RefitStepPlan } from '../../actors/coordinator.ts';
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import { sizeLabel } from '../fleet/labels.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { RefitRequest } from './request.ts';

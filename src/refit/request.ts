@@ -4,7 +4,7 @@
 
 import { Type, type Static } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import { validateVersion } from '../fleet/versions.ts';
 
 const Chunk = Type.Object(

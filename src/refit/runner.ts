@@ -15,7 +15,7 @@ import type { RefitQueue } from '../bus/refit-queue.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
 import { unreachableCode } from '../control/outcome.ts';
-import type { Passthrough } from '../control/passthrough.ts';
+import type { LegRunner } from '../control/leg-runner.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Registry } from '../fleet/registry.ts';
 import { compareVersions } from '../fleet/versions.ts';
@@ -68,7 +68,7 @@ export class RefitRunner {
       journals: JsonBucket<RefitJournal>;
       registry: Registry;
       view: FleetView;
-      passthrough: Passthrough;
+      legs: LegRunner;
       bus: Bus;
       subjects: Subjects;
       metrics: Metrics;
@@ -190,7 +190,7 @@ export class RefitRunner {
   private planRefusal(j: RefitJournal, targets: Worker[]): string | null {
     const active = targets.filter((w) => !j.asleep.includes(w.id));
     try {
-      prepareCalls(this.deps.passthrough, planRefit(j.request, active), active, j.id);
+      prepareCalls(this.deps.legs, planRefit(j.request, active), active, j.id);
       return null;
     } catch (err) {
       return (err as Error).message;
@@ -306,7 +306,7 @@ export class RefitRunner {
         // engine is in it: all its legs go at once, whatever the fan-out concurrency.
         const collective = input.phase === 'refit' && plan.steps[input.stepIndex]?.collective === true;
         const concurrency = collective ? legs.length : undefined;
-        await this.deps.passthrough
+        await this.deps.legs
           .runLegs(
             legs,
             abort.signal,
@@ -407,7 +407,7 @@ export class RefitRunner {
   }
 
   private prepareCalls(plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
-    return prepareCalls(this.deps.passthrough, plan, targets, refitId);
+    return prepareCalls(this.deps.legs, plan, targets, refitId);
   }
 
   private publish(id: string, event: Record<string, unknown>): void {
@@ -420,13 +420,13 @@ export class RefitRunner {
 }
 
 /** Every call of every phase, built (and size-checked) up front: a bad request is refused whole. */
-export function prepareCalls(passthrough: Passthrough, plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
+export function prepareCalls(legs: LegRunner, plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
   const shared = new Map<CallSpec, ControlCall>();
   const calls = new Map<string, ControlCall>();
   const put = (phase: Phase, step: number, w: Worker, spec: CallSpec) => {
     let call = shared.get(spec);
     if (!call) {
-      call = passthrough.callFor(spec.path, {
+      call = legs.callFor(spec.path, {
         method: spec.method,
         rawQuery: '',
         body: spec.body ? Buffer.from(JSON.stringify(spec.body)) : null,

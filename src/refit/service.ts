@@ -7,10 +7,10 @@
 import { randomUUID } from 'node:crypto';
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { RefitQueue } from '../bus/refit-queue.ts';
-import type { Passthrough } from '../control/passthrough.ts';
+import type { LegRunner } from '../control/leg-runner.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { selectorFromQuery } from '../fleet/selector.ts';
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { RefitJournal } from './journal.ts';
 import { planRefit } from './plan.ts';
@@ -50,7 +50,7 @@ export class RefitService {
   constructor(
     private readonly deps: {
       view: FleetView;
-      passthrough: Passthrough;
+      legs: LegRunner;
       queue: RefitQueue;
       journals: JsonBucket<RefitJournal>;
       runner: RefitRunner;
@@ -131,7 +131,7 @@ export class RefitService {
     const asleep = targets.filter((w) => this.deps.view.engine(w).control === 'asleep').map((w) => w.id);
     const active = targets.filter((w) => !asleep.includes(w.id));
     const plan = planRefit(req, active);
-    prepareCalls(this.deps.passthrough, plan, active, req.refit_id ?? 'dry-run');
+    prepareCalls(this.deps.legs, plan, active, req.refit_id ?? 'dry-run');
     const ids = active.map((w) => w.id);
     const phases: RefitPlanView['phases'] = [{ phase: 'pause', step: null, method: plan.pause.method, path: plan.pause.path, engines: ids }];
     plan.steps.forEach((s, i) => {
@@ -175,7 +175,7 @@ export class RefitService {
     }
     // Every call of every phase is built (and size-checked) before anything is queued, so a bad
     // request is refused whole instead of failing halfway with engines paused.
-    prepareCalls(this.deps.passthrough, planRefit(req, targets), targets, id);
+    prepareCalls(this.deps.legs, planRefit(req, targets), targets, id);
 
     const report = this.waitFor(id);
     if (!known) this.accepted.set(id, targets.map((w) => w.id));

@@ -3,7 +3,7 @@
 // weight version are serialised once per request (again only when the engine's version changes).
 
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { TokenAnswer, type AnswerContext } from '../../src/http/token-answer.ts';
+import { TokenAnswer, type AnswerContext } from '../../src/relay/token-answer.ts';
 
 /** `e2e_latency` is read from the clock at each call: the one field two calls may not share. */
 const sameClock = (s: string) => s.replace(/"e2e_latency":[^,}]+/, '"e2e_latency":0');

@@ -2,7 +2,7 @@
 // must be the one the spec's rule (isMixedBody over the parsed body, §13.4) gives.
 
 import { describe, expect, it } from 'vitest';
-import { isMixedBody, isMixedBytes } from '../../src/http/stamping.ts';
+import { isMixedBody, isMixedBytes } from '../../src/relay/stamping.ts';
 
 const meta = (m: Record<string, unknown>) => ({ text: 'hi', output_ids: [1, 2], meta_info: { id: 'x', finish_reason: { type: 'length', length: 2 }, ...m } });
 

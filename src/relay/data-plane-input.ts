@@ -4,8 +4,8 @@
 
 import { Type, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { GatewayError } from './errors.ts';
-import { parseJsonObject } from './raw-body.ts';
+import { GatewayError } from '../api/errors.ts';
+import { parseJsonObject } from '../http/raw-body.ts';
 
 const Int = Type.Integer();
 const StrOrStrs = Type.Union([Type.String(), Type.Array(Type.String())]);

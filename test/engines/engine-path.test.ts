@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { gatewayError } from '../fixtures/errors.ts';
-import { controlOp, queryWithoutSelector, validateEnginePath } from '../../src/control/engine-path.ts';
+import { controlOp, queryWithoutSelector, validateEnginePath } from '../../src/engines/engine-path.ts';
 
 
 describe('validateEnginePath (§8)', () => {

@@ -2,7 +2,7 @@
 // catch-all, the bounded `op` metric label, and the query string forwarded to the engine.
 // Pure string work: never decodes the path (the router already did) and never re-encodes a query.
 
-import { GatewayError } from '../http/errors.ts';
+import { GatewayError } from '../api/errors.ts';
 
 /** `inference/v1/generate` is 3; one more leaves room without opening arbitrary depth. */
 export const MAX_SEGMENTS = 4;

@@ -5,10 +5,10 @@
 
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
-import type { LegReply, ReplicaCommand } from '../control/dispatch.ts';
+import type { LegReply, ReplicaCommand } from './dispatch.ts';
 import { ShareDeadline, type ControlCall } from '../engines/control-call.ts';
-import type { Cancellations } from './cancellations.ts';
-import { NotOwner, type EngineHost } from './engine-host.ts';
+import type { Cancellations } from '../fleet/cancellations.ts';
+import { NotOwner, type EngineHost } from '../fleet/engine-host.ts';
 import { OutcomeLog } from './outcome-log.ts';
 
 export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; replicaId: string; host: EngineHost; cancels: Cancellations; log: OutcomeLog }): BusSubscription {

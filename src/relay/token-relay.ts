@@ -15,7 +15,7 @@ import type { TokenEngine, TokenRequest } from '../engines/generation.ts';
 import { isTokenizerSource, loadTokenizerPath, type Tokenizer } from '../engines/tokenizer.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { mergedLabels } from '../fleet/worker.ts';
-import type { Services } from './services.ts';
+import type { Services } from '../http/services.ts';
 import { TokenAnswer } from './token-answer.ts';
 import { TokenDeadline, runTokenAttempt, type AnswerShape, type AttemptSignals, type TokenAttempt } from './token-attempt.ts';
 import { EngineCannotServe, checkWire, tokenRequestOf, wireOf } from './token-sampling.ts';

@@ -13,7 +13,7 @@ import type { FastifyReply } from 'fastify';
 import type { TokenEngine, TokenRequest, TokenSampling } from '../engines/generation.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
-import type { Services } from './services.ts';
+import type { Services } from '../http/services.ts';
 import { TokenAnswer } from './token-answer.ts';
 import { TokenDeadline, runTokenAttempt, type AnswerShape, type AttemptSignals, type TokenAttempt } from './token-attempt.ts';
 import { tokenizerFor } from './token-relay.ts';

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import type { TokenEngine, TokenRequest, TokenSampling } from '../engines/generation.ts';
 import { GrpcEngineClient } from '../engines/grpc.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
-import { GatewayError, type ErrorContext } from './errors.ts';
+import { GatewayError, type ErrorContext } from '../api/errors.ts';
 
 const SAMPLING_KEYS: ReadonlyArray<keyof TokenSampling> = [
   'max_new_tokens', 'min_new_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty',

@@ -2,7 +2,7 @@
 // A caller whose replies were lost in a bus outage asks for them once the bus is back
 // (`rl.replica.<id>.outcomes`) instead of failing legs whose calls may well have succeeded.
 
-import type { LegReply } from '../control/dispatch.ts';
+import type { LegReply } from './dispatch.ts';
 
 const KEEP_MS = 10 * 60_000;
 /** At most this many shares are kept, however busy the replica: the oldest go first. */

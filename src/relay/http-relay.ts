@@ -9,10 +9,10 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { HttpEngineClient } from '../engines/http.ts';
 import type { Worker } from '../fleet/worker.ts';
-import { GatewayError } from './errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import type { DataPlanePath } from './data-plane-input.ts';
 import type { RequestWatch } from './request-watch.ts';
-import type { Services } from './services.ts';
+import type { Services } from '../http/services.ts';
 import { EXPOSED_HEADERS, GATEWAY_ONLY_HEADERS, MIXED_HEADERS, ROUTED_HEADER, WEIGHT_HEADERS, isJsonContentType, isMixedBytes } from './stamping.ts';
 
 const HOP_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade', ...GATEWAY_ONLY_HEADERS]);

@@ -6,7 +6,7 @@
 import { Template } from '@huggingface/jinja';
 import type { TokenSampling } from '../engines/generation.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
-import { GatewayError } from './errors.ts';
+import { GatewayError } from '../api/errors.ts';
 import { EngineCannotServe, checkConstraints, logitBiasOf, stopStringsOf } from './token-sampling.ts';
 
 export type OpenAiPath = '/v1/chat/completions' | '/v1/completions';
