@@ -1,6 +1,7 @@
 // The benchmark's child processes: a JSON-lines child wrapper that dies with the run (setpriv's
-// parent-death signal), the engine fleet and gateway launchers, registration, and /proc CPU
-// readings. Shared by every suite; it never measures anything itself.
+// parent-death signal) and starts with its open-file limit raised to the hard limit, the engine
+// fleet (one or several sim-fleet processes) and gateway launchers, registration, and /proc
+// readings (CPU, RSS, open-file limits). Shared by every suite; it never measures anything itself.
 
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, closeSync, constants, openSync, readdirSync, readFileSync } from 'node:fs';
@@ -9,6 +10,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
+import type { TagStats } from './sim-fleet.ts';
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 /** The first of `paths` that is an executable file, if any. */
@@ -24,6 +26,11 @@ export function findExecutable(paths: string[]): string | undefined {
 }
 
 const SETPRIV = findExecutable(['/usr/bin/setpriv', '/bin/setpriv']);
+const SH = findExecutable(['/bin/sh', '/usr/bin/sh']);
+// A fleet of thousands of engines needs thousands of sockets in one process: the soft open-file
+// limit goes up to the hard one (a no-op where it already is), then the shell execs node, so the
+// pid, the parent-death signal and the stdio stay those of the process measured.
+const RAISE_FD_LIMIT = 'ulimit -S -n "$(ulimit -H -n)" 2>/dev/null; exec "$0" "$@"';
 
 /** A child process that speaks JSON lines on stdout; stderr goes to a log file. */
 export class Child {
@@ -35,7 +42,8 @@ export class Child {
 
   constructor(readonly name: string, args: string[], readonly logPath: string, env: NodeJS.ProcessEnv) {
     const fd = openSync(logPath, 'a');
-    const [cmd, argv] = SETPRIV ? [SETPRIV, ['--pdeathsig', 'TERM', process.execPath, ...args]] : [process.execPath, args];
+    const node = SH ? [SH, '-c', RAISE_FD_LIMIT, process.execPath, ...args] : [process.execPath, ...args];
+    const [cmd, argv] = SETPRIV ? [SETPRIV, ['--pdeathsig', 'TERM', ...node]] : [node[0]!, node.slice(1)];
     this.proc = spawn(cmd, argv, { cwd: ROOT, env, stdio: ['pipe', 'pipe', fd] });
     closeSync(fd);
     createInterface({ input: this.proc.stdout! }).on('line', (line) => {
@@ -107,22 +115,85 @@ export function childEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('RLGATE_') || k === 'RLGATE_NATS_SERVER'));
 }
 
-/** N SGLang simulators in one child; `extra` goes to sim-fleet.ts (e.g. `--token-rate`). */
-export async function startFleet(count: number, logDir: string, extra: string[] = [], label = String(count)): Promise<{ child: Child; urls: string[] }> {
-  const child = new Child(`sim-fleet(${label})`, ['--import', 'tsx', 'bench/sim-fleet.ts', '--count', String(count), ...extra], join(logDir, `fleet-${label}.log`), childEnv());
-  live.add(child);
-  const line = await child.next('listening', 30_000 + count * 50);
-  return { child, urls: line.urls as string[] };
+/** Engines per sim-fleet process: with a 20,000-fd limit, 2,500 listeners and their connections fit. */
+export const ENGINES_PER_FLEET_PROCESS = 2500;
+
+/** The engine fleet: one or several sim-fleet processes, their URLs merged in order. */
+export interface Fleet {
+  urls: string[];
+  children: Child[];
+  /** Each process's soft open-file limit, from /proc. */
+  fdLimits: Array<number | null>;
+  /** Engine-side timings of the tagged requests since the last call, merged over the processes. */
+  stats(): Promise<Record<string, TagStats>>;
+  stop(): Promise<void>;
+}
+
+/**
+ * N SGLang simulators, in ceil(N / 2,500) sim-fleet children started at once (split evenly);
+ * `extra` goes to sim-fleet.ts (e.g. `--token-rate`). One that fails to start stops the others.
+ */
+export async function startFleet(count: number, logDir: string, extra: string[] = [], label = String(count), timeoutMs = 30_000 + count * 20): Promise<Fleet> {
+  const parts = Math.ceil(count / ENGINES_PER_FLEET_PROCESS);
+  const sizes = Array.from({ length: parts }, (_, i) => Math.floor(count / parts) + (i < count % parts ? 1 : 0));
+  const children = sizes.map((n, i) => {
+    const name = parts === 1 ? label : `${label}-${i}`;
+    const child = new Child(`sim-fleet(${name})`, ['--import', 'tsx', 'bench/sim-fleet.ts', '--count', String(n), ...extra], join(logDir, `fleet-${name}.log`), childEnv());
+    live.add(child);
+    return child;
+  });
+  const stop = async () => {
+    await Promise.allSettled(children.map((c) => c.stop()));
+    for (const c of children) live.delete(c);
+  };
+  const lines = await Promise.allSettled(children.map((c) => c.next('listening', timeoutMs)));
+  const failed = lines.find((l): l is PromiseRejectedResult => l.status === 'rejected');
+  if (failed) {
+    await stop();
+    throw failed.reason;
+  }
+  const ok = lines.map((l) => (l as PromiseFulfilledResult<Record<string, unknown>>).value);
+  return {
+    urls: ok.flatMap((l) => l.urls as string[]),
+    children,
+    fdLimits: children.map((c) => fdLimitOf(c.pid)),
+    stats: async () => mergeTagStats(await Promise.all(children.map(async (c) => {
+      c.send({ cmd: 'stats' });
+      return (await c.next('stats', 30_000)).tags as Record<string, TagStats>;
+    }))),
+    stop,
+  };
+}
+
+/** One tag's timings from several fleet processes: legs added, the slowest kept, spans on the wall clock. */
+function mergeTagStats(parts: Array<Record<string, TagStats>>): Record<string, TagStats> {
+  if (parts.length === 1) return parts[0]!;
+  const out: Record<string, TagStats> = {};
+  for (const part of parts) {
+    for (const [tag, t] of Object.entries(part)) {
+      const a = out[tag];
+      if (!a) {
+        out[tag] = { ...t };
+        continue;
+      }
+      a.n += t.n;
+      a.max_service_ms = Math.max(a.max_service_ms, t.max_service_ms);
+      a.first_ms = Math.min(a.first_ms, t.first_ms);
+      a.last_ms = Math.max(a.last_ms, t.last_ms);
+      a.span_ms = Math.round((a.last_ms - a.first_ms) * 1000) / 1000;
+    }
+  }
+  return out;
 }
 
 /** The product CLI (`rlgate gateway`, RL on) with its embedded nats-server; `flags` are added. */
-export async function startGateway(flags: string[], logDir: string, profileDir: string | undefined, label: string): Promise<{ child: Child; url: string }> {
+export async function startGateway(flags: string[], logDir: string, profileDir: string | undefined, label: string): Promise<{ child: Child; url: string; natsUrl: string | undefined }> {
   const node = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
   const all = ['--host', '127.0.0.1', '--port', '0', '--enable-rl', ...flags];
   const child = new Child('gateway', [...node, '--import', 'tsx', 'src/cli/main.ts', 'gateway', ...all], join(logDir, `gateway-${label}.log`), childEnv());
   live.add(child);
   const line = await child.next('listening', 60_000);
-  return { child, url: line.url as string };
+  return { child, url: line.url as string, natsUrl: typeof line.nats_url === 'string' ? line.nats_url : undefined };
 }
 
 export async function registerAll(gatewayUrl: string, urls: string[]): Promise<void> {
@@ -186,14 +257,52 @@ export function procStat(pid: number): { ppid: number; cpuMs: number } | undefin
   }
 }
 
-/** CPU ms so far of the gateway, its nats-server (its child), the fleet, `extra` and this client. */
-export function cpuSampler(gatewayPid: number | undefined, fleetPid: number | undefined, extra: Record<string, number | undefined> = {}): () => Record<string, number> {
-  let natsPid: number | undefined;
+/** The first child process of `pid` (the gateway's embedded nats-server), from /proc. */
+export function firstChildPid(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
   try {
-    natsPid = readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number).find((p) => p !== gatewayPid && procStat(p)?.ppid === gatewayPid);
+    return readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number).find((p) => p !== pid && procStat(p)?.ppid === pid);
   } catch {
-    natsPid = undefined;
+    return undefined;
   }
+}
+
+/** Resident memory of a process (VmRSS from /proc/<pid>/status), MiB; undefined when it is gone. */
+export function rssMiB(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const kb = /^VmRSS:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+    return kb === undefined ? undefined : Math.round((Number(kb) / 1024) * 10) / 10;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The soft open-file limit of a process (/proc/<pid>/limits); null when unlimited or unreadable. */
+export function fdLimitOf(pid: number | undefined): number | null {
+  if (pid === undefined) return null;
+  try {
+    const row = readFileSync(`/proc/${pid}/limits`, 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const soft = row?.slice('Max open files'.length).trim().split(/\s+/)[0];
+    return soft === undefined || soft === 'unlimited' ? null : Number(soft);
+  } catch {
+    return null;
+  }
+}
+
+/** Open file descriptors of a process right now (/proc/<pid>/fd); undefined when unreadable. */
+export function openFds(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    return readdirSync(`/proc/${pid}/fd`).length;
+  } catch {
+    return undefined;
+  }
+}
+
+/** CPU ms so far of the gateway, its nats-server (its child), the fleet's processes, `extra` and this client. */
+export function cpuSampler(gatewayPid: number | undefined, fleetPids: Array<number | undefined>, extra: Record<string, number | undefined> = {}): () => Record<string, number> {
+  const natsPid = firstChildPid(gatewayPid);
   return () => {
     const out: Record<string, number> = {};
     const add = (name: string, pid: number | undefined) => {
@@ -202,7 +311,8 @@ export function cpuSampler(gatewayPid: number | undefined, fleetPid: number | un
     };
     add('gateway', gatewayPid);
     add('nats_server', natsPid);
-    add('engines', fleetPid);
+    const engines = fleetPids.map((p) => (p === undefined ? undefined : procStat(p)?.cpuMs)).filter((v): v is number => v !== undefined);
+    if (engines.length) out.engines = engines.reduce((a, b) => a + b, 0);
     for (const [name, pid] of Object.entries(extra)) add(name, pid);
     const own = process.cpuUsage();
     out.client = (own.user + own.system) / 1000;

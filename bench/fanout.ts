@@ -1,8 +1,9 @@
 // The fan-out benchmark proper: for one fleet size, alternate a fan-out through the gateway with
 // the same call made directly (undici, Promise.all) to the same engines, sequentially, and turn
-// the samples into overheads. It owns the measurement loop and the result shape; it never starts
-// or stops a process (run.ts does).
+// the samples into overheads, CPU per leg and NATS messages per fan-out. It owns the measurement
+// loops and the result shape; it never starts or stops a process (run.ts does).
 
+import { connect } from '@nats-io/transport-node';
 import { Agent, request } from 'undici';
 import { ms, rounded, summarize, type Summary } from './stats.ts';
 import type { TagStats } from './sim-fleet.ts';
@@ -22,6 +23,26 @@ export interface MeasureOptions {
   fleetStats(): Promise<Record<string, TagStats>>;
   /** CPU time used so far (ms) by each process of the run, by name; read around the measured loop. */
   cpuTimes(): Record<string, number>;
+  /** The gateway's NATS server (its `listening` line): messages are counted there, after the timed loop. */
+  natsUrl: string | undefined;
+  /** Gateway fan-outs of the counted loop (default 20). */
+  natsFanouts?: number;
+}
+
+/** What crossed the gateway's NATS server during a separate loop of gateway fan-outs (not the timed one). */
+export interface NatsCount {
+  fanouts: number;
+  /** Every message published on the server (a `>` subscriber in the gateway's account), during the loop. */
+  messages: number;
+  bytes: number;
+  per_fanout: number;
+  loop_ms: number;
+  /** Messages in an idle window as long as the loop (at least 1 s), right after it: what the gateway sends without fan-outs. */
+  idle_messages: number;
+  window_ms: number;
+  /** Messages of the loop by subject, ids folded to `*`. */
+  subjects: Record<string, number>;
+  idle_subjects: Record<string, number>;
 }
 
 /** One client's view of one size. All values in ms. */
@@ -58,6 +79,15 @@ export interface SizeResult {
    * numbers suffer when other work shares the cores; CPU time much less so.
    */
   cpu_ms_per_round: Record<string, number>;
+  /**
+   * CPU µs per leg (engine call) of a fan-out: the gateway's (its process and its nats-server, over
+   * the measured loop, from /proc) and the direct client's (this process's own process.cpuUsage()
+   * around its direct fan-outs only), each ÷ (engines × fan-outs); ratio = gateway ÷ direct.
+   */
+  cpu_us_per_leg: { gateway: number; gateway_process: number; nats_server: number; direct: number; ratio: number };
+  /** NATS messages per gateway fan-out, counted on the gateway's server; null when not counted. */
+  nats: NatsCount | null;
+  nats_error?: string;
   wall_seconds: number;
   samples: { gateway_envelope: number[]; direct_envelope: number[]; gateway_overhead: number[]; direct_overhead: number[] };
 }
@@ -122,10 +152,19 @@ export async function measureFanout(opts: MeasureOptions): Promise<SizeResult> {
     const gw: Sample[] = [];
     const dr: Sample[] = [];
     const errors = { gateway: 0, direct: 0, first: [] as string[] };
+    let directCpuUs = 0; // this process's CPU while its direct fan-outs ran
     const attempt = async (kind: 'gateway' | 'direct', i: number) => {
       try {
         if (kind === 'gateway') gw[i] = await viaGateway(`g${i}`);
-        else dr[i] = await direct(`d${i}`);
+        else {
+          const before = process.cpuUsage();
+          try {
+            dr[i] = await direct(`d${i}`);
+          } finally {
+            const used = process.cpuUsage(before);
+            directCpuUs += used.user + used.system;
+          }
+        }
       } catch (err) {
         errors[kind]++;
         if (errors.first.length < 5) errors.first.push(`${kind} #${i}: ${(err as Error).message}`);
@@ -142,7 +181,26 @@ export async function measureFanout(opts: MeasureOptions): Promise<SizeResult> {
     const cpuAfter = opts.cpuTimes();
     const cpu: Record<string, number> = {};
     for (const [k, v] of Object.entries(cpuAfter)) if (cpuBefore[k] !== undefined && done > 0) cpu[k] = Math.round(((v - cpuBefore[k]!) / done) * 1000) / 1000;
+    const legs = Math.max(1, done * n);
+    const perLeg = (name: string) => (cpuBefore[name] === undefined || cpuAfter[name] === undefined ? NaN : ((cpuAfter[name]! - cpuBefore[name]!) * 1000) / legs);
+    const us = (v: number) => Math.round(v * 100) / 100;
+    const gatewayLeg = perLeg('gateway') + (Number.isFinite(perLeg('nats_server')) ? perLeg('nats_server') : 0);
+    const directLeg = directCpuUs / legs;
+    const cpuPerLeg = { gateway: us(gatewayLeg), gateway_process: us(perLeg('gateway')), nats_server: us(perLeg('nats_server')), direct: us(directLeg), ratio: Math.round((gatewayLeg / directLeg) * 100) / 100 };
     const fleet = await opts.fleetStats();
+    // Messages on the bus, in a loop of its own: the `>` subscriber costs the server a copy of
+    // every message, which must not weigh on the timed loop.
+    let nats: NatsCount | null = null;
+    let natsError: string | undefined;
+    if (opts.natsUrl && performance.now() < opts.deadline) {
+      try {
+        nats = await countNatsMessages(opts.natsUrl, () => viaGateway(null), opts.natsFanouts ?? 20);
+      } catch (err) {
+        natsError = (err as Error).message;
+      }
+    } else {
+      natsError = opts.natsUrl ? 'skipped for the time budget' : 'the gateway did not say its NATS URL';
+    }
     let untimed = 0;
     const service = (s: Sample): number | undefined => {
       const t = fleet[s.tag];
@@ -179,6 +237,9 @@ export async function measureFanout(opts: MeasureOptions): Promise<SizeResult> {
       gateway: mode(gwDone),
       added: rounded(summarize(paired)),
       cpu_ms_per_round: cpu,
+      cpu_us_per_leg: cpuPerLeg,
+      nats,
+      ...(natsError ? { nats_error: natsError } : {}),
       wall_seconds: Math.round(performance.now() - started) / 1000,
       samples: {
         gateway_envelope: gwDone.map((s) => r3(s.envelope)),
@@ -190,6 +251,70 @@ export async function measureFanout(opts: MeasureOptions): Promise<SizeResult> {
   } finally {
     await Promise.allSettled([toGateway.close(), toEngines.close()]);
   }
+}
+
+/**
+ * Every message published on the gateway's NATS server while `fanouts` gateway fan-outs run one
+ * after another, then in an idle window as long, from a `>` subscription in the gateway's account
+ * (JetStream API calls, KV writes, inboxes and acks included; only the server's own system
+ * account is out of sight).
+ */
+async function countNatsMessages(natsUrl: string, fanout: () => Promise<unknown>, fanouts: number): Promise<NatsCount> {
+  const nc = await connect({ servers: natsUrl, name: 'rlgate-bench-counter', reconnect: false, timeout: 5_000 });
+  try {
+    let phase: 'loop' | 'idle' | 'off' = 'off';
+    let loop = 0;
+    let idle = 0;
+    let bytes = 0;
+    const subjects: Record<string, number> = {};
+    const idleSubjects: Record<string, number> = {};
+    // The counter proves it hears the server: its own message on a subject of its own comes back.
+    const selfCheck = `rlgate_bench.selfcheck.${process.pid}`;
+    let heard: (() => void) | undefined;
+    const echoed = new Promise<void>((resolve) => (heard = resolve));
+    nc.subscribe('>', {
+      callback: (_err, msg) => {
+        if (msg.subject === selfCheck) return heard?.();
+        if (phase === 'loop') {
+          loop++;
+          bytes += msg.data.length;
+          const key = subjectClass(msg.subject);
+          subjects[key] = (subjects[key] ?? 0) + 1;
+        } else if (phase === 'idle') {
+          idle++;
+          const key = subjectClass(msg.subject);
+          idleSubjects[key] = (idleSubjects[key] ?? 0) + 1;
+        }
+      },
+    });
+    await nc.flush(); // the subscription is in place on the server
+    nc.publish(selfCheck);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([echoed, new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error('the `>` subscription did not hear its own message within 5 s')), 5_000)))]).finally(() => clearTimeout(timer));
+    phase = 'loop';
+    const t0 = performance.now();
+    for (let i = 0; i < fanouts; i++) await fanout();
+    await nc.flush(); // whatever the server got before this has been delivered to us
+    const loopMs = performance.now() - t0;
+    const windowMs = Math.max(1_000, loopMs);
+    phase = 'idle';
+    await new Promise((r) => setTimeout(r, windowMs));
+    await nc.flush();
+    phase = 'off';
+    return { fanouts, messages: loop, bytes, per_fanout: Math.round((loop / fanouts) * 1000) / 1000, loop_ms: Math.round(loopMs), idle_messages: idle, window_ms: Math.round(windowMs), subjects, idle_subjects: idleSubjects };
+  } finally {
+    await nc.close();
+  }
+}
+
+/** A subject with its ids folded: `rl.engine.<id>.cmd` → `rl.engine.*.cmd`, `$KV.<bucket>.<key>` → `$KV.<bucket>.>`. */
+function subjectClass(subject: string): string {
+  const t = subject.split('.');
+  if (t[0] === '_INBOX') return '_INBOX.>';
+  if (t[0] === '$KV') return `${t.slice(0, 2).join('.')}.>`;
+  if (t[0] === '$JS') return `${t.slice(0, 4).join('.')}.>`;
+  if (t.length >= 4 && ['engine', 'replica', 'refit'].includes(t[1]!)) return [t[0], t[1], '*', ...t.slice(3)].join('.');
+  return t.length > 2 ? `${t.slice(0, 2).join('.')}.>` : subject;
 }
 
 /** What the Markdown header says about the machine and the set-up. */
@@ -261,6 +386,80 @@ export function fanoutMarkdown(results: SizeResult[], facts: RunFacts): string {
       return `| ${r.engines} | ${ms(c.gateway ?? NaN)} | ${ms((c.gateway ?? NaN) / r.engines)} | ${ms(c.nats_server ?? NaN)} | ${ms(c.engines ?? NaN)} | ${ms(c.client ?? NaN)} |`;
     }),
     '',
+    'CPU µs per leg (one engine call of one fan-out): gateway = its process and its nats-server over the',
+    'measured loop (/proc) ÷ (engines × fan-outs); direct = this process\'s own `process.cpuUsage()` around',
+    'its direct fan-outs only, ÷ the same. NATS messages: every message published on the gateway\'s',
+    'server (a `>` subscriber) during a separate loop of gateway fan-outs after the timed one, and in an',
+    'idle window as long (at least 1 s) right after it.',
+    '',
+    '| engines | gateway µs/leg (process + nats-server) | direct µs/leg | gateway ÷ direct | NATS messages per fan-out | messages in the idle window | subjects of the fan-outs\' messages |',
+    '|---:|---:|---:|---:|---:|---:|---|',
+    ...results.map((r) => {
+      const c = r.cpu_us_per_leg;
+      const n = r.nats;
+      const list = (m: Record<string, number>) => Object.entries(m).sort((a, b) => b[1] - a[1]).map(([k, v]) => `\`${k}\` ${v}`).join(', ');
+      const subjects = n ? list(n.subjects) || 'none' : (r.nats_error ?? 'not counted');
+      const idle = n ? `${n.idle_messages} in ${n.window_ms} ms${n.idle_messages ? ` (${list(n.idle_subjects)})` : ''}` : '–';
+      return `| ${r.engines} | ${c.gateway.toFixed(1)} (${c.gateway_process.toFixed(1)} + ${Number.isFinite(c.nats_server) ? c.nats_server.toFixed(1) : '–'}) | ${c.direct.toFixed(1)} | ${c.ratio.toFixed(2)}× | ${n ? `${n.per_fanout} (${n.messages} in ${n.fanouts})` : '–'} | ${idle} | ${subjects} |`;
+    }),
+    '',
+    ...goalLines(results),
   ];
   return lines.join('\n');
+}
+
+/** The issue's goals, each judged on figures of the same run; a size the run did not measure is said so. */
+export const FANOUT_GOALS = {
+  cpu_per_leg_ratio: { sizes: [12, 256], max: 1.5 },
+  overhead_p50_ms_at_12: 1,
+  overhead_p50_ratio_at_256: 2,
+  overhead_p99_ratio: { sizes: [12, 256], max: 2 },
+};
+
+export interface GoalVerdict {
+  goal: string;
+  engines: number;
+  figure: string;
+  met: boolean | null;
+}
+
+export function fanoutGoals(results: SizeResult[]): GoalVerdict[] {
+  const at = (n: number) => results.find((r) => r.engines === n);
+  const out: GoalVerdict[] = [];
+  const judge = (goal: string, engines: number, f: (r: SizeResult) => { figure: string; met: boolean }) => {
+    const r = at(engines);
+    if (!r || r.iterations === 0) out.push({ goal, engines, figure: 'not measured in this run', met: null });
+    else out.push({ goal, engines, ...f(r) });
+  };
+  for (const n of FANOUT_GOALS.cpu_per_leg_ratio.sizes) {
+    judge(`CPU per leg, gateway ≤ ${FANOUT_GOALS.cpu_per_leg_ratio.max}× direct`, n, (r) => ({
+      figure: `${r.cpu_us_per_leg.gateway.toFixed(1)} vs ${r.cpu_us_per_leg.direct.toFixed(1)} µs (${r.cpu_us_per_leg.ratio.toFixed(2)}×)`,
+      met: r.cpu_us_per_leg.ratio <= FANOUT_GOALS.cpu_per_leg_ratio.max,
+    }));
+  }
+  judge(`overhead p50 ≤ ${FANOUT_GOALS.overhead_p50_ms_at_12} ms`, 12, (r) => ({ figure: `${ms(r.gateway.overhead.p50)} ms`, met: r.gateway.overhead.p50 <= FANOUT_GOALS.overhead_p50_ms_at_12 }));
+  judge(`overhead p50 ≤ ${FANOUT_GOALS.overhead_p50_ratio_at_256}× direct overhead p50`, 256, (r) => ({
+    figure: `${ms(r.gateway.overhead.p50)} vs ${ms(r.direct.overhead.p50)} ms (${(r.gateway.overhead.p50 / r.direct.overhead.p50).toFixed(2)}×)`,
+    met: r.gateway.overhead.p50 <= FANOUT_GOALS.overhead_p50_ratio_at_256 * r.direct.overhead.p50,
+  }));
+  for (const n of FANOUT_GOALS.overhead_p99_ratio.sizes) {
+    judge(`overhead p99 ≤ ${FANOUT_GOALS.overhead_p99_ratio.max}× direct overhead p99`, n, (r) => ({
+      figure: `${ms(r.gateway.overhead.p99)} vs ${ms(r.direct.overhead.p99)} ms (${(r.gateway.overhead.p99 / r.direct.overhead.p99).toFixed(2)}×)`,
+      met: r.gateway.overhead.p99 <= FANOUT_GOALS.overhead_p99_ratio.max * r.direct.overhead.p99,
+    }));
+  }
+  return out;
+}
+
+function goalLines(results: SizeResult[]): string[] {
+  const verdict = (m: boolean | null) => (m === null ? 'unchecked' : m ? 'met' : '**missed**');
+  return [
+    'Goals (issue 9), each against the direct client of the same run; overhead is the SMG one above',
+    '(envelope − slowest leg).',
+    '',
+    '| goal | engines | figure | verdict |',
+    '|---|---:|---|---|',
+    ...fanoutGoals(results).map((g) => `| ${g.goal} | ${g.engines} | ${g.figure} | ${verdict(g.met)} |`),
+    '',
+  ];
 }

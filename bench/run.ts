@@ -5,52 +5,30 @@
 // data plane measured by generate.ts against the engine itself, in the same run.
 // replicas: refits through one replica and through two replicas on one nats-server, and the
 // takeover of a SIGKILLed replica's engines, measured by replicas.ts.
+// scale: per fleet size (up to 10,000 engines, several sim-fleet children) a fresh fleet and
+// gateway: registration time, memory, idle CPU, a fan-out to 1,000 and listings, by scale.ts.
 // Writes bench/results/<suite>-<date>.{json,md} and latest.md (the newest tables of each suite).
 // Every child dies with the run, also on error, SIGINT/SIGTERM, or (setpriv) a SIGKILLed run.
 
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { defaultConfig } from '../src/gateway/config.ts';
-import { Child, childEnv, cpuSampler, live, loadavg, machineFacts, procStat, registerAll, ROOT, startFleet, startGateway } from './children.ts';
+import { Child, childEnv, cpuSampler, ENGINES_PER_FLEET_PROCESS, fdLimitOf, firstChildPid, live, loadavg, machineFacts, procStat, registerAll, ROOT, startFleet, startGateway, type Fleet } from './children.ts';
 import { fanoutMarkdown, measureFanout, ROUTE, SELECTOR, type SizeResult } from './fanout.ts';
 import { generateMarkdown, GENERATE_TARGETS, measureLatency, measureStreams, measureThroughput, type GenerateResult, type Target } from './generate.ts';
 import { NGINX, startNginx, type NginxProxy } from './nginx.ts';
 import { measureRefits, measureTakeover, REPLICA_TARGETS, replicasMarkdown, settled, type RefitSetup, type ReplicasResult, type TakeoverResult } from './replicas.ts';
+import { emptyScaleResult, FANOUT_GROUP, measureScale, SCALE_GOALS, scaleGoals, scaleMarkdown, type ScaleSizeResult } from './scale.ts';
 import { startEmbeddedNats, type EmbeddedNats } from '../src/bus/server.ts';
-import type { TagStats } from './sim-fleet.ts';
 import { ms, profileSummary, type CpuProfile } from './stats.ts';
 import { WRK } from './wrk.ts';
 
-const HELP = `usage: npm run bench -- [flags]
-  --suites fanout,generate the suites to run: fanout, generate, replicas (default fanout,generate)
- fanout:
-  --sizes 2,12,64          fleet sizes (engines), each in a fresh fleet and gateway (max 1024)
-  --iterations N           measured fan-outs per size and client (default 300 up to 12 engines, 150 up to 64, 100 above)
-  --warmup N               unmeasured fan-outs per size and client first (default 50, 20 above 64 engines)
-  --fanout-concurrency K   the gateway's --rl-fanout-concurrency (default: the gateway's own default)
- generate:
-  --latency-rounds N       rounds of one /generate per hop at one connection (default 2000)
-  --throughput-seconds S   length of each wrk run at 64 connections (default 3)
-  --throughput-passes P    passes over the hops, alternating direction (default 4)
-  --streams N              concurrent streams (default 256)
-  --stream-tokens T        tokens per stream (default 256)
-  --stream-token-rate R    the engine's tokens/s per stream (default 50)
- replicas:
-  --refits N               measured refits per layout (one replica, two replicas) (default 100)
-  --refit-warmup N         unmeasured refits per layout first (default 10)
-  --replica-engines N      engines of each layout and of the takeover fleet (default 12; even)
-  --leases 2,5             lease seconds (--lease-secs) of the takeover runs (default 2,5)
-  --takeovers N            SIGKILLs measured per lease (default 5)
- all:
-  --log-level L            the gateway's log level (default info, as shipped)
-  --max-seconds S          time budget of the whole run (default 300)
-  --profile                run the gateway under --cpu-prof and print its top frames (latest.md untouched)
-  --out DIR                where results go (default bench/results)
-`;
+// The flags, in a plain file so that bench/bench.sh can print them before anything is installed.
+const HELP = readFileSync(new URL('./help.txt', import.meta.url), 'utf8');
 
-type Suite = 'fanout' | 'generate' | 'replicas';
-const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas'];
+type Suite = 'fanout' | 'generate' | 'replicas' | 'scale';
+const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale'];
 
 interface Args {
   suites: Suite[];
@@ -69,14 +47,18 @@ interface Args {
   replicaEngines: number;
   leases: number[];
   takeovers: number;
+  scaleSizes: number[];
+  idleSeconds: number;
+  registerConcurrency: number;
   logLevel: string;
+  /** Default 300 s, or 900 s when the scale suite runs. */
   maxSeconds: number;
   profile: boolean;
   out: string;
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 3, throughputPasses: 4, streams: 256, streamTokens: 256, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, refits: 100, refitWarmup: 10, replicaEngines: 12, leases: [2, 5], takeovers: 5, logLevel: 'info', maxSeconds: 300, profile: false, out: join(ROOT, 'bench/results') };
+  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 3, throughputPasses: 4, streams: 256, streamTokens: 256, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, refits: 100, refitWarmup: 10, replicaEngines: 12, leases: [2, 5], takeovers: 5, scaleSizes: [1000, 5000, 10_000], idleSeconds: 30, registerConcurrency: 64, logLevel: 'info', maxSeconds: 0, profile: false, out: join(ROOT, 'bench/results') };
   const int = (flag: string, v: string | undefined, min: number, max: number) => {
     const n = Number(v);
     if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${flag} needs an integer ${min}..${max}, got ${v}`);
@@ -108,6 +90,9 @@ function parseArgs(argv: string[]): Args {
       case '--replica-engines': a.replicaEngines = int(flag, value(), 2, 512); if (a.replicaEngines % 2) throw new Error('--replica-engines must be even (half are registered through each replica)'); break;
       case '--leases': a.leases = (value() ?? '').split(',').map((s) => int('--leases', s.trim(), 1, 60)); break;
       case '--takeovers': a.takeovers = int(flag, value(), 1, 1000); break;
+      case '--scale-sizes': a.scaleSizes = (value() ?? '').split(',').map((s) => int('--scale-sizes', s.trim(), 1, 20_000)); break;
+      case '--idle-seconds': a.idleSeconds = int(flag, value(), 5, 600); break;
+      case '--register-concurrency': a.registerConcurrency = int(flag, value(), 1, 1024); break;
       case '--log-level': a.logLevel = value() ?? 'info'; break;
       case '--max-seconds': a.maxSeconds = int(flag, value(), 10, 3600); break;
       case '--profile': a.profile = true; break;
@@ -116,6 +101,7 @@ function parseArgs(argv: string[]): Args {
       default: throw new Error(`unknown flag ${flag}\n${HELP}`);
     }
   }
+  a.maxSeconds ||= a.suites.includes('scale') ? 900 : 300;
   return a;
 }
 
@@ -162,8 +148,9 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
     const fleet = await startFleet(size, logDir);
     const flags = ['--log-level', args.logLevel];
     if (args.fanoutConcurrency) flags.push('--rl-fanout-concurrency', String(args.fanoutConcurrency));
-    const gw = await startGateway(flags, logDir, profileDir, String(size));
+    let gw: Awaited<ReturnType<typeof startGateway>> | undefined;
     try {
+      gw = await startGateway(flags, logDir, profileDir, String(size));
       await registerAll(gw.url, fleet.urls);
       const iterations = args.iterations ?? defaultIterations(size);
       process.stdout.write(`bench: ${size} engines, ${iterations} iterations per client...\n`);
@@ -174,18 +161,17 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
         warmup: args.warmup ?? (size > 64 ? 20 : 50),
         // Sizes left share what is left of the budget, so a slow large size cannot starve the rest.
         deadline: performance.now() + remaining / (args.sizes.length - k),
-        cpuTimes: cpuSampler(gw.child.pid, fleet.child.pid),
-        fleetStats: async () => {
-          fleet.child.send({ cmd: 'stats' });
-          return (await fleet.child.next('stats', 30_000)).tags as Record<string, TagStats>;
-        },
+        cpuTimes: cpuSampler(gw.child.pid, fleet.children.map((c) => c.pid)),
+        fleetStats: fleet.stats,
+        natsUrl: gw.natsUrl,
       });
       results.push(result);
       const g = result.gateway.overhead;
       const d = result.direct.overhead;
-      process.stdout.write(`bench: ${size} engines: gateway overhead p50 ${g.p50} p99 ${g.p99} ms, direct p50 ${d.p50} p99 ${d.p99} ms (${result.wall_seconds} s)\n`);
+      process.stdout.write(`bench: ${size} engines: gateway overhead p50 ${g.p50} p99 ${g.p99} ms, direct p50 ${d.p50} p99 ${d.p99} ms; CPU µs per leg gateway ${result.cpu_us_per_leg.gateway} direct ${result.cpu_us_per_leg.direct}; NATS messages per fan-out ${result.nats?.per_fanout ?? result.nats_error} (${result.wall_seconds} s)\n`);
     } finally {
-      await stopChildren(gw.child, fleet.child);
+      if (gw) await stopChildren(gw.child);
+      await fleet.stop();
     }
   }
 
@@ -227,10 +213,10 @@ async function stopChildren(...children: Child[]): Promise<void> {
 }
 
 /** One engine and every hop in front of it: nginx (when installed), the bare Node hop, the gateway. */
-async function startHops(ctx: RunContext, label: string, tokenRate: number): Promise<{ targets: Target[]; pids: Record<string, number | undefined>; gatewayPid: number | undefined; fleetPid: number | undefined; nginx: NginxProxy | undefined; stop(): Promise<void> }> {
+async function startHops(ctx: RunContext, label: string, tokenRate: number): Promise<{ targets: Target[]; pids: Record<string, number | undefined>; gatewayPid: number | undefined; fleetPids: Array<number | undefined>; nginx: NginxProxy | undefined; stop(): Promise<void> }> {
   const { args, logDir, profileDir } = ctx;
   const fleet = await startFleet(1, logDir, ['--token-rate', String(tokenRate)], label);
-  const children: Child[] = [fleet.child];
+  const children: Child[] = [...fleet.children];
   let nginx: NginxProxy | undefined;
   const stop = async () => {
     await nginx?.stop();
@@ -251,7 +237,7 @@ async function startHops(ctx: RunContext, label: string, tokenRate: number): Pro
     targets.push({ name: 'node_hop', url: hopUrl }, { name: 'gateway', url: gw.url });
     // nginx's work happens in its worker, a child of the master.
     const nginxWorker = nginx ? childPids(nginx.pid)[0] : undefined;
-    return { targets, pids: { nginx: nginxWorker, node_hop: hop.pid }, gatewayPid: gw.child.pid, fleetPid: fleet.child.pid, nginx, stop };
+    return { targets, pids: { nginx: nginxWorker, node_hop: hop.pid }, gatewayPid: gw.child.pid, fleetPids: fleet.children.map((c) => c.pid), nginx, stop };
   } catch (err) {
     await stop();
     throw err;
@@ -278,7 +264,7 @@ async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
     latency = await measureLatency(instant.targets, args.latencyRounds, 200, deadline);
     process.stdout.write(`bench: generate: latency p50 by hop ${JSON.stringify(Object.fromEntries(Object.entries(latency.by_target).map(([k, v]) => [k, v.p50])))} ms\n`);
     if (WRK) {
-      throughput = await measureThroughput(instant.targets, 64, args.throughputSeconds, args.throughputPasses, ctx.logDir, cpuSampler(instant.gatewayPid, instant.fleetPid, instant.pids));
+      throughput = await measureThroughput(instant.targets, 64, args.throughputSeconds, args.throughputPasses, ctx.logDir, cpuSampler(instant.gatewayPid, instant.fleetPids, instant.pids));
       process.stdout.write(`bench: generate: requests/s at 64 connections ${JSON.stringify(throughput.requests_per_s)}\n`);
     }
   } finally {
@@ -327,21 +313,13 @@ async function startSharedNats(): Promise<EmbeddedNats> {
   return startEmbeddedNats({ restart: false });
 }
 
-/** Asks the fleet child for its tagged timings. */
-function statsOf(fleet: Child): () => Promise<Record<string, TagStats>> {
-  return async () => {
-    fleet.send({ cmd: 'stats' });
-    return (await fleet.next('stats', 30_000)).tags as Record<string, TagStats>;
-  };
-}
-
-/** CPU ms so far of the named processes (from /proc). */
-function cpuOf(pids: Record<string, number | undefined>): () => Record<string, number> {
+/** CPU ms so far of the named processes (from /proc); a name with several pids gets their sum. */
+function cpuOf(pids: Record<string, number | undefined | Array<number | undefined>>): () => Record<string, number> {
   return () => {
     const out: Record<string, number> = {};
     for (const [name, pid] of Object.entries(pids)) {
-      const st = pid === undefined ? undefined : procStat(pid);
-      if (st) out[name] = st.cpuMs;
+      const stats = (Array.isArray(pid) ? pid : [pid]).map((p) => (p === undefined ? undefined : procStat(p))).filter((st) => st !== undefined);
+      if (stats.length) out[name] = stats.reduce((sum, st) => sum + st.cpuMs, 0);
     }
     return out;
   };
@@ -378,7 +356,7 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
     const natsOne = await startSharedNats();
     nats.push(natsOne);
     const fleetOne = await startFleet(n, logDir, ['--token-rate', '0'], 'replicas-one');
-    children.push(fleetOne.child);
+    children.push(...fleetOne.children);
     const solo = await startGateway(gatewayFlags(natsOne.url, 'solo'), logDir, profileDir, 'replicas-solo');
     children.push(solo.child);
     await registerAll(solo.url, fleetOne.urls);
@@ -386,7 +364,7 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
     const natsTwo = await startSharedNats();
     nats.push(natsTwo);
     const fleetTwo = await startFleet(n, logDir, ['--token-rate', '0'], 'replicas-two');
-    children.push(fleetTwo.child);
+    children.push(...fleetTwo.children);
     const ra = await startGateway(gatewayFlags(natsTwo.url, 'ra'), logDir, profileDir, 'replicas-ra');
     children.push(ra.child);
     const rb = await startGateway(gatewayFlags(natsTwo.url, 'rb'), logDir, profileDir, 'replicas-rb');
@@ -400,8 +378,8 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
     await settled(rb.url, n, split, 60_000, 'two replicas, rb');
 
     const setups: RefitSetup[] = [
-      { name: 'one_replica', replicas: 1, frontUrl: solo.url, engines: n, fleetStats: statsOf(fleetOne.child), cpuTimes: cpuOf({ gateway: solo.child.pid, nats_server: natsOne.pid, engines: fleetOne.child.pid }) },
-      { name: 'two_replicas', replicas: 2, frontUrl: ra.url, engines: n, fleetStats: statsOf(fleetTwo.child), cpuTimes: cpuOf({ gateway: ra.child.pid, gateway_second: rb.child.pid, nats_server: natsTwo.pid, engines: fleetTwo.child.pid }) },
+      { name: 'one_replica', replicas: 1, frontUrl: solo.url, engines: n, fleetStats: fleetOne.stats, cpuTimes: cpuOf({ gateway: solo.child.pid, nats_server: natsOne.pid, engines: fleetOne.children.map((c) => c.pid) }) },
+      { name: 'two_replicas', replicas: 2, frontUrl: ra.url, engines: n, fleetStats: fleetTwo.stats, cpuTimes: cpuOf({ gateway: ra.child.pid, gateway_second: rb.child.pid, nats_server: natsTwo.pid, engines: fleetTwo.children.map((c) => c.pid) }) },
     ];
     refits = await measureRefits({ setups, iterations: args.refits, warmup: args.refitWarmup, deadline: Math.max(performance.now() + 10_000, deadline - takeoverBudgetMs(args)), label: ctx.stamp });
     for (const s of refits.setups) {
@@ -423,7 +401,7 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
       const server = await startSharedNats();
       nats.push(server);
       const fleet = await startFleet(n, logDir, ['--token-rate', '0'], `takeover-${lease}`);
-      children.push(fleet.child);
+      children.push(...fleet.children);
       let k = 0;
       const result = await measureTakeover({
         leaseSecs: lease,
@@ -476,6 +454,119 @@ function replicasBudgetMs(args: Args): number {
   return 30_000 + args.refits * 2 * 150 + takeoverBudgetMs(args);
 }
 
+/** What one scale size needs of the budget: start-ups, registration, the idle window, fan-outs and listings. */
+function scaleSizeBudgetMs(args: Args, engines: number): number {
+  return (args.idleSeconds + 60 + engines / 40) * 1000;
+}
+
+function scaleBudgetMs(args: Args): number {
+  return args.scaleSizes.reduce((sum, n) => sum + scaleSizeBudgetMs(args, n), 0);
+}
+
+/** The first error lines of a gateway's log (pino level ≥ 50, or about EMFILE or the open-file limit), as text. */
+function gatewayErrors(logPath: string, limit = 5): string[] {
+  if (!existsSync(logPath)) return [];
+  const out: string[] = [];
+  for (const line of readFileSync(logPath, 'utf8').split('\n')) {
+    if (out.length >= limit) break;
+    if (!/EMFILE|open-file limit/i.test(line) && !/"level":(5\d|60)/.test(line)) continue;
+    try {
+      const j = JSON.parse(line) as { msg?: string; err?: { message?: string; code?: string } };
+      out.push([j.msg, j.err?.code, j.err?.message].filter(Boolean).join(': '));
+    } catch {
+      out.push(line.slice(0, 300));
+    }
+  }
+  return out;
+}
+
+async function runScale(ctx: RunContext, deadline: number): Promise<string> {
+  const { args, logDir, profileDir } = ctx;
+  const started = performance.now();
+  const results: ScaleSizeResult[] = [];
+  for (const [k, size] of args.scaleSizes.entries()) {
+    const r = emptyScaleResult(size);
+    results.push(r);
+    const t0 = performance.now();
+    // Sizes left share what is left of the budget by what they need, so time a small size does
+    // not use goes to the larger ones.
+    const rest = args.scaleSizes.slice(k).reduce((sum, n) => sum + scaleSizeBudgetMs(args, n), 0);
+    const sizeDeadline = t0 + ((deadline - t0 - 10_000) * scaleSizeBudgetMs(args, size)) / rest;
+    if (sizeDeadline - t0 < 30_000) {
+      r.errors.push({ step: 'start', message: 'not run: skipped for the time budget' });
+      continue;
+    }
+    process.stdout.write(`bench: scale: ${size} engines (${Math.round((sizeDeadline - t0) / 1000)} s of budget)...\n`);
+    let fleet: Fleet | undefined;
+    let gw: Awaited<ReturnType<typeof startGateway>> | undefined;
+    let stage = 'fleet start';
+    try {
+      fleet = await startFleet(size, logDir, [], `scale-${size}`, Math.min(60_000 + size * 20, sizeDeadline - performance.now()));
+      r.fleet = { processes: fleet.children.length, start_s: Math.round(performance.now() - t0) / 1000, fd_limits: fleet.fdLimits };
+      process.stdout.write(`bench: scale: ${size} engines listening in ${fleet.children.length} processes after ${r.fleet.start_s} s\n`);
+      stage = 'gateway start';
+      const g0 = performance.now();
+      gw = await startGateway(['--log-level', args.logLevel], logDir, profileDir, `scale-${size}`);
+      r.gateway = { start_s: Math.round(performance.now() - g0) / 1000, fd_limit: fdLimitOf(gw.child.pid) };
+      stage = 'measure';
+      await measureScale({
+        gatewayUrl: gw.url,
+        engineUrls: fleet.urls,
+        gatewayPid: gw.child.pid,
+        natsPid: firstChildPid(gw.child.pid),
+        deadline: sizeDeadline,
+        idleSeconds: args.idleSeconds,
+        registerConcurrency: args.registerConcurrency,
+        fanouts: 20,
+        fanoutWarmup: 3,
+        listings: 10,
+        progress: (line) => process.stdout.write(`bench: scale: ${size}: ${line}\n`),
+      }, r);
+    } catch (err) {
+      r.errors.push({ step: stage, message: (err as Error).message });
+    } finally {
+      r.wall_seconds = Math.round(performance.now() - t0) / 1000;
+      // A profiled gateway writes its profile on the way out: give it longer before SIGKILL.
+      if (gw) {
+        await gw.child.stop(profileDir ? 60_000 : 10_000);
+        live.delete(gw.child);
+        r.gateway_errors = gatewayErrors(gw.child.logPath);
+      }
+      await fleet?.stop();
+    }
+    const reg = r.register;
+    process.stdout.write(`bench: scale: ${size} engines: ${r.errors.map((e) => `FAILED at ${e.step}: ${e.message.slice(0, 300)}; `).join('')}accepted ${reg?.accepted_s ?? '–'} s, ready ${reg?.ready_s ?? '–'} s, RSS ${r.rss_mib.ready?.total ?? '–'} MiB, idle ${r.idle?.total_pct ?? '–'}%, fan-out p50 ${r.fanout?.envelope.p50 ?? '–'} ms, /v1/rl/workers p50 ${r.listing?.rl_workers.wall.p50 ?? '–'} ms (${r.wall_seconds} s)\n`);
+  }
+
+  const setupLine =
+    'Set-up: per size a fresh engine fleet and a fresh gateway. Gateway: the `rlgate gateway` CLI in its own process ' +
+    `(\`--enable-rl\`, log level ${args.logLevel}, every other setting as shipped: health probes every 5 s, fan-out concurrency by call), ` +
+    'with its embedded nats-server. Engines: SGLang simulators, at most ' +
+    `${ENGINES_PER_FLEET_PROCESS.toLocaleString('en-US')} per bench/sim-fleet.ts process, the processes started at once. Client (this process): undici; ` +
+    `${args.registerConcurrency} registrations in flight, then one request at a time. Idle window ${args.idleSeconds} s. ` +
+    `Every child's open-file limit raised to its hard limit.${args.profile ? ' **Gateway under --cpu-prof: timings inflated.**' : ''}`;
+  const md = scaleMarkdown(results, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine });
+  writeResult(ctx, 'scale', {
+    benchmark: 'scale',
+    date: ctx.date.toISOString(),
+    machine: { ...ctx.machine, loadavg_end: loadavg() },
+    setup: {
+      sizes: args.scaleSizes,
+      gateway: { process: 'rlgate gateway CLI child', flags: ['--enable-rl', '--log-level', args.logLevel], nats: 'embedded', profiled: args.profile },
+      engines: `sglang simulators, at most ${ENGINES_PER_FLEET_PROCESS} per sim-fleet child process`,
+      register_concurrency: args.registerConcurrency,
+      idle_seconds: args.idleSeconds,
+      fanout: { route: 'POST /v1/rl/engine/flush_cache', selector: `${FANOUT_GROUP.key}=${FANOUT_GROUP.value}`, engines: FANOUT_GROUP.engines, iterations: 20, warmup: 3 },
+      listings: 10,
+    },
+    goals: SCALE_GOALS,
+    verdicts: scaleGoals(results),
+    results,
+    wall_seconds: Math.round(performance.now() - started) / 1000,
+  }, md);
+  return md;
+}
+
 async function main(args: Args): Promise<void> {
   const started = performance.now();
   const runDeadline = started + args.maxSeconds * 1000;
@@ -492,11 +583,13 @@ async function main(args: Args): Promise<void> {
   process.stdout.write(`bench: child logs in ${ctx.logDir} (removed after a clean run)\n`);
 
   const parts: string[] = [];
+  const scaleShare = args.suites.includes('scale') ? scaleBudgetMs(args) : 0;
   const replicasShare = args.suites.includes('replicas') ? replicasBudgetMs(args) : 0;
   const generateShare = args.suites.includes('generate') ? generateBudgetMs(args) : 0;
-  if (args.suites.includes('fanout')) parts.push(await runFanout(ctx, runDeadline - generateShare - replicasShare));
-  if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline - replicasShare));
-  if (args.suites.includes('replicas')) parts.push(await runReplicas(ctx, runDeadline));
+  if (args.suites.includes('fanout')) parts.push(await runFanout(ctx, runDeadline - generateShare - replicasShare - scaleShare));
+  if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline - replicasShare - scaleShare));
+  if (args.suites.includes('replicas')) parts.push(await runReplicas(ctx, runDeadline - scaleShare));
+  if (args.suites.includes('scale')) parts.push(await runScale(ctx, runDeadline));
   if (!args.profile) writeFileSync(join(args.out, 'latest.md'), latestTables(args.out));
   if (ctx.profileDir) {
     for (const f of readdirSync(ctx.profileDir).filter((f) => f.endsWith('.cpuprofile'))) {

@@ -1,9 +1,10 @@
 // A fleet of N SGLang simulators in ONE process, so a benchmark's engines never share an event
-// loop with the gateway or the client. It also times, engine-side, every request tagged
-// `?bench=<tag>` (headers parsed → last byte handed to the socket) through node:http's
-// diagnostics channels, without touching the simulator. A refit's calls carry no query but the
-// gateway's `x-request-id: refit-<id>` header: they are tagged `refit-<id> <path>`, one tag per
-// phase. It never talks to the gateway.
+// loop with the gateway or the client (children.ts runs several for a fleet larger than one
+// process holds: each engine costs a listening socket and its accepted connections). It also
+// times, engine-side, every request tagged `?bench=<tag>` (headers parsed → last byte handed to
+// the socket) through node:http's diagnostics channels, without touching the simulator. A refit's
+// calls carry no query but the gateway's `x-request-id: refit-<id>` header: they are tagged
+// `refit-<id> <path>`, one tag per phase. It never talks to the gateway.
 //
 //   node --import tsx bench/sim-fleet.ts --count N [--token-rate R]
 //   stdout: {"event":"listening","urls":[...],"pid":...}   (one line, when all N listen)
@@ -11,11 +12,16 @@
 // It stops on {"cmd":"stop"}, stdin EOF (the parent went away), SIGTERM or SIGINT.
 
 import { subscribe } from 'node:diagnostics_channel';
+import { readFileSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { createInterface } from 'node:readline';
 import { startSglangSim, type SglangSim } from '../src/sim/sglang/server.ts';
 
-const MAX_FLEET = 1024;
+// Per process: 2,500 listeners and their accepted connections stay well inside a 20,000-fd limit.
+const MAX_FLEET = 2500;
+// Simulators started at once: start-up is mostly waiting on listen(), so a few in flight are
+// faster than one after another, and more would only queue.
+const START_CONCURRENCY = 32;
 
 /** What the fleet saw of one tag: the N legs of one fan-out iteration, or of one refit phase. */
 export interface TagStats {
@@ -25,6 +31,9 @@ export interface TagStats {
   max_service_ms: number;
   /** First leg's arrival to the last leg's answer, on the fleet's clock, ms. */
   span_ms: number;
+  /** First arrival and last answer, wall clock (epoch ms, µs precision): spans of several fleet processes merge. */
+  first_ms: number;
+  last_ms: number;
 }
 
 interface Acc {
@@ -66,7 +75,8 @@ class ServiceClock {
   /** Everything seen since the last call, then forgotten (the fleet's memory stays bounded). */
   drain(): Record<string, TagStats> {
     const out: Record<string, TagStats> = {};
-    for (const [tag, a] of this.tags) out[tag] = { n: a.n, max_service_ms: round(a.maxService), span_ms: round(a.last - a.first) };
+    const origin = performance.timeOrigin;
+    for (const [tag, a] of this.tags) out[tag] = { n: a.n, max_service_ms: round(a.maxService), span_ms: round(a.last - a.first), first_ms: round(origin + a.first), last_ms: round(origin + a.last) };
     this.tags = new Map();
     return out;
   }
@@ -111,6 +121,17 @@ function parseTokenRate(argv: string[]): number | undefined {
   return n === 0 ? Infinity : n;
 }
 
+/** This process's open-file limit (soft), for the message of a failed start; null where there is none. */
+function fdLimit(): number | null {
+  try {
+    const row = readFileSync('/proc/self/limits', 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const soft = row?.slice('Max open files'.length).trim().split(/\s+/)[0];
+    return soft === undefined || soft === 'unlimited' ? null : Number(soft);
+  } catch {
+    return null;
+  }
+}
+
 function emit(line: unknown): void {
   process.stdout.write(`${JSON.stringify(line)}\n`);
 }
@@ -131,9 +152,17 @@ async function main(): Promise<void> {
 
   try {
     // Recording off: the request log is for tests and would only cost the benchmark memory.
-    for (let i = 0; i < count; i++) sims.push(await startSglangSim({ host: '127.0.0.1', port: 0, recordLimit: 0, ...(tokenRate !== undefined ? { tokenRate } : {}) }));
+    let next = 0;
+    const worker = async () => {
+      while (next < count && !stopping) {
+        next++;
+        sims.push(await startSglangSim({ host: '127.0.0.1', port: 0, recordLimit: 0, ...(tokenRate !== undefined ? { tokenRate } : {}) }));
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(START_CONCURRENCY, count) }, worker));
+    if (stopping) return;
   } catch (err) {
-    process.stderr.write(`sim-fleet: ${(err as Error).message}\n`);
+    process.stderr.write(`sim-fleet: ${(err as Error).message} (${sims.length} of ${count} simulators were listening; open-file limit ${fdLimit()})\n`);
     await stop(1);
     return;
   }
