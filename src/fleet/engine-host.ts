@@ -1,8 +1,8 @@
-// Holds a data-plane client for every engine of the fleet, and the engine actors this replica
-// owns: one per owned worker, with the machine's side effects (discovery, probes), the engine's
-// command subject on NATS, and data-plane load. Engines owned elsewhere are routed from their
-// shared record (engine-record.ts); what this replica learns about them (a data-plane failure, an
-// API write) goes to their owner as a notice. Commands run in `command-runner.ts`, state goes out
+// The engine actors this replica owns: one per owned worker, with the machine's side effects
+// (discovery, probes), the engine's command subject on NATS and its command lane, and the
+// gateway-local writes (version, control, quarantine) applied to them. Every engine's client and
+// load live in `engine-clients.ts`; what is known of engines owned elsewhere, and the notices sent
+// to their owners, in `remote-engines.ts`. Commands run in `command-runner.ts`, state goes out
 // through `state-publisher.ts`; the machine itself never learns about NATS or HTTP.
 
 import { createActor, fromCallback, fromPromise } from 'xstate';
@@ -13,9 +13,6 @@ import type { Subjects } from '../bus/subjects.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
-import { HttpEngineClient } from '../engines/http.ts';
-import { GrpcEngineClient } from '../engines/grpc.ts';
-import { ZmqEngineClient } from '../engines/zmq.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { Registry } from './registry.ts';
@@ -26,7 +23,9 @@ import { compareVersions } from './versions.ts';
 import { probeLoop } from './probe-loop.ts';
 import { StatePublisher, type PublishedState } from './state-publisher.ts';
 import type { EngineNotice, EngineRecord } from './engine-record.ts';
-import { baseUrlOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker } from './worker.ts';
+import { baseUrlOf, mergedLabels, type Worker } from './worker.ts';
+import { EngineClients, type EngineLink } from './engine-clients.ts';
+import { RemoteEngines } from './remote-engines.ts';
 
 export type { EngineStateEvent } from './state-publisher.ts';
 
@@ -40,21 +39,11 @@ export interface EngineTimings {
   breakerCooldownMs: number;
 }
 
-/** One engine of the fleet, as this replica holds it. */
-interface Hosted {
-  url: string;
-  client: EngineClient;
-  /** Data-plane requests in flight from this replica; a plain counter, never an actor event (hot path). */
-  load: number;
-  /** Present while this replica owns the engine. */
-  owned: Owned | undefined;
-}
-
 /** The actor side of an engine this replica owns. */
 interface Owned {
   actor: EngineActor;
+  link: EngineLink;
   readonly client: EngineClient;
-  readonly load: number;
   /** Its control calls, one at a time in arrival order. */
   lane: CommandLane;
   /** Completed discoveries: the first seeds from labels, later ones trust the engine. */
@@ -85,12 +74,13 @@ export class EngineHost {
    * an engine discovered below it is quarantined until a refit brings it up.
    */
   fleetVersionOf: ((w: Worker) => string | undefined) | undefined;
-  private readonly hosted = new Map<string, Hosted>();
-  /** Every engine's last shared record (the `engines` bucket), read while another replica owns it. */
-  private readonly records = new Map<string, EngineRecord>();
+  /** Every engine's client and load. */
+  private readonly links = new EngineClients();
+  /** The engines this replica runs the actors of. */
+  private readonly owned = new Map<string, Owned>();
+  private readonly remotes: RemoteEngines;
   private readonly commands: CommandRunner;
   private readonly states: StatePublisher;
-  private readonly noticeSub: BusSubscription;
 
   constructor(
     private readonly deps: {
@@ -108,67 +98,63 @@ export class EngineHost {
     },
   ) {
     const { registry, bus, subjects, control, metrics, log, records, replicaId } = deps;
-    this.commands = new CommandRunner({ registry, control, metrics, log, actorOf: (id) => this.hosted.get(id)?.owned?.actor, clientOf: (id) => this.hosted.get(id)?.client });
+    this.commands = new CommandRunner({ registry, control, metrics, log, actorOf: (id) => this.owned.get(id)?.actor, clientOf: (id) => this.links.get(id)?.client });
     this.states = new StatePublisher({ registry, bus, subjects, metrics, log, loadOf: (id) => this.load(id), records, replicaId });
     registry.on('added', (w) => this.host(w));
     registry.on('replaced', (prev, next) => this.replaced(prev, next));
     registry.on('removed', (w) => void this.unhost(w.id));
     registry.on('owner', (w, prev) => this.ownerChanged(w, prev));
-    this.noticeSub = bus.subscribe(subjects.allEngineNotices(), (data, msg) => {
-      const id = msg.subject.split('.').at(-2) ?? '';
-      this.applyNotice(id, data as EngineNotice);
-    });
+    this.remotes = new RemoteEngines({ bus, subjects, log }, (id, notice) => this.applyNotice(id, notice));
   }
 
   has(id: string): boolean {
-    return this.hosted.has(id);
+    return this.links.has(id);
   }
 
   /** True when this replica runs the engine's actor. */
   owns(id: string): boolean {
-    return this.hosted.get(id)?.owned !== undefined;
+    return this.owned.has(id);
   }
 
   snapshot(id: string): EngineSnapshot | undefined {
-    return this.hosted.get(id)?.owned?.actor.getSnapshot();
+    return this.owned.get(id)?.actor.getSnapshot();
   }
 
   /** The owner's shared record of an engine this replica does not own. */
   remote(id: string): EngineRecord | undefined {
-    return this.hosted.get(id)?.owned ? undefined : this.records.get(id);
+    return this.owned.has(id) ? undefined : this.remotes.record(id);
   }
 
   /** A record from the shared `engines` bucket (null: deleted). */
   setRemote(id: string, record: EngineRecord | null): void {
-    if (record) this.records.set(id, record);
-    else this.records.delete(id);
-    if (!this.hosted.get(id)?.owned) this.generation++;
+    this.remotes.set(id, record);
+    if (!this.owned.has(id)) this.generation++;
   }
 
   client(id: string): EngineClient | undefined {
-    return this.hosted.get(id)?.client;
+    return this.links.get(id)?.client;
   }
 
   load(id: string): number {
-    return this.hosted.get(id)?.load ?? 0;
+    return this.links.get(id)?.load ?? 0;
   }
 
   /** Data-plane accounting: the relay brackets every routed request with these. */
   acquire(id: string): void {
-    const h = this.hosted.get(id);
-    if (h) h.load++;
+    const link = this.links.get(id);
+    if (link) link.load++;
   }
 
   release(id: string, outcome: 'success' | 'failure' | 'neutral'): void {
-    const h = this.hosted.get(id);
-    if (!h) return;
-    h.load = Math.max(0, h.load - 1);
-    const actor = h.owned?.actor;
+    const link = this.links.get(id);
+    if (!link) return;
+    link.load = Math.max(0, link.load - 1);
+    const actor = this.owned.get(id)?.actor;
     if (!actor) {
       // The breaker lives with the owner: failures go there, and successes only while it has
       // something to forget (they would cost a bus message per request otherwise).
-      if (outcome === 'failure' || (outcome === 'success' && (this.records.get(id)?.breaker ?? 'closed') !== 'closed')) {
-        this.notify(id, { kind: 'dp', ok: outcome === 'success' });
+      if (outcome === 'failure' || (outcome === 'success' && (this.remotes.record(id)?.breaker ?? 'closed') !== 'closed')) {
+        this.remotes.notify(id, { kind: 'dp', ok: outcome === 'success' });
       }
       return;
     }
@@ -186,7 +172,7 @@ export class EngineHost {
    * Aborting `signal` drops the call if it is still queued, or aborts it if it is running.
    */
   run(id: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
-    const owned = this.hosted.get(id)?.owned;
+    const owned = this.owned.get(id);
     if (!owned) return Promise.reject(new NotOwner(id));
     return this.commands.submit(id, owned.lane, call, signal);
   }
@@ -208,20 +194,19 @@ export class EngineHost {
   }
 
   async close(): Promise<void> {
-    this.noticeSub.unsubscribe();
+    this.remotes.close();
     // A replica that stops leaves the engines to the others: their shared records stay.
     this.closing = true;
-    await Promise.all([...this.hosted.keys()].map((id) => this.unhost(id)));
+    await Promise.all([...this.links.ids()].map((id) => this.unhost(id)));
   }
 
   private closing = false;
 
   /** Applies a notice to an owned engine's actor; forwards it to the owner otherwise (when local). */
   private applyNotice(id: string, notice: EngineNotice, local = false): void {
-    const h = this.hosted.get(id);
-    const actor = h?.owned?.actor;
+    const actor = this.owned.get(id)?.actor;
     if (!actor) {
-      if (local && h) this.notify(id, notice);
+      if (local && this.links.has(id)) this.remotes.notify(id, notice);
       return;
     }
     if (notice.kind === 'dp') actor.send({ type: notice.ok ? 'dp.success' : 'dp.failure' });
@@ -230,18 +215,10 @@ export class EngineHost {
     else if (notice.kind === 'quarantine') actor.send(notice.reason === null ? { type: 'quarantine.clear' } : { type: 'quarantine.set', reason: notice.reason });
   }
 
-  private notify(id: string, notice: EngineNotice): void {
-    try {
-      this.deps.bus.publish(this.deps.subjects.engineNotice(id), notice);
-    } catch (err) {
-      this.deps.log.debug({ err, worker_id: id }, 'could not notify the engine owner');
-    }
-  }
-
   /** Every registered engine gets a data-plane client; the owner also gets its actor. */
   private host(worker: Worker): void {
-    if (this.hosted.has(worker.id)) return;
-    this.hosted.set(worker.id, { url: worker.url, client: this.makeClient(worker), load: 0, owned: undefined });
+    if (this.links.has(worker.id)) return;
+    this.links.add(worker);
     this.generation++;
     // Another listener may have set the owner since this event was emitted: read it afresh.
     const current = this.deps.registry.get(worker.id) ?? worker;
@@ -249,21 +226,20 @@ export class EngineHost {
   }
 
   private ownerChanged(worker: Worker, prev: string): void {
-    const h = this.hosted.get(worker.id);
-    if (!h) return;
+    if (!this.links.has(worker.id)) return;
     if (worker.owner === this.deps.replicaId) {
       this.deps.log.info({ worker_id: worker.id, url: worker.url, from: prev || null }, 'engine owned by this replica');
       this.own(worker);
     } else if (prev === this.deps.replicaId) {
       this.deps.log.warn({ worker_id: worker.id, url: worker.url, to: worker.owner }, 'engine owned by another replica now');
-      this.disown(worker.id, h);
+      this.disown(worker.id);
     }
   }
 
   /** Starts the engine's actor here: it discovers the engine first, so its state is read, not assumed. */
   private own(worker: Worker): void {
-    const h = this.hosted.get(worker.id);
-    if (!h || h.owned) return;
+    const link = this.links.get(worker.id);
+    if (!link || this.owned.has(worker.id)) return;
     const seededLabel = mergedLabels(worker).weight_version;
     const machine = engineMachine.provide({
       actors: {
@@ -271,7 +247,7 @@ export class EngineHost {
           const ms = this.deps.timings.discoveryTimeoutMs;
           const timeout = AbortSignal.timeout(ms);
           try {
-            await discoverAndSeed(worker.id, this.hosted.get(worker.id)?.owned, AbortSignal.any([signal, timeout]), this.deps);
+            await discoverAndSeed(worker.id, this.owned.get(worker.id), AbortSignal.any([signal, timeout]), this.deps);
             this.checkBehind(worker.id);
           } catch (err) {
             if (timeout.aborted && !signal.aborted) throw new Error(`discovery got no answer within ${ms / 1000} s`);
@@ -279,10 +255,10 @@ export class EngineHost {
           }
         }),
         // Looked up per tick: a new api key or URL replaces the client after this actor started.
-        probeTicker: fromCallback(({ sendBack, input }) => probeLoop(() => this.hosted.get(worker.id)?.client, input.intervalMs, sendBack, input.quiet)),
+        probeTicker: fromCallback(({ sendBack, input }) => probeLoop(() => this.links.get(worker.id)?.client, input.intervalMs, sendBack, input.quiet)),
       },
     });
-    const last = this.records.get(worker.id);
+    const last = this.remotes.record(worker.id);
     const seed = last?.weight_version ?? seedFrom(seededLabel);
     const actor = createActor(machine, {
       systemId: `engine:${worker.id}`,
@@ -294,11 +270,9 @@ export class EngineHost {
     });
     const owned: Owned = {
       actor,
+      link,
       get client() {
-        return h.client;
-      },
-      get load() {
-        return h.load;
+        return link.client;
       },
       lane: newLane(actor),
       // A takeover is a rediscovery: the engine is believed over what the last owner recorded.
@@ -307,16 +281,16 @@ export class EngineHost {
       published: undefined,
       seededLabel,
     };
-    h.owned = owned;
+    this.owned.set(worker.id, owned);
     // The machine says when a pause or refit runs; the I/O happens in the runner, its result goes back as an event.
     this.commands.listen(worker.id, owned.lane);
     actor.subscribe({
       next: (snap) => {
         // Routing and the shared state move only when lifecycle, control, version, breaker or
         // quarantine did: a probe or a breaker count that changed none of them is invisible.
-        if (h.owned !== owned || !this.states.changed(owned.published, snap)) return;
+        if (this.owned.get(worker.id) !== owned || !this.states.changed(owned.published, snap)) return;
         this.generation++;
-        owned.published = this.states.publish(worker.id, owned.published, snap, h.load, owned.lane.queue.length);
+        owned.published = this.states.publish(worker.id, owned.published, snap, link.load, owned.lane.queue.length);
       },
       error: (err) => this.deps.log.error({ err, worker_id: worker.id }, 'engine actor failed'),
     });
@@ -328,7 +302,7 @@ export class EngineHost {
 
   /** A late joiner, or an engine back from a restart, below the fleet's version is quarantined. */
   private checkBehind(id: string): void {
-    const actor = this.hosted.get(id)?.owned?.actor;
+    const actor = this.owned.get(id)?.actor;
     const w = this.deps.registry.get(id);
     const fleet = w && this.fleetVersionOf?.(w);
     if (!actor || fleet === undefined) return;
@@ -341,10 +315,10 @@ export class EngineHost {
   }
 
   /** Another replica owns the engine now: its actor stops here, its client stays for routing. */
-  private disown(id: string, h: Hosted): void {
-    const owned = h.owned;
+  private disown(id: string): void {
+    const owned = this.owned.get(id);
     if (!owned) return;
-    h.owned = undefined;
+    this.owned.delete(id);
     this.generation++;
     owned.cmdSub.unsubscribe();
     owned.actor.stop();
@@ -352,16 +326,9 @@ export class EngineHost {
   }
 
   private replaced(prev: Worker, next: Worker): void {
-    const h = this.hosted.get(next.id);
-    if (!h) return this.host(next);
-    // A ZMQ client binds its lane from labels (handshake address) and names its model: rebuilt
-    // when those change, like any client when the key or URL does.
-    const zmqChanged = next.connectionMode === 'zmq' && JSON.stringify(mergedLabels(prev)) !== JSON.stringify(mergedLabels(next));
-    if (prev.apiKey !== next.apiKey || prev.url !== next.url || zmqChanged) {
-      void h.client.close();
-      h.client = this.makeClient(next);
-    }
-    const owned = h.owned;
+    if (!this.links.has(next.id)) return this.host(next);
+    this.links.replace(prev, next);
+    const owned = this.owned.get(next.id);
     if (!owned) return;
     const label = mergedLabels(next).weight_version;
     const versionChanged = label !== owned.seededLabel;
@@ -372,38 +339,19 @@ export class EngineHost {
   }
 
   private async unhost(id: string): Promise<void> {
-    const h = this.hosted.get(id);
-    if (!h) return;
-    const url = h.url;
+    const link = this.links.get(id);
+    if (!link) return;
+    const url = link.url;
     // A removed engine's record goes with it (its owner removes it).
-    if (h.owned && !this.closing) this.deps.records?.delete(id).catch(() => {});
-    this.records.delete(id);
-    this.disown(id, h);
-    this.hosted.delete(id);
+    if (this.owned.has(id) && !this.closing) this.deps.records?.delete(id).catch(() => {});
+    this.remotes.forget(id);
+    this.disown(id);
     this.generation++;
     // The engine's gauges go only when no DP rank of it is left.
     const base = baseUrlOf(url).baseUrl;
     const engineGone = this.deps.registry.siblings(base).length === 0;
     if (engineGone) this.states.forgetEngine(base);
     this.deps.metrics.forget(url, engineGone);
-    await h.client.close();
-  }
-
-  private makeClient(worker: Worker): EngineClient {
-    switch (worker.connectionMode) {
-      case 'http':
-        return new HttpEngineClient(baseUrlOf(worker.url).baseUrl, worker.apiKey);
-      case 'grpc':
-        return new GrpcEngineClient(worker.url);
-      case 'zmq': {
-        // The gateway binds the ZMQ lane and engines dial in; the handshake address can be pinned
-        // with a registration label when the derived one does not suit the deployment.
-        const labels = mergedLabels(worker);
-        return new ZmqEngineClient(worker.url, {
-          modelId: worker.modelId !== UNKNOWN_MODEL_ID ? worker.modelId : undefined,
-          handshakeAddress: labels.zmq_handshake_address,
-        });
-      }
-    }
+    await this.links.remove(id);
   }
 }
