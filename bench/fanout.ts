@@ -25,8 +25,10 @@ export interface MeasureOptions {
   cpuTimes(): Record<string, number>;
   /** The gateway's NATS server (its `listening` line): messages are counted there, after the timed loop. */
   natsUrl: string | undefined;
-  /** Gateway fan-outs of the counted loop (default 20). */
+  /** Gateway fan-outs of the counted loop (default 50). */
   natsFanouts?: number;
+  /** The gateway's subject root (its default, `rl`). */
+  subjectRoot: string;
 }
 
 /** What crossed the gateway's NATS server during a separate loop of gateway fan-outs (not the timed one). */
@@ -35,11 +37,23 @@ export interface NatsCount {
   /** Every message published on the server (a `>` subscriber in the gateway's account), during the loop. */
   messages: number;
   bytes: number;
+  /** messages ÷ fan-outs: everything the server carried during the loop, background included. */
   per_fanout: number;
   loop_ms: number;
-  /** Messages in an idle window as long as the loop (at least 1 s), right after it: what the gateway sends without fan-outs. */
+  /**
+   * Messages in an idle window right after the loop, at least 6 s long (two periods of the
+   * gateway's 3 s KV-watch checks): what the gateway sends without fan-outs.
+   */
   idle_messages: number;
   window_ms: number;
+  /** (messages − idle rate × loop time) ÷ fan-outs: what the fan-outs caused, ± the background's burstiness. */
+  per_fanout_net: number;
+  /**
+   * Messages on the gateway's own subjects (`<root>.>`: engine and replica commands, fan-out
+   * shares, notices, state events) ÷ fan-outs, during the loop. A fan-out that crosses the bus
+   * shows here; the background of an idle gateway (KV-watch checks, heartbeats) does not.
+   */
+  per_fanout_own_subjects: number;
   /** Messages of the loop by subject, ids folded to `*`. */
   subjects: Record<string, number>;
   idle_subjects: Record<string, number>;
@@ -194,7 +208,7 @@ export async function measureFanout(opts: MeasureOptions): Promise<SizeResult> {
     let natsError: string | undefined;
     if (opts.natsUrl && performance.now() < opts.deadline) {
       try {
-        nats = await countNatsMessages(opts.natsUrl, () => viaGateway(null), opts.natsFanouts ?? 20);
+        nats = await countNatsMessages(opts.natsUrl, opts.subjectRoot, () => viaGateway(null), opts.natsFanouts ?? 50);
       } catch (err) {
         natsError = (err as Error).message;
       }
@@ -259,11 +273,15 @@ export async function measureFanout(opts: MeasureOptions): Promise<SizeResult> {
  * (JetStream API calls, KV writes, inboxes and acks included; only the server's own system
  * account is out of sight).
  */
-async function countNatsMessages(natsUrl: string, fanout: () => Promise<unknown>, fanouts: number): Promise<NatsCount> {
+// Two periods of the gateway's background traffic (each KV watch checks its stream every 3 s).
+const IDLE_WINDOW_MIN_MS = 6_000;
+
+async function countNatsMessages(natsUrl: string, root: string, fanout: () => Promise<unknown>, fanouts: number): Promise<NatsCount> {
   const nc = await connect({ servers: natsUrl, name: 'rlgate-bench-counter', reconnect: false, timeout: 5_000 });
   try {
     let phase: 'loop' | 'idle' | 'off' = 'off';
     let loop = 0;
+    let own = 0;
     let idle = 0;
     let bytes = 0;
     const subjects: Record<string, number> = {};
@@ -277,6 +295,7 @@ async function countNatsMessages(natsUrl: string, fanout: () => Promise<unknown>
         if (msg.subject === selfCheck) return heard?.();
         if (phase === 'loop') {
           loop++;
+          if (msg.subject.startsWith(`${root}.`)) own++;
           bytes += msg.data.length;
           const key = subjectClass(msg.subject);
           subjects[key] = (subjects[key] ?? 0) + 1;
@@ -296,12 +315,13 @@ async function countNatsMessages(natsUrl: string, fanout: () => Promise<unknown>
     for (let i = 0; i < fanouts; i++) await fanout();
     await nc.flush(); // whatever the server got before this has been delivered to us
     const loopMs = performance.now() - t0;
-    const windowMs = Math.max(1_000, loopMs);
+    const windowMs = Math.max(IDLE_WINDOW_MIN_MS, loopMs);
     phase = 'idle';
     await new Promise((r) => setTimeout(r, windowMs));
     await nc.flush();
     phase = 'off';
-    return { fanouts, messages: loop, bytes, per_fanout: Math.round((loop / fanouts) * 1000) / 1000, loop_ms: Math.round(loopMs), idle_messages: idle, window_ms: Math.round(windowMs), subjects, idle_subjects: idleSubjects };
+    const net = (loop - (idle / windowMs) * loopMs) / fanouts;
+    return { fanouts, messages: loop, bytes, per_fanout: Math.round((loop / fanouts) * 1000) / 1000, loop_ms: Math.round(loopMs), idle_messages: idle, window_ms: Math.round(windowMs), per_fanout_net: Math.round(net * 1000) / 1000, per_fanout_own_subjects: Math.round((own / fanouts) * 1000) / 1000, subjects, idle_subjects: idleSubjects };
   } finally {
     await nc.close();
   }
@@ -390,17 +410,20 @@ export function fanoutMarkdown(results: SizeResult[], facts: RunFacts): string {
     'measured loop (/proc) ÷ (engines × fan-outs); direct = this process\'s own `process.cpuUsage()` around',
     'its direct fan-outs only, ÷ the same. NATS messages: every message published on the gateway\'s',
     'server (a `>` subscriber) during a separate loop of gateway fan-outs after the timed one, and in an',
-    'idle window as long (at least 1 s) right after it.',
+    'idle window right after it (at least 6 s: the gateway checks each KV watch every 3 s). Per fan-out:',
+    'on the gateway\'s own subjects (`rl.>`: engine and replica commands, shares, state events), where a',
+    'fan-out over the bus would show; all messages net of the idle rate ((loop − idle rate × loop time) ÷',
+    'fan-outs; the background comes in bursts, so this one carries ± a few tenths); and all, raw.',
     '',
-    '| engines | gateway µs/leg (process + nats-server) | direct µs/leg | gateway ÷ direct | NATS messages per fan-out | messages in the idle window | subjects of the fan-outs\' messages |',
-    '|---:|---:|---:|---:|---:|---:|---|',
+    '| engines | gateway µs/leg (process + nats-server) | direct µs/leg | gateway ÷ direct | NATS messages per fan-out: on `rl.>` / all, net / all | messages in the loop | in the idle window | subjects in the loop |',
+    '|---:|---:|---:|---:|---:|---:|---:|---|',
     ...results.map((r) => {
       const c = r.cpu_us_per_leg;
       const n = r.nats;
       const list = (m: Record<string, number>) => Object.entries(m).sort((a, b) => b[1] - a[1]).map(([k, v]) => `\`${k}\` ${v}`).join(', ');
       const subjects = n ? list(n.subjects) || 'none' : (r.nats_error ?? 'not counted');
       const idle = n ? `${n.idle_messages} in ${n.window_ms} ms${n.idle_messages ? ` (${list(n.idle_subjects)})` : ''}` : '–';
-      return `| ${r.engines} | ${c.gateway.toFixed(1)} (${c.gateway_process.toFixed(1)} + ${Number.isFinite(c.nats_server) ? c.nats_server.toFixed(1) : '–'}) | ${c.direct.toFixed(1)} | ${c.ratio.toFixed(2)}× | ${n ? `${n.per_fanout} (${n.messages} in ${n.fanouts})` : '–'} | ${idle} | ${subjects} |`;
+      return `| ${r.engines} | ${c.gateway.toFixed(1)} (${c.gateway_process.toFixed(1)} + ${Number.isFinite(c.nats_server) ? c.nats_server.toFixed(1) : '–'}) | ${c.direct.toFixed(1)} | ${c.ratio.toFixed(2)}× | ${n ? `${n.per_fanout_own_subjects} / ${n.per_fanout_net.toFixed(2)} / ${n.per_fanout}` : '–'} | ${n ? `${n.messages} in ${n.fanouts} fan-outs, ${n.loop_ms} ms` : '–'} | ${idle} | ${subjects} |`;
     }),
     '',
     ...goalLines(results),

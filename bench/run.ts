@@ -164,11 +164,12 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
         cpuTimes: cpuSampler(gw.child.pid, fleet.children.map((c) => c.pid)),
         fleetStats: fleet.stats,
         natsUrl: gw.natsUrl,
+        subjectRoot: defaultConfig().subjectRoot,
       });
       results.push(result);
       const g = result.gateway.overhead;
       const d = result.direct.overhead;
-      process.stdout.write(`bench: ${size} engines: gateway overhead p50 ${g.p50} p99 ${g.p99} ms, direct p50 ${d.p50} p99 ${d.p99} ms; CPU µs per leg gateway ${result.cpu_us_per_leg.gateway} direct ${result.cpu_us_per_leg.direct}; NATS messages per fan-out ${result.nats?.per_fanout ?? result.nats_error} (${result.wall_seconds} s)\n`);
+      process.stdout.write(`bench: ${size} engines: gateway overhead p50 ${g.p50} p99 ${g.p99} ms, direct p50 ${d.p50} p99 ${d.p99} ms; CPU µs per leg gateway ${result.cpu_us_per_leg.gateway} direct ${result.cpu_us_per_leg.direct}; NATS messages per fan-out ${result.nats ? `${result.nats.per_fanout_own_subjects} on rl.>, ${result.nats.per_fanout_net} net, ${result.nats.per_fanout} all` : result.nats_error} (${result.wall_seconds} s)\n`);
     } finally {
       if (gw) await stopChildren(gw.child);
       await fleet.stop();
