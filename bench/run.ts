@@ -179,7 +179,7 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
   const setupLine =
     `Set-up: \`${ROUTE.method} /v1/rl/engine/${ROUTE.path}\` body \`${ROUTE.body}\`, selector \`${SELECTOR}\` (every engine); ` +
     'one request at a time, gateway and direct alternating; warm-up first. Gateway: the `rlgate gateway` CLI in its own ' +
-    `process with its embedded nats-server, log level ${args.logLevel}, fanout_concurrency ${concurrency}, defaults otherwise ` +
+    `process with its embedded nats-server, log level ${args.logLevel}, ${concurrency === undefined ? 'fan-out concurrency as shipped (by call: the whole fleet, at least 256, for calls that move no weights)' : `fanout_concurrency ${concurrency}`}, defaults otherwise ` +
     '(health probes every 5 s). Engines: SGLang simulators, all N in one separate process (bench/sim-fleet.ts). ' +
     `Client (this process): undici, keep-alive.${args.profile ? ' **Gateway under --cpu-prof: timings inflated.**' : ''}`;
   const md = fanoutMarkdown(results, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine }) +
@@ -188,7 +188,7 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
     benchmark: 'fanout',
     date: ctx.date.toISOString(),
     machine: { ...ctx.machine, loadavg_end: loadavg() },
-    setup: { route: ROUTE, selector: SELECTOR, gateway: { process: 'rlgate gateway CLI child', nats: 'embedded', log_level: args.logLevel, fanout_concurrency: concurrency, profiled: args.profile }, engines: 'sglang simulators, one sim-fleet child process', client: 'undici in the bench process, sequential, alternating' },
+    setup: { route: ROUTE, selector: SELECTOR, gateway: { process: 'rlgate gateway CLI child', nats: 'embedded', log_level: args.logLevel, fanout_concurrency: concurrency ?? 'default (by call)', profiled: args.profile }, engines: 'sglang simulators, one sim-fleet child process', client: 'undici in the bench process, sequential, alternating' },
     targets: { issue_overhead_p99_ms: { 12: 1, 256: 3 }, spec_overhead_ms: 5 },
     results,
     skipped,
