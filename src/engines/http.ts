@@ -40,6 +40,7 @@ export class HttpEngineClient implements EngineClient {
     const path = quiet ? '/model_info' : '/health';
     const res = await this.pool.request({ path, method: 'GET', headers: this.authHeader, signal });
     await res.body.dump();
+    await connectionFree();
     if (res.statusCode >= 500 || (quiet && res.statusCode >= 300 && res.statusCode !== 404)) throw new Error(`${path} answered ${res.statusCode}`);
     // A paused engine that admits requests again was resumed behind our back, or restarted.
     if (quiet) return { paused: await this.readPaused(signal) };
@@ -49,6 +50,7 @@ export class HttpEngineClient implements EngineClient {
   private async readPaused(signal: AbortSignal): Promise<boolean | undefined> {
     const res = await this.pool.request({ path: '/ready', method: 'GET', headers: this.authHeader, signal });
     await res.body.dump();
+    await connectionFree();
     if (res.statusCode === 200) return false;
     if (res.statusCode === 503) return true;
     return undefined;
@@ -68,6 +70,7 @@ export class HttpEngineClient implements EngineClient {
       const res = await this.pool.request({ path, method: 'GET', headers: this.authHeader, signal });
       if (res.statusCode === 404 || res.statusCode === 405) {
         await res.body.dump();
+        await connectionFree();
         continue;
       }
       if (res.statusCode >= 300) {
@@ -75,9 +78,19 @@ export class HttpEngineClient implements EngineClient {
         throw new Error(`${path} answered ${res.statusCode}`);
       }
       const value = (await res.body.json()) as unknown;
+      await connectionFree();
       if (value && typeof value === 'object' && !Array.isArray(value)) return value as Record<string, unknown>;
       throw new Error(`${path} did not answer a JSON object`);
     }
     return null;
   }
+}
+
+/**
+ * Resolves once undici has put the connection of the request just read back in its pool: a
+ * request sent in the same tick finds it still busy and opens a second connection, which the
+ * engine then keeps (one socket per engine is the budget at 10,000 engines).
+ */
+export function connectionFree(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }

@@ -5,7 +5,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
-import { until } from '../fixtures/gateway-process.ts';
+import { until, type GatewayProcess } from '../fixtures/gateway-process.ts';
 import { startReplicaFleet, type ReplicaFleet } from '../fixtures/replica-fleet.ts';
 
 describe('NATS messages per fan-out', () => {
@@ -13,16 +13,16 @@ describe('NATS messages per fan-out', () => {
   let more: SimProcess[] = [];
 
   beforeAll(async () => {
-    // Three engines registered through (and owned by) r0, three through r1.
+    // Three engines registered through (and owned by) the fixture's first replica, three through the other.
     fleet = await startReplicaFleet({ sims: [0, 1, 2].map(() => ['--token-rate', '0']), prefix: 'r', leaseSecs: 5 });
     more = await Promise.all([0, 1, 2].map(() => spawnSglangSim(['--token-rate', '0'])));
-    const [, r1] = fleet.replicas as [unknown, (typeof fleet.replicas)[number]];
-    for (const s of more) expect((await r1.http('POST', '/workers', { url: s.url })).status).toBe(202);
+    const [first, other] = fleet.replicas as [GatewayProcess, GatewayProcess];
+    for (const s of more) expect((await other.http('POST', '/workers', { url: s.url })).status).toBe(202);
     await until('six engines ready on both replicas, three owned by each', 20_000, async () => {
       for (const g of fleet.replicas) {
         const rows = (await g.http('GET', '/v1/rl/workers')).json.workers as Array<{ health: string; owner: string }>;
         if (rows.length !== 6 || rows.some((r) => r.health !== 'ready')) return false;
-        if (rows.filter((r) => r.owner === 'r0').length !== 3 || rows.filter((r) => r.owner === 'r1').length !== 3) return false;
+        if (rows.filter((r) => r.owner === first.replicaId).length !== 3 || rows.filter((r) => r.owner === other.replicaId).length !== 3) return false;
       }
       return true;
     });
@@ -34,7 +34,9 @@ describe('NATS messages per fan-out', () => {
 
   it('one request to the other owning replica, none for the caller\'s own engines, no state event', async () => {
     const seen: string[] = [];
-    const sub = fleet.bus.subscribe('rl.>', (_data, msg) => seen.push(msg.subject));
+    const sub = fleet.bus.subscribe('rl.>', (_data, msg) => {
+      seen.push(msg.subject);
+    });
     try {
       // The subscription is in place once a message of our own comes back through it.
       await until('the subscription in place', 5_000, async () => {
@@ -51,7 +53,7 @@ describe('NATS messages per fan-out', () => {
       sub.unsubscribe();
     }
     const commands = seen.filter((s) => s.endsWith('.cmd'));
-    expect(commands).toEqual(['rl.replica.r1.cmd']);
+    expect(commands).toEqual([`rl.replica.${fleet.replicas[1]!.replicaId}.cmd`]);
     expect(seen.filter((s) => s.endsWith('.state')), 'state events').toEqual([]);
   });
 });
