@@ -116,6 +116,8 @@ interface RunContext {
   logDir: string;
   profileDir: string | undefined;
   machine: ReturnType<typeof machineFacts>;
+  /** A suite that records a failure and goes on sets this, so the logs outlive a finished run. */
+  keepLogs?: boolean;
 }
 
 function machineLine(ctx: RunContext): string {
@@ -464,21 +466,34 @@ function scaleBudgetMs(args: Args): number {
   return args.scaleSizes.reduce((sum, n) => sum + scaleSizeBudgetMs(args, n), 0);
 }
 
-/** The first error lines of a gateway's log (pino level ≥ 50, or about EMFILE or the open-file limit), as text. */
-function gatewayErrors(logPath: string, limit = 5): string[] {
-  if (!existsSync(logPath)) return [];
-  const out: string[] = [];
+/**
+ * What a gateway's log says went wrong: its first error lines (pino level ≥ 50, or about EMFILE or
+ * the open-file limit), and its warnings counted by message.
+ */
+function gatewayLogDigest(logPath: string, limit = 5): { errors: string[]; warnings: Record<string, number> } {
+  const errors: string[] = [];
+  const warnings: Record<string, number> = {};
+  if (!existsSync(logPath)) return { errors, warnings };
   for (const line of readFileSync(logPath, 'utf8').split('\n')) {
-    if (out.length >= limit) break;
-    if (!/EMFILE|open-file limit/i.test(line) && !/"level":(5\d|60)/.test(line)) continue;
+    const serious = /EMFILE|open-file limit/i.test(line) || /"level":(5\d|60)/.test(line);
+    const warning = /"level":4\d/.test(line);
+    if (!serious && !warning) continue;
+    let text: string;
     try {
-      const j = JSON.parse(line) as { msg?: string; err?: { message?: string; code?: string } };
-      out.push([j.msg, j.err?.code, j.err?.message].filter(Boolean).join(': '));
+      const j = JSON.parse(line) as { msg?: string; err?: { message?: string; code?: string }; error?: string };
+      text = [j.msg, j.err?.code, j.err?.message ?? j.error].filter(Boolean).join(': ');
     } catch {
-      out.push(line.slice(0, 300));
+      text = line.slice(0, 300);
+    }
+    if (serious && errors.length < limit) errors.push(text);
+    if (warning) {
+      // Ports and ids vary per engine: counted by the message with its numbers folded.
+      const key = text.replace(/\d+/g, 'N').slice(0, 200);
+      warnings[key] = (warnings[key] ?? 0) + 1;
     }
   }
-  return out;
+  const top = Object.entries(warnings).sort((a, b) => b[1] - a[1]).slice(0, limit);
+  return { errors, warnings: Object.fromEntries(top) };
 }
 
 async function runScale(ctx: RunContext, deadline: number): Promise<string> {
@@ -531,10 +546,13 @@ async function runScale(ctx: RunContext, deadline: number): Promise<string> {
       if (gw) {
         await gw.child.stop(profileDir ? 60_000 : 10_000);
         live.delete(gw.child);
-        r.gateway_errors = gatewayErrors(gw.child.logPath);
+        const digest = gatewayLogDigest(gw.child.logPath);
+        r.gateway_errors = digest.errors;
+        r.gateway_warnings = digest.warnings;
       }
       await fleet?.stop();
     }
+    if (r.errors.length) ctx.keepLogs = true;
     const reg = r.register;
     process.stdout.write(`bench: scale: ${size} engines: ${r.errors.map((e) => `FAILED at ${e.step}: ${e.message.slice(0, 300)}; `).join('')}accepted ${reg?.accepted_s ?? '–'} s, ready ${reg?.ready_s ?? '–'} s, RSS ${r.rss_mib.ready?.total ?? '–'} MiB, idle ${r.idle?.total_pct ?? '–'}%, fan-out p50 ${r.fanout?.envelope.p50 ?? '–'} ms, /v1/rl/workers p50 ${r.listing?.rl_workers.wall.p50 ?? '–'} ms (${r.wall_seconds} s)\n`);
   }
@@ -596,8 +614,10 @@ async function main(args: Args): Promise<void> {
     for (const f of readdirSync(ctx.profileDir).filter((f) => f.endsWith('.cpuprofile'))) {
       process.stdout.write(`\nprofile ${join(ctx.profileDir, f)}\n${profileSummary(JSON.parse(readFileSync(join(ctx.profileDir, f), 'utf8')) as CpuProfile, 25)}\n`);
     }
+  } else if (ctx.keepLogs) {
+    process.stdout.write(`bench: a step failed; the child logs stay in ${ctx.logDir}\n`);
   } else {
-    // Logs matter only when something failed (then this line is never reached).
+    // Logs matter only when something failed (then this line is never reached, or keepLogs is set).
     rmSync(ctx.logDir, { recursive: true, force: true });
   }
 }

@@ -93,11 +93,13 @@ export interface ScaleSizeResult {
   listing: { rl_workers: Timed; workers: Timed } | null;
   /** The gateway's first error lines (pino level ≥ 50, or about EMFILE or the open-file limit), from its log. */
   gateway_errors: string[];
+  /** The gateway's warnings, counted by message (numbers folded to N), the most frequent first. */
+  gateway_warnings: Record<string, number>;
   wall_seconds: number;
 }
 
 export function emptyScaleResult(engines: number): ScaleSizeResult {
-  return { engines, errors: [], fleet: null, gateway: null, register: null, rss_mib: { ready: null, after_idle: null, end: null }, open_fds: { gateway_at_ready: null, nats_server_at_ready: null }, idle: null, fanout: null, listing: null, gateway_errors: [], wall_seconds: 0 };
+  return { engines, errors: [], fleet: null, gateway: null, register: null, rss_mib: { ready: null, after_idle: null, end: null }, open_fds: { gateway_at_ready: null, nats_server_at_ready: null }, idle: null, fanout: null, listing: null, gateway_errors: [], gateway_warnings: {}, wall_seconds: 0 };
 }
 
 const JSON_HEADERS = { 'content-type': 'application/json' };
@@ -180,11 +182,16 @@ async function register(o: ScaleOptions, r: ScaleSizeResult, readyBy: number): P
 
     // One poll at a time, and after each a pause at least as long as it took: the poll never
     // takes more than half of the gateway's time from the discovery it waits for.
-    let last = '';
+    let last = 'no poll answered';
     for (;;) {
       const p0 = performance.now();
-      const res = await request(`${o.gatewayUrl}/v1/rl/workers`, { dispatcher: agent, signal: timeoutTo(readyBy) });
-      const body = (await res.body.json()) as { workers?: Array<{ health?: string }> };
+      let body: { workers?: Array<{ health?: string }> };
+      try {
+        const res = await request(`${o.gatewayUrl}/v1/rl/workers`, { dispatcher: agent, signal: timeoutTo(readyBy) });
+        body = (await res.body.json()) as typeof body;
+      } catch (err) {
+        throw new Error(`GET /v1/rl/workers (poll ${reg.polls + 1}) failed after ${Math.round(performance.now() - p0)} ms: ${(err as Error).message}; last poll: ${last} after ${reg.progress.at(-1)?.[0] ?? '–'} s`);
+      }
       const took = performance.now() - p0;
       reg.polls++;
       reg.max_poll_ms = Math.max(reg.max_poll_ms, Math.round(took));
@@ -407,10 +414,14 @@ export function scaleMarkdown(results: ScaleSizeResult[], facts: ScaleFacts): st
     for (const r of failed) for (const e of r.errors) lines.push(`- ${r.engines.toLocaleString('en-US')} engines, step \`${e.step}\`: ${e.message.replace(/\s+/g, ' ').slice(0, 600)}`);
     lines.push('');
   }
-  const logged = results.filter((r) => r.gateway_errors.length);
+  const logged = results.filter((r) => r.gateway_errors.length || Object.keys(r.gateway_warnings).length);
   if (logged.length) {
-    lines.push('Errors the gateway logged (first of each size):', '');
-    for (const r of logged) lines.push(`- ${r.engines.toLocaleString('en-US')} engines: ${r.gateway_errors.map((e) => `\`${e.replace(/`/g, "'").slice(0, 300)}\``).join('; ')}`);
+    lines.push('What the gateway logged: its first errors, and its most frequent warnings with their counts:', '');
+    const code = (t: string) => `\`${t.replace(/`/g, "'").slice(0, 200)}\``;
+    for (const r of logged) {
+      const bits = [...r.gateway_errors.map(code), ...Object.entries(r.gateway_warnings).map(([m, n]) => `${code(m)} × ${n}`)];
+      lines.push(`- ${r.engines.toLocaleString('en-US')} engines: ${bits.join('; ')}`);
+    }
     lines.push('');
   }
   return lines.join('\n');
