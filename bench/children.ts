@@ -300,6 +300,18 @@ export function openFds(pid: number | undefined): number | undefined {
   }
 }
 
+/** CPU ms so far of a process's main thread alone (/proc/<pid>/task/<pid>/stat): the rest is GC helpers and the libuv pool. */
+export function mainThreadCpuMs(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/task/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
+  } catch {
+    return undefined;
+  }
+}
+
 /** CPU ms so far of the gateway, its nats-server (its child), the fleet's processes, `extra` and this client. */
 export function cpuSampler(gatewayPid: number | undefined, fleetPids: Array<number | undefined>, extra: Record<string, number | undefined> = {}): () => Record<string, number> {
   const natsPid = firstChildPid(gatewayPid);

@@ -6,7 +6,7 @@
 // (run.ts does).
 
 import { Agent, request } from 'undici';
-import { openFds, procStat, rssMiB } from './children.ts';
+import { mainThreadCpuMs, openFds, procStat, rssMiB } from './children.ts';
 import { ms, rounded, summarize, type Summary } from './stats.ts';
 
 /** The issue's goals (issue 9, item 9). */
@@ -78,7 +78,16 @@ export interface ScaleSizeResult {
   } | null;
   rss_mib: { ready: Rss | null; after_idle: Rss | null; end: Rss | null };
   open_fds: { gateway_at_ready: number | null; nats_server_at_ready: number | null };
-  idle: { window_s: number; truncated: boolean; gateway_pct: number; nats_server_pct: number; total_pct: number; slices_pct: number[] } | null;
+  idle: {
+    window_s: number;
+    truncated: boolean;
+    gateway_pct: number;
+    /** The gateway's main thread (JavaScript, and the GC pauses in it); the rest of gateway_pct is its other threads (GC helpers, libuv pool). */
+    gateway_main_thread_pct: number;
+    nats_server_pct: number;
+    total_pct: number;
+    slices_pct: number[];
+  } | null;
   fanout: {
     engines: number;
     selector: string;
@@ -219,6 +228,7 @@ async function idle(o: ScaleOptions, r: ScaleSizeResult): Promise<void> {
   const windowMs = Math.max(SLICE_MS, Math.min(planned, room));
   o.progress(`idle window of ${windowMs / 1000} s...`);
   const g0 = cpuMs(o.gatewayPid);
+  const m0 = mainThreadCpuMs(o.gatewayPid) ?? NaN;
   const n0 = cpuMs(o.natsPid);
   const t0 = performance.now();
   const slices: number[] = [];
@@ -235,9 +245,10 @@ async function idle(o: ScaleOptions, r: ScaleSizeResult): Promise<void> {
   const elapsed = performance.now() - t0;
   const pct = (d: number) => Math.round((d / elapsed) * 1000) / 10;
   const g = pct(cpuMs(o.gatewayPid) - g0);
+  const main = pct((mainThreadCpuMs(o.gatewayPid) ?? NaN) - m0);
   const nats = Number.isFinite(n0) ? pct(cpuMs(o.natsPid) - n0) : NaN;
   if (!Number.isFinite(g)) throw new Error('the gateway process is gone (no /proc entry)');
-  r.idle = { window_s: Math.round(elapsed) / 1000, truncated: windowMs < planned, gateway_pct: g, nats_server_pct: nats, total_pct: Math.round((g + (Number.isFinite(nats) ? nats : 0)) * 10) / 10, slices_pct: slices };
+  r.idle = { window_s: Math.round(elapsed) / 1000, truncated: windowMs < planned, gateway_pct: g, gateway_main_thread_pct: main, nats_server_pct: nats, total_pct: Math.round((g + (Number.isFinite(nats) ? nats : 0)) * 10) / 10, slices_pct: slices };
 }
 
 async function fanout(o: ScaleOptions, r: ScaleSizeResult): Promise<void> {
@@ -397,14 +408,15 @@ export function scaleMarkdown(results: ScaleSizeResult[], facts: ScaleFacts): st
     '',
     'More of each size: gateway CPU per fan-out to 1,000 (gateway + nats-server, from /proc), the fan-out\'s',
     'overhead (envelope − slowest leg the gateway reports), the idle window in 5 s slices (% of a core),',
+    'the share of the gateway\'s idle CPU on its main thread (the rest: GC helper threads, libuv pool),',
     'open file descriptors of the gateway once every engine was ready, how long one readiness poll took',
     'at most, and the RSS after the fan-outs and listings.',
     '',
-    '| engines | fan-out CPU ms (gw + nats) | fan-out overhead p50 / p99 | idle slices % | gateway fds at ready (limit) | longest readiness poll | RSS at the end (gw + nats) |',
-    '|---:|---:|---:|---|---:|---:|---:|',
+    '| engines | fan-out CPU ms (gw + nats) | fan-out overhead p50 / p99 | idle slices % | idle, gateway main thread % | gateway fds at ready (limit) | longest readiness poll | RSS at the end (gw + nats) |',
+    '|---:|---:|---:|---|---:|---:|---:|---:|',
     ...results.map((r) => {
       const f = r.fanout;
-      return `| ${r.engines.toLocaleString('en-US')} | ${f ? `${num(f.cpu_ms_per_fanout.gateway)} + ${num(f.cpu_ms_per_fanout.nats_server)}` : '–'} | ${pair(f?.overhead)} | ${r.idle ? r.idle.slices_pct.join(', ') : '–'} | ${r.open_fds.gateway_at_ready ?? '–'} (${r.gateway?.fd_limit ?? '–'}) | ${r.register?.polls ? `${r.register.max_poll_ms} ms` : '–'} | ${rssCell(r.rss_mib.end)} |`;
+      return `| ${r.engines.toLocaleString('en-US')} | ${f ? `${num(f.cpu_ms_per_fanout.gateway)} + ${num(f.cpu_ms_per_fanout.nats_server)}` : '–'} | ${pair(f?.overhead)} | ${r.idle ? r.idle.slices_pct.join(', ') : '–'} | ${num(r.idle?.gateway_main_thread_pct)} | ${r.open_fds.gateway_at_ready ?? '–'} (${r.gateway?.fd_limit ?? '–'}) | ${r.register?.polls ? `${r.register.max_poll_ms} ms` : '–'} | ${rssCell(r.rss_mib.end)} |`;
     }),
     '',
   ];
