@@ -238,20 +238,25 @@ export function machineFacts() {
   };
 }
 
-const CLK_TCK = (() => {
-  try {
-    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-  } catch {
-    return 100;
+// Asked once, when first needed: loading this module (e.g. for --help) starts no process.
+let clkTck: number | undefined;
+function ticksPerSecond(): number {
+  if (clkTck === undefined) {
+    try {
+      clkTck = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      clkTck = 100;
+    }
   }
-})();
+  return clkTck;
+}
 
 /** user + system CPU of a process from /proc (Linux), ms; the fields after `(comm)`. */
 export function procStat(pid: number): { ppid: number; cpuMs: number } | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return { ppid: Number(f[1]), cpuMs: ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK };
+    return { ppid: Number(f[1]), cpuMs: ((Number(f[11]) + Number(f[12])) * 1000) / ticksPerSecond() };
   } catch {
     return undefined;
   }
@@ -306,7 +311,7 @@ export function mainThreadCpuMs(pid: number | undefined): number | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/task/${pid}/stat`, 'utf8');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
+    return ((Number(f[11]) + Number(f[12])) * 1000) / ticksPerSecond();
   } catch {
     return undefined;
   }
