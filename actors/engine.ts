@@ -219,6 +219,10 @@ export const engineMachine = setup({
             // Transient: picks the resting state that matches the control state.
             resolving: {
               always: [
+                // A pause or refit still running (the engine was rediscovered meanwhile) keeps
+                // the engine out of routing until it ends.
+                { guard: ({ context }) => context.current?.op === 'refit', target: 'refitting' },
+                { guard: ({ context }) => context.current?.op === 'pause', target: 'pausing' },
                 { guard: 'isPaused', target: 'paused' },
                 { guard: 'isAsleep', target: 'asleep' },
                 { target: 'serving' },
@@ -228,10 +232,10 @@ export const engineMachine = setup({
             // while paused is noticed. A paused or asleep engine gets a quiet probe: SGLang's
             // /health runs a generation, which it would hold. Never while a command changes it.
             serving: {
-              invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs, quiet: false }) },
+              invoke: { src: 'probeTicker', input: ({ context }) => ({ workerId: context.workerId, intervalMs: context.probeIntervalMs, quiet: false }) },
             },
             paused: {
-              invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs, quiet: true }) },
+              invoke: { src: 'probeTicker', input: ({ context }) => ({ workerId: context.workerId, intervalMs: context.probeIntervalMs, quiet: true }) },
               // The engine admits requests again (resumed out of band, or restarted): it serves.
               on: {
                 'probe.ok': {
@@ -242,12 +246,16 @@ export const engineMachine = setup({
               },
             },
             asleep: {
-              invoke: { src: 'probeTicker', input: ({ context }) => ({ intervalMs: context.probeIntervalMs, quiet: true }) },
+              invoke: { src: 'probeTicker', input: ({ context }) => ({ workerId: context.workerId, intervalMs: context.probeIntervalMs, quiet: true }) },
             },
             // A pause is on its way to the engine: no new request may be routed to it. Its
             // answer's control.set (or, if it failed, cmd.finished) decides where it rests.
             pausing: {
-              on: { 'cmd.finished': 'resolving' },
+              on: {
+                'cmd.finished': 'resolving',
+                // Recorded, applied when the pause ends: no write may route to an engine mid-pause.
+                'control.set': { actions: 'setControl' },
+              },
             },
             refitting: {
               on: {
@@ -366,7 +374,7 @@ function fromMissing<I, O>(name: string) {
 }
 
 function fromMissingCallback(name: string) {
-  return fromCallback<EngineEvent, { intervalMs: number; quiet: boolean }>(() => {
+  return fromCallback<EngineEvent, { workerId: string; intervalMs: number; quiet: boolean }>(() => {
     throw new Error(`engine actor: implementation '${name}' was not provided`);
   });
 }

@@ -760,3 +760,29 @@ describe('engine: a probe that finds nothing new changes nothing', () => {
     expect(h.ctx().probeFailures).toBe(0);
   });
 });
+
+describe('engine: a pause or refit on its way keeps the engine out of routing', () => {
+  it('a control write while a pause is on its way leaves the engine pausing: its answer decides where it rests', async () => {
+    const h = await serving();
+    h.enqueue(cmd('pause', 'pause'));
+    h.send({ type: 'control.set', control: 'active', source: 'api' });
+    expect(h.lifecycle()).toBe('pausing');
+    expect(h.running()).toEqual([]);
+  });
+
+  it('a sibling rank reporting paused while a pause is on its way leaves the engine pausing, with no probe started', async () => {
+    const h = await serving();
+    h.enqueue(cmd('pause', 'pause'));
+    h.send({ type: 'control.set', control: 'paused' });
+    expect(h.lifecycle()).toBe('pausing');
+    expect(h.running()).toEqual([]);
+  });
+
+  it('a re-registration during a refit: still refitting after rediscovery while the refit runs', async () => {
+    const h = await serving();
+    h.enqueue(cmd('load', 'refit'));
+    h.send({ type: 'registration.changed', versionChanged: false });
+    await h.discovered();
+    expect(h.lifecycle()).toBe('refitting');
+  });
+});
