@@ -6,7 +6,7 @@
 // through `state-publisher.ts`; the machine itself never learns about NATS or HTTP.
 
 import { createActor, fromCallback, fromPromise } from 'xstate';
-import { engineMachine, type EngineActor, type EngineSnapshot } from '../../actors/engine.ts';
+import { engineMachine, type EngineActor, type EngineEvent, type EngineSnapshot } from '../../actors/engine.ts';
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
@@ -31,6 +31,8 @@ export type { EngineStateEvent } from './state-publisher.ts';
 
 export interface EngineTimings {
   probeIntervalMs: number;
+  /** Most probes a second this replica sends; a larger share of the fleet is probed less often (0: no cap). */
+  probeRate: number;
   probeFailureThreshold: number;
   retryIntervalMs: number;
   /** Deadline of one discovery: an engine that accepts TCP and never answers must not stay `registering`. */
@@ -81,6 +83,8 @@ export class EngineHost {
   private readonly remotes: RemoteEngines;
   private readonly commands: CommandRunner;
   private readonly states: StatePublisher;
+  /** The engine machine with this host's side effects, built once (provide() copies the machine). */
+  private readonly machine;
 
   constructor(
     private readonly deps: {
@@ -105,6 +109,37 @@ export class EngineHost {
     registry.on('removed', (w) => void this.unhost(w.id));
     registry.on('owner', (w, prev) => this.ownerChanged(w, prev));
     this.remotes = new RemoteEngines({ bus, subjects, log }, (id, notice) => this.applyNotice(id, notice));
+    this.machine = engineMachine.provide({
+      actors: {
+        discover: fromPromise<void, { workerId: string }>(async ({ input, signal }) => {
+          const id = input.workerId;
+          const ms = this.deps.timings.discoveryTimeoutMs;
+          const timeout = AbortSignal.timeout(ms);
+          try {
+            await discoverAndSeed(id, this.owned.get(id), AbortSignal.any([signal, timeout]), this.deps);
+            this.checkBehind(id);
+          } catch (err) {
+            if (timeout.aborted && !signal.aborted) throw new Error(`discovery got no answer within ${ms / 1000} s`);
+            throw err;
+          }
+        }),
+        // The client is looked up per tick (a new api key or URL replaces it), the interval too
+        // (the probe budget stretches it as the fleet grows). A probe that finds nothing new is
+        // not sent to the actor at all.
+        probeTicker: fromCallback<EngineEvent, { workerId: string; intervalMs: number; quiet: boolean }>(({ sendBack, input }) =>
+          probeLoop(
+            () => this.links.get(input.workerId)?.client,
+            () => this.probeIntervalMs(input.intervalMs),
+            input.intervalMs,
+            (event) => {
+              if (event.type === 'probe.ok' && !this.probeNews(input.workerId, event.paused)) return;
+              sendBack(event);
+            },
+            input.quiet,
+          ),
+        ),
+      },
+    });
   }
 
   has(id: string): boolean {
@@ -241,26 +276,9 @@ export class EngineHost {
     const link = this.links.get(worker.id);
     if (!link || this.owned.has(worker.id)) return;
     const seededLabel = mergedLabels(worker).weight_version;
-    const machine = engineMachine.provide({
-      actors: {
-        discover: fromPromise(async ({ signal }) => {
-          const ms = this.deps.timings.discoveryTimeoutMs;
-          const timeout = AbortSignal.timeout(ms);
-          try {
-            await discoverAndSeed(worker.id, this.owned.get(worker.id), AbortSignal.any([signal, timeout]), this.deps);
-            this.checkBehind(worker.id);
-          } catch (err) {
-            if (timeout.aborted && !signal.aborted) throw new Error(`discovery got no answer within ${ms / 1000} s`);
-            throw err;
-          }
-        }),
-        // Looked up per tick: a new api key or URL replaces the client after this actor started.
-        probeTicker: fromCallback(({ sendBack, input }) => probeLoop(() => this.links.get(worker.id)?.client, input.intervalMs, sendBack, input.quiet)),
-      },
-    });
     const last = this.remotes.record(worker.id);
     const seed = last?.weight_version ?? seedFrom(seededLabel);
-    const actor = createActor(machine, {
+    const actor = createActor(this.machine, {
       systemId: `engine:${worker.id}`,
       input: { workerId: worker.id, url: worker.url, seedVersion: seed ?? undefined, ...this.deps.timings },
     });
@@ -298,6 +316,22 @@ export class EngineHost {
     // A quarantine outlives a change of owner: the last owner's record carries it.
     if (last?.quarantine) actor.send({ type: 'quarantine.set', reason: last.quarantine });
     this.generation++;
+  }
+
+  /**
+   * One engine's probe interval: the configured one, stretched so that this replica sends at most
+   * `probeRate` probes a second whatever the size of its share of the fleet.
+   */
+  private probeIntervalMs(configured: number): number {
+    const rate = this.deps.timings.probeRate;
+    return rate > 0 ? Math.max(configured, (this.owned.size * 1000) / rate) : configured;
+  }
+
+  /** Whether a successful probe tells the actor anything (a failure count to clear, a resume seen). */
+  private probeNews(id: string, paused: boolean | undefined): boolean {
+    const snap = this.owned.get(id)?.actor.getSnapshot();
+    if (!snap) return false;
+    return snap.context.probeFailures > 0 || (paused === false && snap.context.control === 'paused');
   }
 
   /** A late joiner, or an engine back from a restart, below the fleet's version is quarantined. */

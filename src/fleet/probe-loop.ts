@@ -1,5 +1,5 @@
 // The liveness loop an engine actor runs while it rests (`serving`, `paused`, `asleep`): one probe
-// per interval through the engine's current client, reported as `probe.ok` / `probe.failed`; a
+// per interval (with jitter) through the engine's current client, reported as `probe.ok` / `probe.failed`; a
 // quiet probe (no generation) while paused or asleep. Stops (and aborts a probe in flight) when
 // the actor leaves the state.
 
@@ -7,8 +7,12 @@ import type { EngineClient } from '../engines/engine-client.ts';
 
 export type ProbeEvent = { type: 'probe.ok'; paused?: boolean } | { type: 'probe.failed'; error: string };
 
-export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: number, sendBack: (e: ProbeEvent) => void, quiet = false): () => void {
-  if (intervalMs <= 0) return () => {};
+/**
+ * `intervalOf` is read before each probe (the gateway stretches it as the fleet grows); a probe
+ * that takes longer than `timeoutMs` (the configured interval) is a failure.
+ */
+export function probeLoop(clientOf: () => EngineClient | undefined, intervalOf: () => number, timeoutMs: number, sendBack: (e: ProbeEvent) => void, quiet = false): () => void {
+  if (timeoutMs <= 0) return () => {};
   let stopped = false;
   let ctrl: AbortController | undefined;
   let handle: NodeJS.Timeout | undefined;
@@ -18,7 +22,7 @@ export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: 
     if (client) {
       ctrl = new AbortController();
       // A probe that outlives its interval (SGLang's /health runs a generation) is a failure.
-      const timer = setTimeout(() => ctrl?.abort(), Math.max(1000, intervalMs));
+      const timer = setTimeout(() => ctrl?.abort(), Math.max(1000, timeoutMs));
       try {
         const seen = await client.probe(ctrl.signal, quiet);
         if (!stopped) sendBack(seen && seen.paused !== undefined ? { type: 'probe.ok', paused: seen.paused } : { type: 'probe.ok' });
@@ -28,11 +32,11 @@ export function probeLoop(clientOf: () => EngineClient | undefined, intervalMs: 
         clearTimeout(timer);
       }
     }
-    if (!stopped) handle = setTimeout(tick, jittered(intervalMs));
+    if (!stopped) handle = setTimeout(tick, jittered(intervalOf()));
   };
   // A fleet registered at once must not be probed at once: the first probe comes at a random
   // point of the first interval, and every later one within ±20% of the interval.
-  handle = setTimeout(tick, Math.random() * intervalMs);
+  handle = setTimeout(tick, Math.random() * intervalOf());
   return () => {
     stopped = true;
     clearTimeout(handle);

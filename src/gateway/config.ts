@@ -29,6 +29,8 @@ export interface GatewayConfig {
   /** Data-plane GET /workers lists a gRPC/ZMQ worker's control-app URL as its `url` (slime §7). */
   workersListControlUrls: boolean;
   probeIntervalSecs: number;
+  /** Most probes a second one replica sends; its engines are probed less often past it (0: no cap). */
+  probeMaxRate: number;
   probeFailureThreshold: number;
   retryIntervalSecs: number;
   /** A replica whose heartbeat is this old is dead: its engines are taken over. */
@@ -76,6 +78,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'workers-list-control-urls', key: 'workersListControlUrls', kind: 'bool', help: 'GET /workers lists gRPC/ZMQ workers by their control-app URL, for slime\'s abort flow (default off)' },
   { flag: 'max-body-bytes', key: 'maxBodyBytes', kind: 'int', help: 'largest request body accepted (default 67108864)' },
   { flag: 'health-check-interval-secs', key: 'probeIntervalSecs', kind: 'int', help: 'engine liveness probe period; 0 turns probes off (default 5)' },
+  { flag: 'health-check-max-rate', key: 'probeMaxRate', kind: 'int', help: 'most probes a second per replica: past it each engine is probed less often than the period (default 100; 0: no cap)' },
   { flag: 'health-failure-threshold', key: 'probeFailureThreshold', kind: 'int', help: 'failed probes in a row before an engine is unreachable (default 3)' },
   { flag: 'lease-secs', key: 'leaseSecs', kind: 'int', help: 'ownership lease: a replica silent this long is dead and another takes its engines (default 5)' },
   { flag: 'discovery-timeout-secs', key: 'discoveryTimeoutSecs', kind: 'int', help: 'deadline of one engine discovery; an engine that accepts connections and never answers is unreachable after it (default 10)' },
@@ -103,6 +106,7 @@ export function defaultConfig(): GatewayConfig {
     requestTimeoutSecs: 14400,
     workersListControlUrls: false,
     probeIntervalSecs: 5,
+    probeMaxRate: 100,
     probeFailureThreshold: 3,
     retryIntervalSecs: 2,
     discoveryTimeoutSecs: 10,

@@ -110,6 +110,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       records: buckets.engines as JsonBucket<EngineRecord>,
       timings: {
         probeIntervalMs: config.probeIntervalSecs * 1000,
+        probeRate: Math.max(0, config.probeMaxRate),
         probeFailureThreshold: Math.max(1, config.probeFailureThreshold),
         retryIntervalMs: Math.max(100, config.retryIntervalSecs * 1000),
         discoveryTimeoutMs: Math.max(100, config.discoveryTimeoutSecs * 1000),
