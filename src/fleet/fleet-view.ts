@@ -59,6 +59,12 @@ export interface EngineView {
   quarantine: string | null;
 }
 
+/** What of a row only registry writes change (cached per registry generation). */
+type FixedRow = Pick<
+  RlWorkerEntry,
+  'id' | 'url' | 'base_url' | 'engine' | 'engine_version' | 'model_id' | 'worker_type' | 'connection_mode' | 'control_url' | 'tp_size' | 'dp_size' | 'pp_size' | 'dp_ranks' | 'role' | 'labels' | 'capabilities' | 'owner'
+>;
+
 const ONLINE = new Set(['serving', 'paused', 'asleep', 'refitting']);
 
 export class FleetView {
@@ -104,6 +110,40 @@ export class FleetView {
   /** One row per engine (DP ranks collapsed onto the lowest rank), sorted by base_url then url. */
   rows(): RlWorkerEntry[] {
     return this.representatives().map(([w, ranks]) => this.row(w, ranks));
+  }
+
+  /** The parts of rows that only registry writes change, by worker id, for one registry generation. */
+  private fixed: { generation: number; byId: Map<string, FixedRow> } | undefined;
+
+  private fixedRow(w: Worker, dpRanks: number): FixedRow {
+    const generation = this.deps.registry.generation;
+    if (this.fixed?.generation !== generation) this.fixed = { generation, byId: new Map() };
+    const key = `${w.id}|${dpRanks}`;
+    let f = this.fixed.byId.get(key);
+    if (!f) {
+      const labels = mergedLabels(w);
+      f = {
+        id: w.id,
+        url: w.url,
+        base_url: w.baseUrl,
+        engine: w.engine,
+        engine_version: labels.version ?? null,
+        model_id: w.modelId,
+        worker_type: w.workerType,
+        connection_mode: w.connectionMode,
+        control_url: controlUrlFor(w.connectionMode, w.baseUrl, labels),
+        tp_size: sizeLabel(labels.tp_size),
+        dp_size: sizeLabel(labels.dp_size),
+        pp_size: sizeLabel(labels.pp_size),
+        dp_ranks: dpRanks,
+        role: labels.role ?? null,
+        labels,
+        capabilities: capabilitiesFor(w.engine, labels),
+        owner: w.owner || null,
+      };
+      this.fixed.byId.set(key, f);
+    }
+    return f;
   }
 
   /** The row of exactly this registry entry; dp_ranks counts the DP ranks of its engine. */
@@ -164,33 +204,33 @@ export class FleetView {
   }
 
   private row(w: Worker, dpRanks: number): RlWorkerEntry {
-    const labels = mergedLabels(w);
+    const f = this.fixedRow(w, dpRanks);
     const e = this.engine(w);
     return {
-      id: w.id,
-      url: w.url,
-      base_url: w.baseUrl,
-      engine: w.engine,
-      engine_version: labels.version ?? null,
-      model_id: w.modelId,
-      worker_type: w.workerType,
-      connection_mode: w.connectionMode,
-      control_url: controlUrlFor(w.connectionMode, w.baseUrl, labels),
-      tp_size: sizeLabel(labels.tp_size),
-      dp_size: sizeLabel(labels.dp_size),
-      pp_size: sizeLabel(labels.pp_size),
-      dp_ranks: dpRanks,
-      role: labels.role ?? null,
+      id: f.id,
+      url: f.url,
+      base_url: f.base_url,
+      engine: f.engine,
+      engine_version: f.engine_version,
+      model_id: f.model_id,
+      worker_type: f.worker_type,
+      connection_mode: f.connection_mode,
+      control_url: f.control_url,
+      tp_size: f.tp_size,
+      dp_size: f.dp_size,
+      pp_size: f.pp_size,
+      dp_ranks: f.dp_ranks,
+      role: f.role,
       health: healthOf(e),
       weight_version: e.version ?? null,
       version_source: e.versionSource ?? null,
       control: e.control,
-      labels,
-      capabilities: capabilitiesFor(w.engine, labels),
+      labels: f.labels,
+      capabilities: f.capabilities,
       state: e.state,
       breaker: e.breaker,
       load: e.load,
-      owner: w.owner || null,
+      owner: f.owner,
       quarantined: e.quarantine !== null,
       quarantine_reason: e.quarantine,
     };
