@@ -79,10 +79,11 @@ export class Passthrough {
     const body = fanoutResponse(targets, outcomes);
     const seconds = (performance.now() - started) / 1000;
     this.deps.metrics.fanout(body.failed.length === 0 ? 'ok' : 'partial', seconds);
-    this.deps.log.info(
-      { path, selector: selector.text, total: body.total, succeeded: body.succeeded, failed: body.failed.length, latency_ms: Math.round(seconds * 1000) },
-      'rl.fanout',
-    );
+    // One line per fan-out: at info when a leg failed, at debug otherwise (a trainer may fan out
+    // several times a second; the metrics count every one).
+    const line = { path, selector: selector.text, total: body.total, succeeded: body.succeeded, failed: body.failed.length, latency_ms: Math.round(seconds * 1000) };
+    if (body.failed.length > 0) this.deps.log.info(line, 'rl.fanout');
+    else this.deps.log.debug(line, 'rl.fanout');
     return { status: body.failed.length === 0 ? 200 : 207, body };
   }
 
