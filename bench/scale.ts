@@ -98,6 +98,11 @@ export interface ScaleSizeResult {
     /** envelope − max results[*].latency_ms (whole ms) per fan-out. */
     overhead: Summary;
     cpu_ms_per_fanout: { gateway: number; nats_server: number };
+    /**
+     * The yardstick: the same call from this process to the same engines at once (undici,
+     * Promise.all), after the gateway's, the same counts: what the engines and the machine allow.
+     */
+    direct_envelope: Summary | null;
   } | null;
   listing: { rl_workers: Timed; workers: Timed } | null;
   /** The gateway's first error lines (pino level ≥ 50, or about EMFILE or the open-file limit), from its log. */
@@ -299,9 +304,32 @@ async function fanout(o: ScaleOptions, r: ScaleSizeResult): Promise<void> {
       envelope: rounded(summarize(envelopes)),
       overhead: rounded(summarize(overheads)),
       cpu_ms_per_fanout: { gateway: per(cpuMs(o.gatewayPid) - g0), nats_server: per(cpuMs(o.natsPid) - n0) },
+      direct_envelope: null,
     };
   } finally {
     await agent.close();
+  }
+  // The yardstick comes after the gateway's loop, so that loop's CPU reading holds the gateway's fan-outs alone.
+  const urls = o.engineUrls.slice(0, engines);
+  const toEngines = new Agent({ connections: 1, keepAliveTimeout: 30_000, headersTimeout: 30_000, bodyTimeout: 30_000 });
+  const direct = async (): Promise<number> => {
+    const t0 = performance.now();
+    const statuses = await Promise.all(urls.map(async (u) => {
+      const res = await request(`${u}/${FANOUT_ROUTE}`, { method: 'POST', body: '{}', headers: JSON_HEADERS, dispatcher: toEngines, signal: timeoutTo(o.deadline) });
+      await res.body.text();
+      return res.statusCode;
+    }));
+    const envelope = performance.now() - t0;
+    if (statuses.some((st) => st !== 200)) throw new Error(`direct fan-out: an engine answered ${statuses.find((st) => st !== 200)}`);
+    return envelope;
+  };
+  try {
+    for (let i = 0; i < o.fanoutWarmup && performance.now() < o.deadline; i++) await direct();
+    const samples: number[] = [];
+    for (let i = 0; i < o.fanouts && performance.now() < o.deadline; i++) samples.push(await direct());
+    r.fanout.direct_envelope = rounded(summarize(samples));
+  } finally {
+    await toEngines.close();
   }
 }
 
@@ -407,16 +435,18 @@ export function scaleMarkdown(results: ScaleSizeResult[], facts: ScaleFacts): st
     ...goals.map((g) => `| ${g.goal} | ${g.cells.map((c) => (c.met === null ? c.figure : `${c.figure}: ${verdict(c.met)}`)).join(' | ')} |`),
     '',
     'More of each size: gateway CPU per fan-out to 1,000 (gateway + nats-server, from /proc), the fan-out\'s',
-    'overhead (envelope − slowest leg the gateway reports), the idle window in 5 s slices (% of a core),',
+    'overhead (envelope − slowest leg the gateway reports), the same call made by this process to the same',
+    'engines at once (undici, `Promise.all`, after the gateway\'s loop: what the engines and the machine',
+    'allow), the idle window in 5 s slices (% of a core),',
     'the share of the gateway\'s idle CPU on its main thread (the rest: GC helper threads, libuv pool),',
     'open file descriptors of the gateway once every engine was ready, how long one readiness poll took',
     'at most, and the RSS after the fan-outs and listings.',
     '',
-    '| engines | fan-out CPU ms (gw + nats) | fan-out overhead p50 / p99 | idle slices % | idle, gateway main thread % | gateway fds at ready (limit) | longest readiness poll | RSS at the end (gw + nats) |',
-    '|---:|---:|---:|---|---:|---:|---:|---:|',
+    '| engines | fan-out CPU ms (gw + nats) | fan-out overhead p50 / p99 | direct fan-out to the same engines p50 / p99 | idle slices % | idle, gateway main thread % | gateway fds at ready (limit) | longest readiness poll | RSS at the end (gw + nats) |',
+    '|---:|---:|---:|---:|---|---:|---:|---:|---:|',
     ...results.map((r) => {
       const f = r.fanout;
-      return `| ${r.engines.toLocaleString('en-US')} | ${f ? `${num(f.cpu_ms_per_fanout.gateway)} + ${num(f.cpu_ms_per_fanout.nats_server)}` : '–'} | ${pair(f?.overhead)} | ${r.idle ? r.idle.slices_pct.join(', ') : '–'} | ${num(r.idle?.gateway_main_thread_pct)} | ${r.open_fds.gateway_at_ready ?? '–'} (${r.gateway?.fd_limit ?? '–'}) | ${r.register?.polls ? `${r.register.max_poll_ms} ms` : '–'} | ${rssCell(r.rss_mib.end)} |`;
+      return `| ${r.engines.toLocaleString('en-US')} | ${f ? `${num(f.cpu_ms_per_fanout.gateway)} + ${num(f.cpu_ms_per_fanout.nats_server)}` : '–'} | ${pair(f?.overhead)} | ${pair(f?.direct_envelope ?? undefined)} | ${r.idle ? r.idle.slices_pct.join(', ') : '–'} | ${num(r.idle?.gateway_main_thread_pct)} | ${r.open_fds.gateway_at_ready ?? '–'} (${r.gateway?.fd_limit ?? '–'}) | ${r.register?.polls ? `${r.register.max_poll_ms} ms` : '–'} | ${rssCell(r.rss_mib.end)} |`;
     }),
     '',
   ];
