@@ -5,7 +5,6 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
-import { connectionFree } from './http.ts';
 import { BODY_CAP, DEADLINE, deadlineOf, decodeBody, type ControlCall, type ControlOutcome } from './control-call.ts';
 
 /** Per-worker HTTP client settings given at registration (`http_pool`). */
@@ -102,8 +101,6 @@ export class ControlClient {
         signal: callSignal,
       });
       const { bytes, truncated } = await readCapped(res.body);
-      // On the engine's own pool, the next call to this engine must find the connection free.
-      if (target.dispatcher) await connectionFree();
       const latencyMs = Math.max(0, Math.round(performance.now() - started));
       const contentType = String(res.headers['content-type'] ?? '');
       return { kind: 'answer', status: res.statusCode, latencyMs, body: decodeAnswer(bytes, truncated, contentType), truncated };

@@ -1,31 +1,43 @@
 // SGLang-shaped HTTP engines: discovery (server info, model info, with the deprecated aliases
-// as fallbacks), liveness, and the connection pool the data plane relays through. Never parses
+// as fallbacks), liveness, the control connection control calls share, and the connection pool
+// the data plane relays through. Never parses
 // routes of our own API and never touches NATS.
 
-import { Pool } from 'undici';
+import { Client, Pool, type Dispatcher } from 'undici';
 import type { EngineClient, EngineFacts } from './engine-client.ts';
 
 export class HttpEngineClient implements EngineClient {
   readonly mode = 'http' as const;
-  /** Data-plane pool. Timeouts are the relay's business (long rollouts), not undici's. */
-  readonly pool: Pool;
+  /**
+   * The control connection: discovery, probes and control calls, one at a time (an engine's
+   * control calls are serialised anyway). One socket per engine, and no pool's fixed queue
+   * (16 KB each in undici) for an engine that serves no rollout.
+   */
+  private readonly control: Client;
+  private dataPool: Pool | undefined;
   private readonly origin: string;
   private readonly authHeader: Record<string, string>;
 
   constructor(
     readonly url: string,
     apiKey: string | null,
-    opts: { connections?: number } = {},
+    private readonly opts: { connections?: number } = {},
   ) {
     this.origin = new URL(url).origin;
-    this.pool = new Pool(this.origin, {
-      connections: opts.connections ?? 256,
+    this.control = new Client(this.origin, { headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 60_000, pipelining: 1 });
+    this.authHeader = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
+  }
+
+  /** Data-plane pool, made on the first routed request. Timeouts are the relay's business (long rollouts), not undici's. */
+  get pool(): Pool {
+    this.dataPool ??= new Pool(this.origin, {
+      connections: this.opts.connections ?? 256,
       headersTimeout: 0,
       bodyTimeout: 0,
       keepAliveTimeout: 60_000,
       pipelining: 1,
     });
-    this.authHeader = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
+    return this.dataPool;
   }
 
   async discover(signal: AbortSignal): Promise<EngineFacts> {
@@ -38,9 +50,8 @@ export class HttpEngineClient implements EngineClient {
   async probe(signal: AbortSignal, quiet = false): Promise<void | { paused?: boolean }> {
     // SGLang's /health runs a generation on newer builds; a paused engine would hold it.
     const path = quiet ? '/model_info' : '/health';
-    const res = await this.pool.request({ path, method: 'GET', headers: this.authHeader, signal });
+    const res = await this.control.request({ path, method: 'GET', headers: this.authHeader, signal });
     await res.body.dump();
-    await connectionFree();
     if (res.statusCode >= 500 || (quiet && res.statusCode >= 300 && res.statusCode !== 404)) throw new Error(`${path} answered ${res.statusCode}`);
     // A paused engine that admits requests again was resumed behind our back, or restarted.
     if (quiet) return { paused: await this.readPaused(signal) };
@@ -48,29 +59,27 @@ export class HttpEngineClient implements EngineClient {
 
   /** `/ready` (newest SGLang builds) is 503 while the engine admits no request: paused. Older builds: unknown. */
   private async readPaused(signal: AbortSignal): Promise<boolean | undefined> {
-    const res = await this.pool.request({ path: '/ready', method: 'GET', headers: this.authHeader, signal });
+    const res = await this.control.request({ path: '/ready', method: 'GET', headers: this.authHeader, signal });
     await res.body.dump();
-    await connectionFree();
     if (res.statusCode === 200) return false;
     if (res.statusCode === 503) return true;
     return undefined;
   }
 
-  poolFor(url: string): Pool | undefined {
-    return url.startsWith(this.origin) && (url.length === this.origin.length || url[this.origin.length] === '/') ? this.pool : undefined;
+  poolFor(url: string): Dispatcher | undefined {
+    return url.startsWith(this.origin) && (url.length === this.origin.length || url[this.origin.length] === '/') ? this.control : undefined;
   }
 
   async close(): Promise<void> {
-    await this.pool.close();
+    await Promise.all([this.control.close(), this.dataPool?.close()]);
   }
 
   /** New path first, deprecated alias second (spec/engines.md §1.1). 404/405 means "try next". */
   private async getJsonWithFallback(paths: string[], signal: AbortSignal): Promise<Record<string, unknown> | null> {
     for (const path of paths) {
-      const res = await this.pool.request({ path, method: 'GET', headers: this.authHeader, signal });
+      const res = await this.control.request({ path, method: 'GET', headers: this.authHeader, signal });
       if (res.statusCode === 404 || res.statusCode === 405) {
         await res.body.dump();
-        await connectionFree();
         continue;
       }
       if (res.statusCode >= 300) {
@@ -78,7 +87,6 @@ export class HttpEngineClient implements EngineClient {
         throw new Error(`${path} answered ${res.statusCode}`);
       }
       const value = (await res.body.json()) as unknown;
-      await connectionFree();
       if (value && typeof value === 'object' && !Array.isArray(value)) return value as Record<string, unknown>;
       throw new Error(`${path} did not answer a JSON object`);
     }
@@ -86,11 +94,3 @@ export class HttpEngineClient implements EngineClient {
   }
 }
 
-/**
- * Resolves once undici has put the connection of the request just read back in its pool: a
- * request sent in the same tick finds it still busy and opens a second connection, which the
- * engine then keeps (one socket per engine is the budget at 10,000 engines).
- */
-export function connectionFree(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve));
-}

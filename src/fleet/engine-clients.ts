@@ -1,6 +1,6 @@
 // The data-plane side of every engine of the fleet, whoever owns its actor: one client per engine
-// (for an HTTP engine, one connection pool that the data plane, probes and control calls share)
-// and its count of data-plane requests in flight from this replica. Rebuilt when what the client
+// (for an HTTP engine, one control connection that discovery, probes and control calls share, and
+// a data-plane pool opened by the first routed request) and its count of data-plane requests in flight from this replica. Rebuilt when what the client
 // is built from changes (key, URL, a ZMQ engine's labels). Never runs commands, never holds state
 // beyond the client and the count.
 
