@@ -24,9 +24,10 @@ export interface EngineClient {
   /**
    * Resolves when the engine answers its liveness check; rejects otherwise. `quiet` asks for a
    * check that runs no generation (a paused engine would hold one until it is resumed); it may
-   * also say whether the engine is paused, where the wire can tell.
+   * also say whether the engine is paused, where the wire can tell. `skipped`: no probe was sent
+   * this round (the connection was busy with a control call), which is neither a success nor a failure.
    */
-  probe(signal: AbortSignal, quiet?: boolean): Promise<void | { paused?: boolean }>;
+  probe(signal: AbortSignal, quiet?: boolean): Promise<void | { paused?: boolean; skipped?: boolean }>;
   /**
    * The connection pool that reaches `url`'s origin, when this client already holds one (an
    * HTTP engine's control calls then share its probes' connection: one socket per engine, not two).

@@ -47,7 +47,10 @@ export class HttpEngineClient implements EngineClient {
     return { serverInfo, modelInfo, paused: await this.readPaused(signal) };
   }
 
-  async probe(signal: AbortSignal, quiet = false): Promise<void | { paused?: boolean }> {
+  async probe(signal: AbortSignal, quiet = false): Promise<void | { paused?: boolean; skipped?: boolean }> {
+    // A control call holds the connection (a wake-up may take a while): the probe would only
+    // queue behind it and time out, which says nothing about the engine. Skipped this round.
+    if (this.control.stats.size > 0) return { skipped: true };
     // SGLang's /health runs a generation on newer builds; a paused engine would hold it.
     const path = quiet ? '/model_info' : '/health';
     const res = await this.control.request({ path, method: 'GET', headers: this.authHeader, signal });

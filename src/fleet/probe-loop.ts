@@ -25,7 +25,7 @@ export function probeLoop(clientOf: () => EngineClient | undefined, intervalOf: 
       const timer = setTimeout(() => ctrl?.abort(), Math.max(1000, timeoutMs));
       try {
         const seen = await client.probe(ctrl.signal, quiet);
-        if (!stopped) sendBack(seen && seen.paused !== undefined ? { type: 'probe.ok', paused: seen.paused } : { type: 'probe.ok' });
+        if (!stopped && !(seen && seen.skipped)) sendBack(seen && seen.paused !== undefined ? { type: 'probe.ok', paused: seen.paused } : { type: 'probe.ok' });
       } catch (err) {
         if (!stopped) sendBack({ type: 'probe.failed', error: String((err as Error)?.message ?? err) });
       } finally {

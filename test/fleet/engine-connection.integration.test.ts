@@ -13,7 +13,7 @@ describe('one connection per HTTP engine', () => {
 
   beforeAll(async () => {
     sim = await spawnSglangSim(['--token-rate', '0']);
-    t = await startTestGateway({ probeIntervalSecs: 1 });
+    t = await startTestGateway({ probeIntervalSecs: 1, rl: { controlTimeoutSecs: 20 } });
     await t.register([sim.url]);
   });
   afterAll(async () => {
@@ -36,5 +36,21 @@ describe('one connection per HTTP engine', () => {
     // A probe may be in flight when a call goes out (a second connection then opens), but the
     // calls must ride the probes' connection, not one of their own.
     expect(controlPorts.filter((p) => probePorts.has(p)).length, `control ports ${controlPorts.join(',')}, probe ports ${[...probePorts].join(',')}`).toBeGreaterThan(0);
+  });
+
+  it('a control call that holds the connection for several probe intervals does not make the engine unreachable', async () => {
+    const [row] = (await t.http('GET', '/v1/rl/workers')).json.workers;
+    // 8 s on the connection: a probe queued behind it would time out after one interval (1 s),
+    // every 2 s or so: past the failure threshold of 3.
+    await sim.setFaults({ route: 'flush_cache', delayMs: 8_000, times: 1 });
+    const states = new Set<string>();
+    let done = false;
+    const call = t.http('POST', `/v1/rl/workers/${row.id}/engine/flush_cache`, { body: {} }).finally(() => (done = true));
+    while (!done) {
+      states.add((await t.http('GET', `/v1/rl/workers/${row.id}`)).json.state);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect((await call).status).toBe(200);
+    expect([...states]).toEqual(['serving']);
   });
 });
