@@ -2,6 +2,8 @@
 // and the replica that owns the engine: plain JSON (the body as base64, since bytes are forwarded
 // byte for byte). Owns the shapes only; executing a call lives in control-client.ts.
 
+import { setMaxListeners } from 'node:events';
+
 export type ControlMethod = 'GET' | 'POST';
 
 export interface ControlCall {
@@ -78,6 +80,9 @@ export class ShareDeadline {
     readonly at: number,
     private readonly parent: AbortSignal | undefined,
   ) {
+    // Every leg of the share listens on this one signal: no listener cap (Node warns past 10,
+    // and a capped signal's listeners cost O(n) each to add).
+    setMaxListeners(0, this.ctrl.signal);
     this.timer = setTimeout(() => this.ctrl.abort(DEADLINE), Math.max(0, at - Date.now()));
     this.forward = () => this.ctrl.abort(parent?.reason);
     if (parent?.aborted) this.ctrl.abort(parent.reason);
