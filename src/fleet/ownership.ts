@@ -237,7 +237,7 @@ export class Ownership {
     // A heartbeat that looks stale is read once more before anything is taken (aliveNow): a
     // watch that stalled (its server died) must not make a live replica look dead.
     const dead = new Set<string>();
-    for (const replica of this.owners()) {
+    for (const replica of [...this.owners()]) {
       if (!(await this.aliveNow(replica))) dead.add(replica);
     }
     // In the steady state every engine has a lease and every owner lives: the walk over the fleet
