@@ -1,7 +1,8 @@
 // The replica's answering side of a fan-out: takes its share of legs from
 // `rl.replica.<id>.cmd` (or in-process, from a dispatcher on this replica), runs them on the
-// engines' command lanes at most `concurrency` at a time (legs taken at once share a deadline), streams back one reply per leg as each
-// finishes, then the sentinel, and keeps the replies a while for a caller that lost them.
+// engines' command lanes at most `concurrency` at a time (legs taken at once share a deadline),
+// streams back one reply per leg as each finishes, then the sentinel, and keeps the replies a
+// while for a caller that lost them.
 
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
