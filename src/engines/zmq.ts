@@ -62,6 +62,7 @@ export class ZmqEngineClient implements EngineClient, TokenEngine {
   readonly rank: number | null;
   private readonly lane: Lane;
   private readonly key: string;
+  private readonly baseUrl: string;
   private released = false;
 
   constructor(
@@ -78,13 +79,16 @@ export class ZmqEngineClient implements EngineClient, TokenEngine {
       sendStuckMs: opts.sendStuckMs ?? 10_000,
       undecodableLimit: 3,
     };
+    this.baseUrl = baseUrl;
     this.key = `${baseUrl}|${opts.handshakeAddress ?? ''}`;
     this.lane = acquire(this.key, () => new Lane(baseUrl, laneOpts));
   }
 
   /** Binds the socket set (idempotent). The handshake address is what the engine must dial. */
   async open(): Promise<LaneAddresses> {
-    await closing.get(this.key);
+    // A lane of the same engine still letting go of its addresses binds first, whatever its
+    // handshake address was (the data-plane addresses come from the engine's URL alone).
+    await Promise.all([...closing].filter(([key]) => key.startsWith(`${this.baseUrl}|`)).map(([, done]) => done));
     return this.lane.open();
   }
 
