@@ -5,9 +5,7 @@
 // and a request may name its own (`x-rlgate-fanout-concurrency`).
 
 import { GatewayError } from '../api/errors.ts';
-
-/** Calls that move weights onto the engine. */
-const WEIGHT_PATHS = new Set(['update_weights_from_disk', 'update_weights_from_tensor', 'update_weights_from_ipc', 'update_weights_from_distributed']);
+import { WEIGHT_PATHS } from '../engines/engine-path.ts';
 
 /** Default for calls that move weights. */
 export const WEIGHT_CONCURRENCY = 32;

@@ -56,6 +56,18 @@ export const CONTROL_OPS: ReadonlySet<string> = new Set([
 ]);
 
 /** §15 `op` label for a validated path: the path itself when listed, else `other`. */
+/** Calls that move weights onto the engine. */
+export const WEIGHT_PATHS: ReadonlySet<string> = new Set(['update_weights_from_disk', 'update_weights_from_tensor', 'update_weights_from_ipc', 'update_weights_from_distributed']);
+/** Calls during which the engine is `refitting`: the weight moves and the group set-up around them. */
+const REFIT_PATHS: ReadonlySet<string> = new Set([...WEIGHT_PATHS, 'init_weights_update_group', 'destroy_weights_update_group']);
+/** Calls that stop generation: the engine leaves routing when they are sent (spec §12.6 paths). */
+const PAUSE_PATHS: ReadonlySet<string> = new Set(['pause_generation', 'pause', 'release_memory_occupation', 'sleep']);
+
+/** What a call does to the engine's lifecycle while it runs (the engine actor's command op). */
+export function lifecycleOp(path: string): 'refit' | 'pause' | 'other' {
+  return REFIT_PATHS.has(path) ? 'refit' : PAUSE_PATHS.has(path) ? 'pause' : 'other';
+}
+
 export function controlOp(path: string): string {
   return CONTROL_OPS.has(path) ? path : 'other';
 }

@@ -10,25 +10,13 @@ import type { CommandOp, CommandResult, EngineActor, EngineCommand } from '../..
 import { DEADLINE, decodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
-import { controlOp, validateEnginePath } from '../engines/engine-path.ts';
+import { controlOp, lifecycleOp, validateEnginePath } from '../engines/engine-path.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { controlUrlFor, noControlEndpoint } from './control-url.ts';
 import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
 import { mergedLabels } from './worker.ts';
-
-const REFIT_PATHS = new Set([
-  'update_weights_from_disk',
-  'update_weights_from_tensor',
-  'update_weights_from_distributed',
-  'update_weights_from_ipc',
-  'init_weights_update_group',
-  'destroy_weights_update_group',
-]);
-
-/** Commands that stop generation: the engine leaves routing when they are sent (spec §12.6 paths). */
-const PAUSE_PATHS = new Set(['pause_generation', 'pause', 'release_memory_occupation', 'sleep']);
 
 /** One call waiting for, or holding, its engine's lane. */
 interface Job {
@@ -55,9 +43,6 @@ export function newLane(actor: EngineActor): CommandLane {
   return { actor, queue: [], current: undefined, running: new Map(), closed: false };
 }
 
-export function opOf(path: string): CommandOp {
-  return REFIT_PATHS.has(path) ? 'refit' : PAUSE_PATHS.has(path) ? 'pause' : 'other';
-}
 
 export class CommandRunner {
   private tokens = 0;
@@ -84,7 +69,7 @@ export class CommandRunner {
     if (lane.closed) return Promise.reject(new Error(`worker \`${id}\` was removed`));
     return new Promise((resolve, reject) => {
       const job: Job = {
-        op: opOf(call.path),
+        op: lifecycleOp(call.path),
         call,
         signal,
         onAbort: undefined,
