@@ -87,11 +87,6 @@ export class Ownership {
     }
   }
 
-  /** The replicas that hold at least one lease, counted as leases change (not walked per sweep). */
-  private owners(): IterableIterator<string> {
-    return this.leaseCount.keys();
-  }
-
   ownerOf(id: string): string | undefined {
     return this.leases.get(id)?.replica;
   }
@@ -237,7 +232,9 @@ export class Ownership {
     // A heartbeat that looks stale is read once more before anything is taken (aliveNow): a
     // watch that stalled (its server died) must not make a live replica look dead.
     const dead = new Set<string>();
-    for (const replica of [...this.owners()]) {
+    // The owners are counted as leases change (not collected per sweep), and copied: the lease
+    // watch may change them during the awaited reads.
+    for (const replica of [...this.leaseCount.keys()]) {
       if (!(await this.aliveNow(replica))) dead.add(replica);
     }
     // In the steady state every engine has a lease and every owner lives: the walk over the fleet
