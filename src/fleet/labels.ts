@@ -98,6 +98,16 @@ export function labelsFromServerInfo(
   return out;
 }
 
+/**
+ * `model_path` of an SGLang HTTP worker: where its weights were loaded from, the path a disk refit
+ * is given back (SMG's HTTP discovery keeps it; its end-to-end test refits from it). Model info
+ * wins over server info, as in SMG, where the later read overrides the earlier one.
+ */
+export function modelPathLabel(serverInfo: Record<string, unknown>, modelInfo: Record<string, unknown> | null): string | undefined {
+  const fromModel = modelInfo === null ? undefined : labelValue(own(modelInfo, 'model_path'));
+  return fromModel ?? labelValue(own(serverInfo, 'model_path'));
+}
+
 const U64_TEXT = /^\+?[0-9]+$/;
 
 /**

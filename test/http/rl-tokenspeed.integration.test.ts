@@ -88,12 +88,12 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
     expect(adv.labels.weight_version).toBe('registered');
     expect(adv.labels['rl.control_url']).toBe(tsAdv.controlUrl);
     // Discovery (§6.4): tokenspeed_version → version, scheduler_info.shm_namespace_id, GetModelInfo
-    // flattened; a bare launch sets no parallelism, so tp_size is null as in §6.3's example row.
+    // flattened; a default launch reports attn_tp_size 1 (one GPU), folded into tp_size.
     expect(adv.engine_version).toBe('0.2.0');
     expect(adv.labels.version).toBe('0.2.0');
     expect(adv.labels.shm_namespace_id).toMatch(/^\S+:\d+$/);
     expect(adv.labels).toMatchObject({ served_model_name: 'MODEL', model_type: 'llama', vocab_size: '259', eos_token_ids: '[2]' });
-    expect(adv.tp_size).toBeNull();
+    expect(adv.tp_size).toBe(1);
     expect(adv.pp_size).toBeNull();
     // The api key (and the control app's key) never appear anywhere in a row.
     expect(JSON.stringify(rows)).not.toContain('ts-secret');

@@ -37,7 +37,8 @@ SIGTERM/SIGINT stop it (health NOT_SERVING, in-flight requests drain, then exit 
   --weight-version <v>           initial weight_version (default "default")
   --stamp-weight-version <v>     live | none | a fixed string on every chunk and complete
                                  (default: live for python, none for rust)
-  --attn-tp-size <n>             attn_tp_size in server_args; GPUs joined to a broadcast group
+  --attn-tp-size <n|none>        attn_tp_size in server_args; GPUs joined to a broadcast group
+                                 (default 1; none leaves the key out, as a bare launch of older builds)
   --dp-size <n>                  attention-DP width (data_parallel_size; dp_size when > 1)
   --token-rate <r>               tokens/s per request; 0 or inf = as fast as possible (default 2000)
   --max-running-requests <n>     running requests; the rest wait (default 256)
@@ -97,7 +98,7 @@ export function parseArgs(argv: readonly string[]): CliOptions {
       case '--no-tokenizer': o.tokenizerPath = ''; break;
       case '--weight-version': o.weightVersion = next(); break;
       case '--stamp-weight-version': o.stamp = stampOf(next()); break;
-      case '--attn-tp-size': o.attnTpSize = flagNumber(flag, next()); break;
+      case '--attn-tp-size': { const v = next(); o.attnTpSize = v === 'none' ? null : flagNumber(flag, v); break; }
       case '--dp-size': case '--data-parallel-size': o.dpSize = flagNumber(flag, next()); break;
       case '--token-rate': o.tokenRate = flagNumber(flag, next()); break;
       case '--max-running-requests': case '--max-running': o.maxRunningRequests = flagNumber(flag, next()); break;

@@ -38,7 +38,10 @@ export interface TokenspeedSimOptions {
   weightVersion?: string;
   /** Default: live for python, none for rust. */
   stamp?: StampMode;
-  /** `attn_tp_size` in server_args (absent when unset, as a bare launch); also the GPUs joined to a group. */
+  /**
+   * `attn_tp_size` in server_args; also the GPUs joined to a group. Default 1, what a single-GPU
+   * engine reports; null leaves it out, as a bare launch of builds that report no width does.
+   */
   attnTpSize?: number | null;
   /** Attention-DP width: `data_parallel_size`, `dp_size` when > 1, one load entry per rank. */
   dpSize?: number;
@@ -146,7 +149,7 @@ export function resolveOptions(o: TokenspeedSimOptions): ResolvedOptions {
     tokenizerPath: o.tokenizerPath ?? model,
     weightVersion: o.weightVersion ?? 'default',
     stamp: o.stamp ?? (profile.stampsWeightVersion ? { kind: 'live' } : { kind: 'none' }),
-    attnTpSize: o.attnTpSize === undefined || o.attnTpSize === null ? null : positive(o.attnTpSize, 1, 'attnTpSize'),
+    attnTpSize: o.attnTpSize === null ? null : positive(o.attnTpSize, 1, 'attnTpSize'),
     dpSize: positive(o.dpSize, 1, 'dpSize'),
     tokenRate,
     maxRunningRequests: positive(o.maxRunningRequests, 256, 'maxRunningRequests'),

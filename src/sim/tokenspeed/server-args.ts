@@ -1,5 +1,5 @@
-// What the engine says about itself: TokenSpeed-style ServerArgs (with `attn_tp_size` only when
-// launched with it, `dp_size` only when attention-DP > 1), the rl.* advertisement of §2.4, secret
+// What the engine says about itself: TokenSpeed-style ServerArgs (`attn_tp_size` unless launched
+// with `none`, `dp_size` only when attention-DP > 1), the rl.* advertisement of §2.4, secret
 // redaction (recursive), and scheduler_info with `shm_namespace_id`. Read-only over engine state.
 
 import { readFileSync, statSync } from 'node:fs';
