@@ -13,6 +13,7 @@ import { refitRoutes } from './refits.ts';
 import { generateRoutes } from './generate.ts';
 import { EXPOSED_HEADERS } from '../relay/stamping.ts';
 import { metricsRoutes } from './metrics.ts';
+import { uiRoutes } from './ui.ts';
 
 const RL_PREFIX = '/v1/rl';
 
@@ -105,6 +106,7 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   await app.register(workerRoutes, { services });
   await app.register(generateRoutes, { services });
   await app.register(metricsRoutes, { services });
+  await app.register(uiRoutes);
   if (config.rl.enabled) {
     await app.register(rlWorkerRoutes, { services, prefix: RL_PREFIX });
     await app.register(rlEngineRoutes, { services, prefix: RL_PREFIX });
