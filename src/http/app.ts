@@ -4,6 +4,8 @@
 
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError, type FastifyReply } from 'fastify';
 import { GatewayError } from '../api/errors.ts';
+import { errorResponses } from '../api/error-responses.ts';
+import { Healthy, Unhealthy } from '../api/health-schema.ts';
 import { bearerMatches } from './admin-auth.ts';
 import type { Services } from './services.ts';
 import { workerRoutes } from './workers.ts';
@@ -43,6 +45,13 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
       return reply.code(e.status).send(e.toJSON());
     },
   });
+
+  // Route schemas document the API (the OpenAPI document); they never validate or serialize. The
+  // handlers validate their input themselves and answer the catalogue's codes (fastify's Ajv would
+  // answer its own errors, and coerce types), and fast-json-stringify would drop every field a
+  // response schema does not declare (docs/decisions.md).
+  app.setValidatorCompiler(() => () => true);
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
   // Callback-style hooks: an async hook costs every request (the data plane too) a promise.
   app.addHook('onRequest', (req, reply, done) => {
@@ -95,7 +104,13 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
 
   // Unhealthy while NATS is down: every control call and refit fails then (bus_unavailable), so a
   // load balancer or supervisor should look elsewhere; nats.js keeps reconnecting meanwhile.
-  app.get('/health', async (_req, reply) => {
+  const healthSchema = {
+    tags: ['gateway'],
+    summary: 'Health',
+    description: 'Healthy while the gateway is connected to NATS; 503 while it reconnects.',
+    response: { 200: Healthy, 503: Unhealthy, ...errorResponses() },
+  };
+  app.get('/health', { schema: healthSchema }, async (_req, reply) => {
     if (services.bus.connected) return { status: 'ok' };
     return reply.code(503).send({
       status: 'unavailable',

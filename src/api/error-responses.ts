@@ -1,0 +1,40 @@
+// The error part of a route's `response` map for the API document: each HTTP status a route can
+// answer with an error, from the codes it raises. Every body is the one envelope (ErrorAnswer);
+// the codes of each status are named in its description, since clients key on `error`.
+
+import type { TSchema } from '@sinclair/typebox';
+import { ErrorStatus, type ErrorCode } from './errors.ts';
+import { ErrorAnswer } from './error-schema.ts';
+
+/** Any route can fail on a bug: 500 internal_error (details go to the log only). */
+const ALWAYS: readonly ErrorCode[] = ['internal_error'];
+
+/** `{status: ErrorAnswer}` for the given codes and internal_error, grouped by status. */
+export function errorResponses(...codes: ErrorCode[]): Record<number, TSchema> {
+  const byStatus = new Map<number, ErrorCode[]>();
+  for (const code of [...codes, ...ALWAYS]) {
+    const status = ErrorStatus[code];
+    const list = byStatus.get(status) ?? [];
+    if (!list.includes(code)) list.push(code);
+    byStatus.set(status, list);
+  }
+  const out: Record<number, TSchema> = {};
+  for (const [status, list] of [...byStatus].sort(([a], [b]) => a - b)) {
+    const description = `Error: ${list.map((c) => `\`${c}\``).join(', ')}.`;
+    out[status] = status === 405 ? { ...ErrorAnswer, description, headers: { allow: { type: 'string', description: 'The methods the path takes.' } } } : { ...ErrorAnswer, description };
+  }
+  return out;
+}
+
+/** What every `/v1/rl` route may answer besides its own errors (the admin bearer, when configured). */
+export const RL_AUTH: readonly ErrorCode[] = ['unauthorized'];
+
+/** The schema of a route that only answers 405 (a wrong method on a known path), with its `allow` header. */
+export function methodNotAllowedSchema(tag: string, allow: string, ...codes: ErrorCode[]) {
+  return {
+    tags: [tag],
+    summary: `Wrong method (use ${allow})`,
+    description: `Answers 405 \`method_not_allowed\` with \`allow: ${allow}\`; nothing is called or changed.`,
+    response: errorResponses('method_not_allowed', ...codes),
+  };
+}

@@ -1,0 +1,75 @@
+// The `/v1/rl` worker rows (GET /v1/rl/workers, /workers/{id}, and the answers of the version and
+// state writes), as the API document shows them. Mirrors RlWorkerEntry (fleet/fleet-view.ts):
+// SMG's fields in SMG's order with explicit nulls, then rlgate's own. Documentation only.
+
+import { Type, type TSchema } from '@sinclair/typebox';
+
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
+
+export const RlCapabilities = Type.Object(
+  {
+    source: Type.Union([Type.Literal('static'), Type.Literal('label')], { description: 'A static row per engine, or `rl.*` labels.' }),
+    pause_modes: Type.Array(Type.String()),
+    update_from: Type.Array(Type.String(), { description: '`disk`, `tensor`, `distributed`.' }),
+    abort: Type.Boolean(),
+    flush_cache: Type.Boolean(),
+    sleep_wake: Type.Boolean(),
+    reports_weight_version: Type.Boolean(),
+  },
+  { additionalProperties: true, description: 'What the engine can do on the control plane (informational: nothing is refused because of it).' },
+);
+
+export const RlWorkerRow = Type.Object(
+  {
+    id: Type.String(),
+    url: Type.String(),
+    base_url: Type.String(),
+    engine: Type.String(),
+    engine_version: Nullable(Type.String()),
+    model_id: Type.String(),
+    worker_type: Type.String(),
+    connection_mode: Type.String(),
+    control_url: Nullable(Type.String({ description: 'Where control calls go; null for a token engine without `rl.control_url`.' })),
+    tp_size: Nullable(Type.Integer()),
+    dp_size: Nullable(Type.Integer()),
+    pp_size: Nullable(Type.Integer()),
+    dp_ranks: Type.Integer({ minimum: 1 }),
+    role: Nullable(Type.String()),
+    health: Type.String({ description: '`ready` or `not_ready`.' }),
+    weight_version: Nullable(Type.String()),
+    version_source: Nullable(Type.String({ description: '`registration`, `passthrough` or `api`.' })),
+    control: Type.String({ description: '`active`, `paused` or `asleep`.' }),
+    labels: Type.Record(Type.String(), Type.String()),
+    capabilities: RlCapabilities,
+    state: Type.String({ description: 'rlgate: the engine actor lifecycle (`registering`, `serving`, `pausing`, `paused`, `asleep`, `refitting`, `unreachable`).' }),
+    breaker: Type.String({ description: 'rlgate: `closed`, `open` or `half_open`.' }),
+    load: Type.Number({ description: 'rlgate: data-plane requests in flight.' }),
+    owner: Nullable(Type.String({ description: "rlgate: the replica that runs the engine's actor." })),
+    quarantined: Type.Boolean({ description: 'rlgate: held out of routing until a refit brings it up and verifies it.' }),
+    quarantine_reason: Nullable(Type.String()),
+  },
+  { additionalProperties: true, description: 'One engine (DP ranks collapsed onto the lowest rank).' },
+);
+
+export const RlWorkerListing = Type.Object(
+  {
+    protocol_version: Type.Integer({ description: 'The `/v1/rl` protocol version (1).' }),
+    workers: Type.Array(RlWorkerRow),
+    total: Type.Integer({ minimum: 0 }),
+  },
+  { additionalProperties: true, description: 'Rows sorted by base_url, then url.' },
+);
+
+export const SelectorQuery = Type.Object({
+  selector: Type.Optional(Type.String({ description: 'Label selector (`k=v,k!=v,k in (a,b),k,!k`); required and non-blank. Synthetic keys id, url, engine, model, health, weight_version, control, ... shadow labels.' })),
+});
+
+export const VersionWrite = Type.Object(
+  { weight_version: Type.String({ description: 'Printable ASCII, 1-128 bytes after trimming.' }) },
+  { additionalProperties: true, description: 'Records the version the engines hold (gateway-local: no engine is called).' },
+);
+
+export const StateWrite = Type.Object(
+  { control: Type.Union([Type.Literal('active'), Type.Literal('paused'), Type.Literal('asleep')]) },
+  { additionalProperties: true, description: 'Marks the engines active, paused or asleep (gateway-local: no engine is called).' },
+);
