@@ -10,6 +10,9 @@ import { RL_PROTOCOL_VERSION } from '../fleet/fleet-view.ts';
 import { selectorFromQuery } from '../fleet/selector.ts';
 import { validateVersion } from '../fleet/versions.ts';
 import type { ControlState } from '../fleet/observe.ts';
+import { errorResponses, methodNotAllowedSchema, RL_AUTH } from '../api/error-responses.ts';
+import { RlWorkerListing, RlWorkerRow, SelectorQuery, StateWrite, VersionWrite } from '../api/rl-worker-schema.ts';
+import { WorkerIdParams } from '../api/worker-schema.ts';
 
 const CONTROL_STATES = new Set<ControlState>(['active', 'paused', 'asleep']);
 const OTHER_METHODS = ['DELETE', 'PUT', 'PATCH'] as const;
@@ -18,35 +21,78 @@ export const rlWorkerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
   const { view, registry, host } = services;
   acceptRawBodies(app);
 
-  app.get('/workers', async () => {
+  const TAG = ['rl-workers'];
+  const SELECTOR_ERRORS = ['selector_required', 'invalid_selector', 'no_workers_match'] as const;
+  const BODY_ERRORS = ['invalid_body', 'payload_too_large'] as const;
+
+  app.get('/workers', { schema: { tags: TAG, summary: 'List engines', description: 'One row per engine (DP ranks collapsed), sorted by base_url, then url.', response: { 200: RlWorkerListing, ...errorResponses(...RL_AUTH) } } }, async () => {
     const workers = view.rows();
     return { protocol_version: RL_PROTOCOL_VERSION, workers, total: workers.length };
   });
 
-  app.get<{ Params: { id: string } }>('/workers/:id', async (req) => view.rowOf(req.params.id));
+  const rowSchema = {
+    tags: TAG,
+    summary: 'One engine',
+    description: 'The row of exactly this registry entry; `dp_ranks` counts the DP ranks of its engine.',
+    params: WorkerIdParams,
+    response: { 200: RlWorkerRow, ...errorResponses(...RL_AUTH, 'worker_not_found', 'uri_too_long') },
+  };
+  app.get<{ Params: { id: string } }>('/workers/:id', { schema: rowSchema }, async (req) => view.rowOf(req.params.id));
 
-  app.post<{ Params: { id: string } }>('/workers/:id/version', async (req) => {
+  const versionSchema = {
+    tags: TAG,
+    summary: "Record one engine's version",
+    description: 'Records the weight version the engine holds, in the gateway only (no engine is called); answers its row.',
+    params: WorkerIdParams,
+    body: VersionWrite,
+    response: { 200: RlWorkerRow, ...errorResponses(...RL_AUTH, ...BODY_ERRORS, 'invalid_version', 'worker_not_found', 'uri_too_long') },
+  };
+  app.post<{ Params: { id: string } }>('/workers/:id/version', { schema: versionSchema }, async (req) => {
     const version = versionFromBody(req.body);
     const w = registry.require(req.params.id);
     host.setVersion(w.baseUrl, version, 'api');
     return view.rowOf(w.id);
   });
 
-  app.post<{ Params: { id: string } }>('/workers/:id/state', async (req) => {
+  const stateSchema = {
+    tags: TAG,
+    summary: "Record one engine's control state",
+    description: 'Marks the engine active, paused or asleep, in the gateway only (no engine is called); answers its row.',
+    params: WorkerIdParams,
+    body: StateWrite,
+    response: { 200: RlWorkerRow, ...errorResponses(...RL_AUTH, ...BODY_ERRORS, 'worker_not_found', 'uri_too_long') },
+  };
+  app.post<{ Params: { id: string } }>('/workers/:id/state', { schema: stateSchema }, async (req) => {
     const control = controlFromBody(req.body);
     const w = registry.require(req.params.id);
     host.setControl(w.baseUrl, control);
     return view.rowOf(w.id);
   });
 
-  app.post<{ Querystring: { selector?: string } }>('/version', async (req) => {
+  const fleetVersionSchema = {
+    tags: TAG,
+    summary: 'Record the version of every matching engine',
+    description: 'The version write for every engine the selector matches (gateway-local); answers their rows.',
+    querystring: SelectorQuery,
+    body: VersionWrite,
+    response: { 200: RlWorkerListing, ...errorResponses(...RL_AUTH, ...BODY_ERRORS, ...SELECTOR_ERRORS, 'invalid_version') },
+  };
+  app.post<{ Querystring: { selector?: string } }>('/version', { schema: fleetVersionSchema }, async (req) => {
     const version = versionFromBody(req.body);
     const targets = view.targets(selectorOrThrow(req.query.selector, view));
     for (const w of targets) host.setVersion(w.baseUrl, version, 'api');
     return listing(targets.map((w) => w.id));
   });
 
-  app.post<{ Querystring: { selector?: string } }>('/state', async (req) => {
+  const fleetStateSchema = {
+    tags: TAG,
+    summary: 'Record the control state of every matching engine',
+    description: 'The state write for every engine the selector matches (gateway-local); answers their rows.',
+    querystring: SelectorQuery,
+    body: StateWrite,
+    response: { 200: RlWorkerListing, ...errorResponses(...RL_AUTH, ...BODY_ERRORS, ...SELECTOR_ERRORS) },
+  };
+  app.post<{ Querystring: { selector?: string } }>('/state', { schema: fleetStateSchema }, async (req) => {
     const control = controlFromBody(req.body);
     const targets = view.targets(selectorOrThrow(req.query.selector, view));
     for (const w of targets) host.setControl(w.baseUrl, control);
@@ -54,10 +100,10 @@ export const rlWorkerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
   });
 
   for (const path of ['/workers/:id/version', '/workers/:id/state', '/version', '/state']) {
-    app.route({ method: ['GET', ...OTHER_METHODS], url: path, handler: methodNotAllowed('POST') });
+    app.route({ method: ['GET', ...OTHER_METHODS], url: path, schema: methodNotAllowedSchema('rl-workers', 'POST', ...RL_AUTH), handler: methodNotAllowed('POST') });
   }
   for (const path of ['/workers', '/workers/:id']) {
-    app.route({ method: ['POST', ...OTHER_METHODS], url: path, handler: methodNotAllowed('GET') });
+    app.route({ method: ['POST', ...OTHER_METHODS], url: path, schema: methodNotAllowedSchema('rl-workers', 'GET', ...RL_AUTH), handler: methodNotAllowed('GET') });
   }
 
   function listing(ids: string[]) {
