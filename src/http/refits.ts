@@ -7,12 +7,30 @@ import type { RouteOptions } from './services.ts';
 import { acceptRawBodies, parseJsonObject, rawBody } from './raw-body.ts';
 import { reportStatus } from '../refit/report.ts';
 import { methodNotAllowed } from './rl-workers.ts';
+import { RefitRequestSchema } from '../refit/request.ts';
+import { errorResponses, methodNotAllowedSchema, RL_AUTH } from '../api/error-responses.ts';
+import { RefitIdParams, RefitListing, RefitPlan, RefitReport, RunningRefit } from '../api/refit-schema.ts';
+import { Type } from '@sinclair/typebox';
+
+const TAG = ['refits'];
+const runSchema = {
+  tags: TAG,
+  summary: 'Run a refit',
+  description:
+    'Runs pause, refit, verify and resume across the selected engines (the whole fleet without a selector) and answers the report: 200 when every engine succeeded, 207 otherwise. With `dry_run: true`, answers the plan and touches nothing. The same `refit_id` again is the same refit.',
+  body: RefitRequestSchema,
+  response: {
+    200: Type.Union([RefitReport, RefitPlan], { description: 'Every engine succeeded (the report), or the plan of a dry run.' }),
+    207: { ...RefitReport, description: 'Multi-Status: at least one engine failed (see `failed`).' },
+    ...errorResponses(...RL_AUTH, 'invalid_request', 'invalid_version', 'invalid_selector', 'no_workers_match', 'payload_too_large', 'no_eligible_targets', 'refit_in_progress', 'refit_id_conflict', 'bus_unavailable'),
+  },
+};
 
 export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   const { refits } = services;
   acceptRawBodies(app);
 
-  app.post('/refits', async (req, reply) => {
+  app.post('/refits', { schema: runSchema }, async (req, reply) => {
     // The refit route speaks the generic request-error code; invalid_body belongs to §11 writes.
     const body = parseJsonObject(rawBody(req.body), 'invalid_request');
     if (body.dry_run === true) return reply.code(200).send(refits.plan(body));
@@ -20,10 +38,23 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
     return reply.code(reportStatus(report)).send(report);
   });
 
-  app.get('/refits', async () => ({ refits: refits.list() }));
+  const listSchema = {
+    tags: TAG,
+    summary: 'List refits',
+    description: 'The running refits, then the newest finished ones (reports), newest first.',
+    response: { 200: RefitListing, ...errorResponses(...RL_AUTH) },
+  };
+  app.get('/refits', { schema: listSchema }, async () => ({ refits: refits.list() }));
 
-  app.get<{ Params: { id: string } }>('/refits/:id', async (req) => await refits.get(req.params.id));
+  const getSchema = {
+    tags: TAG,
+    summary: 'One refit',
+    description: "A refit's report, or its progress while it runs, from any replica, for 24 hours after its journal's last write.",
+    params: RefitIdParams,
+    response: { 200: Type.Union([RefitReport, RunningRefit], { description: 'The report, or the progress of a running refit.' }), ...errorResponses(...RL_AUTH, 'refit_not_found', 'uri_too_long') },
+  };
+  app.get<{ Params: { id: string } }>('/refits/:id', { schema: getSchema }, async (req) => await refits.get(req.params.id));
 
-  app.route({ method: ['PUT', 'PATCH', 'DELETE'], url: '/refits', handler: methodNotAllowed('GET, POST') });
-  app.route({ method: ['POST', 'PUT', 'PATCH', 'DELETE'], url: '/refits/:id', handler: methodNotAllowed('GET') });
+  app.route({ method: ['PUT', 'PATCH', 'DELETE'], url: '/refits', schema: methodNotAllowedSchema('refits', 'GET, POST', ...RL_AUTH), handler: methodNotAllowed('GET, POST') });
+  app.route({ method: ['POST', 'PUT', 'PATCH', 'DELETE'], url: '/refits/:id', schema: methodNotAllowedSchema('refits', 'GET', ...RL_AUTH), handler: methodNotAllowed('GET') });
 };
