@@ -24,6 +24,8 @@ import { UNKNOWN_MODEL_ID } from '../fleet/worker.ts';
 import type { TokenEngine } from '../engines/generation.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
+import { errorResponses } from '../api/error-responses.ts';
+import { ChatRequest, CompletionRequest, EventStream, GenerateAnswer, GenerateRequest, OpenAiAnswer, StampHeaders, VersionPolicyHeaders } from '../api/generate-schema.ts';
 
 function isTokenEngine(c: EngineClient): c is EngineClient & TokenEngine {
   return typeof (c as Partial<TokenEngine>).generate === 'function';
@@ -36,10 +38,32 @@ const RL_POLICY_HEADER = 'x-rl-version-policy';
 export const generateRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   acceptRawBodies(app);
   for (const path of ['/generate', '/v1/chat/completions', '/v1/completions'] as const) {
-    app.post(path, (req, reply) => relay(services, path, req, reply));
+    app.post(path, { schema: dataPlaneSchema(path) }, (req, reply) => relay(services, path, req, reply));
   }
-  app.put('/generate', (req, reply) => relay(services, '/generate', req, reply));
+  app.put('/generate', { schema: dataPlaneSchema('/generate') }, (req, reply) => relay(services, '/generate', req, reply));
 };
+
+const DATA_PLANE_DOCS = {
+  '/generate': { summary: 'Generate (SGLang native)', body: GenerateRequest, answer: GenerateAnswer },
+  '/v1/chat/completions': { summary: 'Chat completion (OpenAI)', body: ChatRequest, answer: OpenAiAnswer },
+  '/v1/completions': { summary: 'Completion (OpenAI)', body: CompletionRequest, answer: OpenAiAnswer },
+} as const;
+
+function dataPlaneSchema(path: DataPlanePath) {
+  const { summary, body, answer } = DATA_PLANE_DOCS[path];
+  return {
+    tags: ['generate'],
+    summary,
+    description:
+      "Routed to one eligible engine of the request's model (HTTP, gRPC or ZMQ), retried once on another engine if the first fails before answering. An HTTP engine's answer, its status included, comes back as the engine wrote it.",
+    headers: VersionPolicyHeaders,
+    body,
+    response: {
+      200: { description: 'The engine\'s answer; `stream: true` answers server-sent events.', headers: StampHeaders, content: { 'application/json': { schema: answer }, 'text/event-stream': { schema: EventStream } } },
+      ...errorResponses('invalid_request', 'invalid_version_policy', 'invalid_request_shape', 'model_not_found', 'payload_too_large', 'no_available_workers', 'upstream_unreachable', 'logprobs_unavailable', 'upstream_timeout'),
+    },
+  };
+}
 
 async function relay(services: Services, path: DataPlanePath, req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const body = rawBody(req.body);
