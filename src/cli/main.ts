@@ -1,5 +1,11 @@
 // `rlgate <command>`: the one entry point behind `npx rlgate`. Each command lives in its own
 // module and is loaded only when asked for, so `rlgate sim sglang` never loads the gateway.
+// `rlgate --version` before any command prints the package's version (after a command, `--version`
+// is that command's: `rlgate refit --version V` is a weight version).
+
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 const COMMANDS: Record<string, { summary: string; run: (argv: string[]) => Promise<number | void> }> = {
   gateway: { summary: 'run a gateway replica (embedded nats-server unless --nats-url)', run: async (a) => (await import('./gateway.ts')).gatewayCommand(a) },
@@ -11,14 +17,41 @@ const COMMANDS: Record<string, { summary: string; run: (argv: string[]) => Promi
   trainer: { summary: 'trainer simulator: a distributed (NCCL-style) refit through the gateway', run: async (a) => (await import('../sim/trainer/main.ts')).trainerCommand(a) },
 };
 
+/**
+ * The version in rlgate's package.json: the nearest one up from this module, which is two folders
+ * up from src/cli/ (run through tsx) and three from dist/src/cli/ (compiled).
+ */
+export function packageVersion(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let up = 0; up < 4; up++, dir = dirname(dir)) {
+    let pkg: { name?: unknown; version?: unknown };
+    try {
+      pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as typeof pkg;
+    } catch {
+      continue;
+    }
+    if (pkg.name === 'rlgate' && typeof pkg.version === 'string') return pkg.version;
+  }
+  throw new Error('package.json of rlgate not found next to the code');
+}
+
 function usage(): string {
-  const lines = ['usage: rlgate <command> [flags]   (rlgate <command> --help for its flags)', '', 'commands:'];
+  const lines = [
+    'usage: rlgate <command> [flags]   (rlgate <command> --help for its flags)',
+    '       rlgate --version | -V       (the package version)',
+    '',
+    'commands:',
+  ];
   for (const [name, c] of Object.entries(COMMANDS)) lines.push(`  ${name.padEnd(9)} ${c.summary}`);
   return lines.join('\n');
 }
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
+  if (name === '--version' || name === '-V') {
+    process.stdout.write(`rlgate ${packageVersion()}\n`);
+    return 0;
+  }
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     process.stdout.write(`${usage()}\n`);
     return name ? 0 : 2;
@@ -28,7 +61,8 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`rlgate: unknown command \`${name}\`\n\n${usage()}\n`);
     return 2;
   }
-  const code = await command.run(rest);
+  // `-h` is `--help` for every command, whether or not its own parser knows the short form.
+  const code = await command.run(rest.map((a) => (a === '-h' ? '--help' : a)));
   return typeof code === 'number' ? code : 0;
 }
 

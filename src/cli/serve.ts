@@ -1,7 +1,8 @@
-// `rlgate serve`: a fleet and its gateway in one command (as SMG's `smg serve`): N engines of a
-// kind — the simulators, or a real engine command given as a template — each registered with the
-// gateway (TokenSpeed workers with their `rl.control_url` stamped), supervised (a crashed engine
-// is restarted with backoff) and stopped with it.
+// `rlgate serve`: a fleet and its gateway in one command (as SMG's `smg serve`): engines of one
+// kind or several (`--kind sglang:3,tokenspeed:2`) — the simulators, or a real engine command given
+// as a template — each registered with the gateway (TokenSpeed workers with their `rl.control_url`
+// stamped), supervised (a crashed engine is restarted with backoff) and stopped with it. Flags
+// after `--` go to every engine; SGLang's spellings are renamed for each simulator (spellings.ts).
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
@@ -12,28 +13,47 @@ import { ConfigError, helpText, loadConfig } from '../gateway/config.ts';
 import { startGateway, type Gateway } from '../gateway/gateway.ts';
 import { pickFreePort } from '../bus/server.ts';
 import { launchSim, type SimProcess } from '../sim/launcher.ts';
+import { simFlags, type SimKind } from '../sim/spellings.ts';
 
-const HELP = `usage: rlgate serve [--engines N] [--kind sglang|tokenspeed|zmq] [--engine-cmd TEMPLATE]
+const HELP = `usage: rlgate serve [--kind K[:N][,K[:N]...]] [--engines N] [--engine-cmd TEMPLATE]
                     [--engine-base-port P] [--rl-control-port C] [--servicer-impl python|rust]
-                    [--model M] [--tp-size N] [gateway flags...]
+                    [--model M] [--tp-size N] [gateway flags...] [-- engine flags...]
 
-  --engines N            engines to launch (default 2)
-  --kind K               sglang (HTTP), tokenspeed (gRPC + HTTP control app) or zmq (default sglang)
-  --engine-cmd TEMPLATE  launch a real engine instead of a simulator; placeholders {url}, {port},
-                         {rl_control_port}, {index}, {model}, {tp_size}, {servicer_impl}, e.g.
+  --kind K[:N],...       the engines' kinds, each with its count: sglang (HTTP), tokenspeed (gRPC +
+                         HTTP control app) or zmq, e.g. sglang:3,tokenspeed:2 (default sglang); a
+                         kind without :N gets --engines
+  --engines N            engines of each kind listed without a count (default 2)
+  --engine-cmd TEMPLATE  launch a real engine instead of a simulator (one kind only); placeholders
+                         {url}, {port}, {rl_control_port}, {index}, {model}, {tp_size},
+                         {servicer_impl}, e.g.
                          'python -m smg_grpc_servicer.tokenspeed --model-path {model} --port {port}
                           --rl-control-port {rl_control_port} --servicer-impl {servicer_impl}'
-  --engine-base-port P   engine i listens on P+i (default: free ports)
-  --rl-control-port C    TokenSpeed control app of engine i on C+i (default: free ports)
+  --engine-base-port P   engine i (counted across kinds, in --kind order) listens on P+i
+                         (default: free ports)
+  --rl-control-port C    TokenSpeed/ZMQ control app of engine i on C+i (default: free ports)
   --servicer-impl X      passed to TokenSpeed workers (python|rust)
+  --model M              every engine's model (also --model-path)
+  --tp-size N            every engine's tensor parallelism (also --tp, --tensor-parallel-size)
   --engine-ready-secs S  how long an engine may take to accept connections (default 120)
+  -- FLAGS...            everything after -- goes to every engine: to each simulator (see
+                         rlgate sim <kind> --help), with SGLang's spellings --tp/--tp-size/
+                         --tensor-parallel-size, --dp/--dp-size/--data-parallel-size, --pp/--pp-size,
+                         --model/--model-path and --max-running-requests renamed to the simulator's
+                         own; or appended to --engine-cmd. A flag a simulator does not take is a
+                         usage error. --port, --url and --rl-control-port are serve's to set.
 
-Gateway flags (see rlgate gateway --help) follow; --enable-rl is implied.`;
+Gateway flags (see rlgate gateway --help) come before --; --enable-rl is implied.`;
 
-const OWN_FLAGS = new Set(['engines', 'kind', 'engine-cmd', 'engine-base-port', 'rl-control-port', 'servicer-impl', 'model', 'tp-size', 'engine-ready-secs']);
+const KINDS: readonly SimKind[] = ['sglang', 'tokenspeed', 'zmq'];
+const ALIASES: Record<string, string> = { tp: 'tp-size', 'tensor-parallel-size': 'tp-size', 'model-path': 'model' };
+const OWN_FLAGS = new Set(['engines', 'kind', 'engine-cmd', 'engine-base-port', 'rl-control-port', 'servicer-impl', 'model', 'tp-size', 'engine-ready-secs', ...Object.keys(ALIASES)]);
+/** Engine flags serve sets per engine itself. */
+const SERVE_SETS = new Set(['--port', '--url', '--rl-control-port']);
+const MAX_ENGINES = 256;
 
 interface EngineSlot {
   index: number;
+  kind: SimKind;
   url: string;
   controlUrl: string | null;
   port: number;
@@ -42,30 +62,84 @@ interface EngineSlot {
   restarts: number;
 }
 
+/** `sglang:3,tokenspeed:2` (a kind without a count gets `engines`) → one kind per engine, in order. */
+export function parseKinds(text: string, engines: number): SimKind[] {
+  const out: SimKind[] = [];
+  for (const entry of text.split(',').map((e) => e.trim())) {
+    const [kind, count, extra] = entry.split(':');
+    if (!KINDS.includes(kind as SimKind) || extra !== undefined) {
+      throw new Error(`--kind takes sglang, tokenspeed or zmq, each with an optional :count (sglang:3,tokenspeed:2), got \`${entry}\``);
+    }
+    const n = count === undefined ? engines : Number(count);
+    if (!/^\d+$/.test(count ?? String(engines)) || n < 1) throw new Error(`--kind ${entry}: the count must be a whole number ≥ 1`);
+    for (let i = 0; i < n && out.length <= MAX_ENGINES; i++) out.push(kind as SimKind);
+  }
+  if (out.length > MAX_ENGINES) throw new Error(`at most ${MAX_ENGINES} engines in all`);
+  return out;
+}
+
+/**
+ * Checks each kind's simulator flags (`argsFor`) the way that simulator will, so a bad one is a usage
+ * error before anything starts.
+ */
+async function checkSimFlags(kinds: readonly SimKind[], argsFor: (kind: SimKind) => string[]): Promise<void> {
+  const parsers: Record<SimKind, () => Promise<(argv: string[]) => { help: boolean }>> = {
+    sglang: async () => (await import('../sim/sglang/options.ts')).parseArgs,
+    tokenspeed: async () => (await import('../sim/tokenspeed/cli.ts')).parseArgs,
+    zmq: async () => (await import('../sim/zmq/options.ts')).parseArgs,
+  };
+  for (const kind of new Set(kinds)) {
+    let help: boolean;
+    try {
+      ({ help } = (await parsers[kind]())(argsFor(kind)));
+    } catch (err) {
+      throw new Error(`the ${kind} simulator refuses the engine flags: ${(err as Error).message.replace(/ \(see --help\)$/, '')} (rlgate sim ${kind} --help)`);
+    }
+    if (help) throw new Error(`--help after -- would start no engine: see rlgate sim ${kind} --help`);
+  }
+}
+
 export async function serveCommand(argv: string[]): Promise<number> {
-  if (argv.includes('--help')) {
+  const cut = argv.indexOf('--');
+  const head = cut < 0 ? argv : argv.slice(0, cut);
+  const engineFlags = cut < 0 ? [] : argv.slice(cut + 1);
+  if (head.includes('--help') || head.includes('-h')) {
     process.stdout.write(`${HELP}\n\n${helpText('rlgate serve')}\n`);
     return 0;
   }
   const own = new Map<string, string>();
   const rest: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const name = argv[i]!.replace(/^--/, '').split('=')[0]!;
-    if (!OWN_FLAGS.has(name)) {
-      rest.push(argv[i]!);
+  for (let i = 0; i < head.length; i++) {
+    const raw = head[i]!.replace(/^--/, '').split('=')[0]!;
+    if (!head[i]!.startsWith('--') || !OWN_FLAGS.has(raw)) {
+      rest.push(head[i]!);
       continue;
     }
-    const inline = argv[i]!.includes('=') ? argv[i]!.slice(argv[i]!.indexOf('=') + 1) : undefined;
-    own.set(name, inline ?? argv[++i] ?? '');
+    const inline = head[i]!.includes('=') ? head[i]!.slice(head[i]!.indexOf('=') + 1) : undefined;
+    own.set(ALIASES[raw] ?? raw, inline ?? head[++i] ?? '');
   }
-  const kind = own.get('kind') ?? 'sglang';
-  if (!['sglang', 'tokenspeed', 'zmq'].includes(kind)) return usage(`--kind must be sglang, tokenspeed or zmq, got \`${kind}\``);
-  const count = Number(own.get('engines') ?? 2);
-  if (!Number.isInteger(count) || count < 1 || count > 256) return usage('--engines must be an integer in 1..256');
+  const engines = Number(own.get('engines') ?? 2);
+  if (!Number.isInteger(engines) || engines < 1 || engines > MAX_ENGINES) return usage(`--engines must be an integer in 1..${MAX_ENGINES}`);
+  let kinds: SimKind[];
+  try {
+    kinds = parseKinds(own.get('kind') ?? 'sglang', engines);
+  } catch (err) {
+    return usage((err as Error).message);
+  }
   const servicer = own.get('servicer-impl');
   if (servicer !== undefined && servicer !== 'python' && servicer !== 'rust') return usage('--servicer-impl must be python or rust');
   const template = own.get('engine-cmd');
+  if (template !== undefined && new Set(kinds).size > 1) return usage('--engine-cmd launches engines of one kind: give one kind in --kind');
   const readyMs = Number(own.get('engine-ready-secs') ?? 120) * 1000;
+  const reserved = engineFlags.find((f) => SERVE_SETS.has(f.split('=')[0]!));
+  if (reserved) return usage(`${reserved.split('=')[0]} after -- is serve's to set (see --engine-base-port and --rl-control-port)`);
+  if (template === undefined) {
+    try {
+      await checkSimFlags(kinds, (kind) => [...simOwnFlags(kind, own, servicer), ...simFlags(kind, engineFlags)]);
+    } catch (err) {
+      return usage((err as Error).message);
+    }
+  }
 
   let config;
   try {
@@ -85,13 +159,14 @@ export async function serveCommand(argv: string[]): Promise<number> {
   };
 
   try {
-    for (let i = 0; i < count; i++) {
+    for (const [i, kind] of kinds.entries()) {
       const basePort = own.get('engine-base-port');
       const port = basePort ? Number(basePort) + i : await pickFreePort();
       const ctlBase = own.get('rl-control-port');
       const controlPort = kind === 'sglang' ? null : ctlBase ? Number(ctlBase) + i : await pickFreePort();
-      const slot: EngineSlot = {
+      slots.push({
         index: i,
+        kind,
         port,
         controlPort,
         // ZMQ engines dial the gateway's lane: the worker URL names the lane's ipc path, and the
@@ -99,11 +174,10 @@ export async function serveCommand(argv: string[]): Promise<number> {
         url: kind === 'sglang' ? `http://127.0.0.1:${port}` : kind === 'tokenspeed' ? `grpc://127.0.0.1:${port}` : `ipc://${join(laneDir(), `engine-${i}`)}`,
         controlUrl: controlPort === null ? null : `http://127.0.0.1:${controlPort}`,
         restarts: 0,
-      };
-      slots.push(slot);
+      });
     }
     const start = async (slot: EngineSlot) => {
-      slot.proc = template ? await startTemplate(template, slot, own, servicer, readyMs) : await startSim(kind, slot, own, servicer);
+      slot.proc = template ? await startTemplate(template, slot, own, servicer, readyMs, engineFlags) : await startSim(slot, own, servicer, engineFlags);
       const child = 'child' in slot.proc ? slot.proc.child : slot.proc;
       child.once('exit', (code, signal) => {
         if (stopping) return;
@@ -120,11 +194,11 @@ export async function serveCommand(argv: string[]): Promise<number> {
       const labels: Record<string, string> = {};
       if (slot.controlUrl) labels['rl.control_url'] = slot.controlUrl;
       // The ZMQ handshake names no model: say which one, so model-less requests resolve to it.
-      if (kind === 'zmq') labels.model_id = own.get('model') ?? (template ? 'unknown' : 'sim-model');
-      gw.services.registry.register({ url: slot.url, runtime_type: kind === 'sglang' ? 'sglang' : 'tokenspeed', labels });
+      if (slot.kind === 'zmq') labels.model_id = zmqModel(own, engineFlags, template);
+      gw.services.registry.register({ url: slot.url, runtime_type: slot.kind === 'sglang' ? 'sglang' : 'tokenspeed', labels });
     }
     process.stdout.write(
-      `${JSON.stringify({ event: 'serving', url: gw.url, nats_url: gw.natsUrl, engines: slots.map((s) => ({ url: s.url, control_url: s.controlUrl, pid: pidOf(s.proc) })) })}\n`,
+      `${JSON.stringify({ event: 'serving', url: gw.url, nats_url: gw.natsUrl, engines: slots.map((s) => ({ kind: s.kind, url: s.url, control_url: s.controlUrl, pid: pidOf(s.proc) })) })}\n`,
     );
     await new Promise<void>((resolve) => {
       process.once('SIGINT', resolve);
@@ -136,23 +210,36 @@ export async function serveCommand(argv: string[]): Promise<number> {
   }
 }
 
-async function startSim(kind: string, slot: EngineSlot, own: Map<string, string>, servicer: string | undefined): Promise<SimProcess> {
-  const args = ['--port', String(slot.port)];
+/** The flags serve's own options turn into for one simulator kind. */
+function simOwnFlags(kind: SimKind, own: Map<string, string>, servicer: string | undefined): string[] {
+  const args: string[] = [];
   if (own.has('model')) args.push('--model', own.get('model')!);
-  if (kind === 'sglang' && own.has('tp-size')) args.push('--tp-size', own.get('tp-size')!);
-  if (kind === 'tokenspeed') {
-    args.push('--rl-control-port', String(slot.controlPort));
-    if (own.has('tp-size')) args.push('--attn-tp-size', own.get('tp-size')!);
-    if (servicer) args.push('--servicer-impl', servicer);
-  }
-  if (kind === 'zmq') {
-    args.push('--url', slot.url, '--rl-control-port', String(slot.controlPort));
-    if (own.has('tp-size')) args.push('--tp-size', own.get('tp-size')!);
-  }
-  return launchSim(kind, args, { stderr: 'inherit' });
+  if (own.has('tp-size')) args.push('--tp-size', own.get('tp-size')!);
+  if (kind === 'tokenspeed' && servicer) args.push('--servicer-impl', servicer);
+  return simFlags(kind, args);
 }
 
-async function startTemplate(template: string, slot: EngineSlot, own: Map<string, string>, servicer: string | undefined, readyMs: number): Promise<ChildProcess> {
+/** The model a ZMQ engine serves: the last --model/--model-path among the engine flags, else serve's. */
+function zmqModel(own: Map<string, string>, engineFlags: readonly string[], template: string | undefined): string {
+  let model = own.get('model');
+  const flags = simFlags('zmq', engineFlags);
+  for (let i = 0; i < flags.length; i++) {
+    if (flags[i] === '--model') model = flags[i + 1] ?? model;
+    else if (flags[i]!.startsWith('--model=')) model = flags[i]!.slice('--model='.length);
+  }
+  return model ?? (template ? 'unknown' : 'sim-model');
+}
+
+async function startSim(slot: EngineSlot, own: Map<string, string>, servicer: string | undefined, engineFlags: readonly string[]): Promise<SimProcess> {
+  const args = ['--port', String(slot.port)];
+  if (slot.kind === 'tokenspeed') args.push('--rl-control-port', String(slot.controlPort));
+  if (slot.kind === 'zmq') args.push('--url', slot.url, '--rl-control-port', String(slot.controlPort));
+  // serve's own flags first, so the engine flags after -- win where both set the same thing.
+  args.push(...simOwnFlags(slot.kind, own, servicer), ...simFlags(slot.kind, engineFlags));
+  return launchSim(slot.kind, args, { stderr: 'inherit' });
+}
+
+async function startTemplate(template: string, slot: EngineSlot, own: Map<string, string>, servicer: string | undefined, readyMs: number, engineFlags: readonly string[]): Promise<ChildProcess> {
   const vars: Record<string, string> = {
     url: slot.url,
     port: String(slot.port),
@@ -162,7 +249,7 @@ async function startTemplate(template: string, slot: EngineSlot, own: Map<string
     tp_size: own.get('tp-size') ?? '1',
     servicer_impl: servicer ?? 'python',
   };
-  const argv = splitCommand(template).map((a) => a.replace(/\{(\w+)\}/g, (m, k: string) => vars[k] ?? m));
+  const argv = [...splitCommand(template).map((a) => a.replace(/\{(\w+)\}/g, (m, k: string) => vars[k] ?? m)), ...engineFlags];
   const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'inherit', 'inherit'] });
   // A ZMQ engine listens on nothing (it dials the gateway's lane): registration shows its state.
   if (!slot.url.startsWith('ipc://')) await waitForPort(slot.port, readyMs, child);

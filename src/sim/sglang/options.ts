@@ -120,14 +120,17 @@ Prints {"event":"listening","url":...,"port":...} on stdout when ready; SIGTERM/
 
   --host <addr>                 bind address (default 127.0.0.1)
   --port <n>                    port, 0 = any free port (default 0)
-  --model <name>                model_path (default sim-model)
+  --model <name>                model_path (default sim-model); also --model-path
   --served-model-name <name>    served_model_name (default = --model)
   --weight-version <v>          initial weight_version (default "default")
-  --tp-size <n>                 tp_size, also the GPUs joined to a broadcast group (default 1)
-  --dp-size <n>                 dp_size: /v1/loads reports one entry per rank (default 1)
-  --pp-size <n>                 pp_size (default 1)
+  --tp-size <n>                 tp_size, also the GPUs joined to a broadcast group (default 1);
+                                also --tp, --tensor-parallel-size (SGLang's spellings)
+  --dp-size <n>                 dp_size: /v1/loads reports one entry per rank (default 1);
+                                also --dp, --data-parallel-size
+  --pp-size <n>                 pp_size (default 1); also --pp, --pipeline-parallel-size
   --token-rate <r>              tokens/s per request; 0 or inf = as fast as possible (default 2000)
-  --max-running <n>             max running requests; more wait in the queue (default 256)
+  --max-running <n>             max running requests; more wait in the queue (default 256);
+                                also --max-running-requests
   --context-length <n>          longest accepted prompt, in tokens (default 32768)
   --api-key <key>               require "Authorization: Bearer <key>" (not on /health*, /_sim/*)
   --version <v>                 SGLang version reported by /server_info (default 0.5.19)
@@ -157,11 +160,11 @@ export function parseArgs(argv: readonly string[]): CliOptions {
       case '--model': case '--model-path': o.model = next(); break;
       case '--served-model-name': o.servedModelName = next(); break;
       case '--weight-version': o.weightVersion = next(); break;
-      case '--tp-size': o.tpSize = flagNumber(flag, next()); break;
-      case '--dp-size': o.dpSize = flagNumber(flag, next()); break;
-      case '--pp-size': o.ppSize = flagNumber(flag, next()); break;
+      case '--tp-size': case '--tp': case '--tensor-parallel-size': o.tpSize = flagNumber(flag, next()); break;
+      case '--dp-size': case '--dp': case '--data-parallel-size': o.dpSize = flagNumber(flag, next()); break;
+      case '--pp-size': case '--pp': case '--pipeline-parallel-size': o.ppSize = flagNumber(flag, next()); break;
       case '--token-rate': o.tokenRate = flagNumber(flag, next()); break;
-      case '--max-running': o.maxRunningRequests = flagNumber(flag, next()); break;
+      case '--max-running': case '--max-running-requests': o.maxRunningRequests = flagNumber(flag, next()); break;
       case '--context-length': o.contextLength = flagNumber(flag, next()); break;
       case '--api-key': o.apiKey = next(); break;
       case '--version': o.version = next(); break;
