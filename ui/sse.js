@@ -100,16 +100,19 @@ export function parser(dispatch, setId, setRetry) {
       setId(value);
     } else if (field === 'retry' && /^\d+$/.test(value)) setRetry(Number(value));
   };
+  let skipLF = false; // the chunk before ended with CR: an LF opening this one is its CRLF's half
   return (chunk) => {
+    if (!chunk) return;
+    if (skipLF && chunk[0] === '\n') chunk = chunk.slice(1);
+    skipLF = false;
     buf += chunk;
     const re = /\r\n|\r|\n/g;
     let start = 0;
     let m;
     while ((m = re.exec(buf))) {
-      // A lone CR at the end may be the first half of a CRLF split across chunks.
-      if (m[0] === '\r' && m.index === buf.length - 1) break;
       line(buf.slice(start, m.index));
       start = re.lastIndex;
+      if (m[0] === '\r' && start === buf.length) skipLF = true;
     }
     buf = buf.slice(start);
   };
