@@ -21,6 +21,8 @@ export interface ControlCall {
   deadline: number;
   /** The configured per-call timeout in seconds, for the `timed out after Ns` message. */
   timeoutSecs: number;
+  /** Set on a refit's calls: the engine's owner records which refit paused it (not an operator). */
+  refitId?: string;
 }
 
 /** What came back from one engine call. Messages already follow spec §5 / §9.7. */

@@ -46,6 +46,11 @@ export function newLane(actor: EngineActor): CommandLane {
 
 export class CommandRunner {
   private tokens = 0;
+  /**
+   * Who paused each paused engine, by worker id: `refit:<id>` or `operator`. A refit keeps only an
+   * operator's pause; a pause a refit made (even one whose resume was lost) is resumed.
+   */
+  readonly pausedBy = new Map<string, string>();
 
   constructor(
     private readonly deps: {
@@ -224,6 +229,14 @@ export class CommandRunner {
     if (seen.rejected) this.deps.log.info({ worker_id: id, path: call.path, reason: seen.rejected }, 'rl.observe rejected');
     if (seen.version !== undefined) this.deps.log.info({ worker: worker.baseUrl, version: seen.version, source: 'passthrough' }, 'rl.observe version');
     if (seen.control !== undefined) this.deps.log.info({ worker: worker.baseUrl, control: seen.control, source: 'passthrough' }, 'rl.observe control');
+    if (seen.control !== undefined) {
+      const by = seen.control === 'paused' ? (call.refitId ? `refit:${call.refitId}` : 'operator') : undefined;
+      for (const sib of this.deps.registry.siblings(worker.baseUrl)) {
+        // A refit pausing an engine an operator paused keeps it paused after: it stays the operator's.
+        if (by && !(by !== 'operator' && this.pausedBy.get(sib.id) === 'operator')) this.pausedBy.set(sib.id, by);
+        else if (!by) this.pausedBy.delete(sib.id);
+      }
+    }
     // DP ranks share one engine: their actors learn the same facts.
     for (const sib of this.deps.registry.siblings(worker.baseUrl)) {
       if (sib.id === id) continue;

@@ -103,7 +103,7 @@ export class EngineHost {
   ) {
     const { registry, bus, subjects, control, metrics, log, records, replicaId } = deps;
     this.commands = new CommandRunner({ registry, control, metrics, log, actorOf: (id) => this.owned.get(id)?.actor, clientOf: (id) => this.links.get(id)?.client });
-    this.states = new StatePublisher({ registry, bus, subjects, metrics, log, loadOf: (id) => this.load(id), records, replicaId });
+    this.states = new StatePublisher({ registry, bus, subjects, metrics, log, loadOf: (id) => this.load(id), pausedBy: (id) => this.commands.pausedBy.get(id), records, replicaId });
     registry.on('added', (w) => this.host(w));
     registry.on('replaced', (prev, next) => this.replaced(prev, next));
     registry.on('removed', (w) => void this.unhost(w.id));
@@ -153,6 +153,11 @@ export class EngineHost {
 
   snapshot(id: string): EngineSnapshot | undefined {
     return this.owned.get(id)?.actor.getSnapshot();
+  }
+
+  /** Who paused a paused engine (`refit:<id>` or `operator`), as its owner knows it; undefined if unknown. */
+  pausedBy(id: string): string | undefined {
+    return this.owned.has(id) ? this.commands.pausedBy.get(id) : (this.remotes.record(id)?.paused_by ?? undefined);
   }
 
   /** The owner's shared record of an engine this replica does not own. */
@@ -232,6 +237,7 @@ export class EngineHost {
     this.remotes.close();
     // A replica that stops leaves the engines to the others: their shared records stay.
     this.closing = true;
+    this.states.records?.close();
     await Promise.all([...this.links.ids()].map((id) => this.unhost(id)));
   }
 
@@ -278,6 +284,8 @@ export class EngineHost {
     const seededLabel = mergedLabels(worker).weight_version;
     const last = this.remotes.record(worker.id);
     const seed = last?.weight_version ?? seedFrom(seededLabel);
+    // Who paused it travels with the engine: a refit's pause stays a refit's under a new owner.
+    if (last?.control === 'paused' && last.paused_by) this.commands.pausedBy.set(worker.id, last.paused_by);
     const actor = createActor(this.machine, {
       systemId: `engine:${worker.id}`,
       input: { workerId: worker.id, url: worker.url, seedVersion: seed ?? undefined, ...this.deps.timings },
@@ -353,6 +361,8 @@ export class EngineHost {
     const owned = this.owned.get(id);
     if (!owned) return;
     this.owned.delete(id);
+    this.states.records?.forget(id);
+    this.commands.pausedBy.delete(id);
     this.generation++;
     owned.cmdSub.unsubscribe();
     owned.actor.stop();
@@ -377,7 +387,7 @@ export class EngineHost {
     if (!link) return;
     const url = link.url;
     // A removed engine's record goes with it (its owner removes it).
-    if (this.owned.has(id) && !this.closing) this.deps.records?.delete(id).catch(() => {});
+    if (this.owned.has(id) && !this.closing) this.states.records?.remove(id);
     this.remotes.forget(id);
     this.disown(id);
     this.generation++;

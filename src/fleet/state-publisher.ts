@@ -10,6 +10,7 @@ import type { Subjects } from '../bus/subjects.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { EngineRecord } from './engine-record.ts';
+import { RecordWriter } from './record-writer.ts';
 import type { Registry } from './registry.ts';
 import { baseUrlOf } from './worker.ts';
 
@@ -24,6 +25,8 @@ export interface EngineStateEvent {
   breaker: string;
   /** Why the engine is quarantined (no traffic under any version policy), or null. */
   quarantine: string | null;
+  /** Who paused it, while paused: `refit:<id>` or `operator`; null when unknown or not paused. */
+  paused_by?: string | null;
   in_flight: number;
   queued: number;
   error: string | null;
@@ -43,6 +46,8 @@ export interface PublishedState {
 export class StatePublisher {
   /** Last version seen per engine base URL: DP ranks change together, counted once (spec §12.3). */
   private readonly engineVersions = new Map<string, string | undefined>();
+  /** Writes the shared records in the order observed, retrying what the bus failed. */
+  readonly records: RecordWriter | undefined;
 
   constructor(
     private readonly deps: {
@@ -53,11 +58,15 @@ export class StatePublisher {
       log: Logger;
       /** Data-plane load of a hosted worker. */
       loadOf: (id: string) => number;
+      /** Who paused a hosted worker (command-runner.ts). */
+      pausedBy: (id: string) => string | undefined;
       /** The shared `engines` bucket, where other replicas read what this one observed. */
       records?: JsonBucket<EngineRecord>;
       replicaId: string;
     },
-  ) {}
+  ) {
+    this.records = deps.records ? new RecordWriter({ records: deps.records, log: deps.log }) : undefined;
+  }
 
   /** Whether `snap` differs from what was last published in anything the outside sees. */
   changed(last: PublishedState | undefined, snap: EngineSnapshot): boolean {
@@ -89,6 +98,7 @@ export class StatePublisher {
       version_source: c.versionSource ?? null,
       breaker,
       quarantine: c.quarantine,
+      paused_by: c.control === 'paused' ? (this.deps.pausedBy(id) ?? null) : null,
       in_flight: load,
       queued,
       error: state === 'unreachable' ? (c.lastError ?? null) : null,
@@ -102,10 +112,7 @@ export class StatePublisher {
     } catch (err) {
       this.deps.log.warn({ err, worker_id: id }, 'could not publish engine state');
     }
-    // Written in the order observed; a write lost to a bus outage is repaired by the next change.
-    this.deps.records?.put(id, { ...event, owner: this.deps.replicaId }).catch((err: unknown) => {
-      this.deps.log.debug({ err, worker_id: id }, 'could not write the shared engine record');
-    });
+    this.records?.put(id, { ...event, owner: this.deps.replicaId });
     return now;
   }
 
