@@ -35,6 +35,8 @@ import { Metrics } from '../obs/metrics.ts';
 import { RefitService } from '../refit/service.ts';
 import { RefitRunner } from '../refit/runner.ts';
 import { RefitQueue } from '../bus/refit-queue.ts';
+import { RefitEventLog } from '../bus/refit-events.ts';
+import { FleetFeed } from '../fleet/fleet-feed.ts';
 import type { RefitJournal } from '../refit/journal.ts';
 import { reportStatus } from '../refit/report.ts';
 import { ResumesOwed, type OwedResume } from '../refit/resumes-owed.ts';
@@ -180,6 +182,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     // Twice the lease (at least 5 s): a runner whose connection moves to another node keeps its
     // refit; one that died is replaced after it.
     const queue = await RefitQueue.open(bus.nc, subj, { ackWaitMs: Math.max(5_000, 2 * config.leaseSecs * 1000) });
+    const refitEvents = await RefitEventLog.open(bus.nc, subj);
     const journals = buckets.refits as JsonBucket<RefitJournal>;
     let refits: RefitService | undefined;
     const runner = new RefitRunner({
@@ -200,7 +203,12 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         resumeMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
       },
       owed,
-      clashes: (id, targets) => refits?.clashes(id, targets),
+      clashes: async (id, targets) => refits?.clashes(id, targets),
+      recordedControl: async (id) => {
+        const r = (await buckets.engines.get(id))?.value as EngineRecord | undefined;
+        return r ? { control: r.control, pausedBy: r.paused_by ?? undefined } : undefined;
+      },
+      pausedBy: (id) => host.pausedBy(id),
       ownersSettled: async (ids, dead, timeoutMs) => {
         const until = Date.now() + timeoutMs;
         const settled = () => ids.every((id) => { const o = registry.get(id)?.owner; return !o || (o !== dead && ownership.alive(o)); });
@@ -209,7 +217,17 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       quarantine: (id, reason) => host.setQuarantine(id, reason),
       alive: (replica) => ownership.aliveNow(replica),
     });
-    refits = new RefitService({ view, legs, queue, journals, runner, log: log.child({ component: 'refit' }), modelOf: (id) => registry.get(id)?.modelId });
+    refits = new RefitService({
+      view,
+      legs,
+      queue,
+      journals,
+      runner,
+      log: log.child({ component: 'refit' }),
+      modelOf: (id) => registry.get(id)?.modelId,
+      replicaId,
+      publish: (id, event) => runner.publish(id, event),
+    });
     const service = refits;
     host.fleetVersionOf = (w) => service.fleetVersion(w.modelId);
     refitsRef.current = refits;
@@ -221,7 +239,8 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(() => refits.drain());
     const subs: BusSubscription[] = [];
     const router = new Router({ registry, view, host });
-    const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, router, bus };
+    const feed = new FleetFeed({ bus, subjects: subj, registry, view });
+    const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, refitEvents, feed, router, bus };
 
     if (config.rl.enabled) {
       // Trainers on the bus: one replica answers each refit request (queue group).

@@ -12,6 +12,8 @@ import { workerRoutes } from './workers.ts';
 import { rlWorkerRoutes } from './rl-workers.ts';
 import { rlEngineRoutes } from './rl-engine.ts';
 import { refitRoutes } from './refits.ts';
+import { refitEventRoutes } from './refit-events.ts';
+import { fleetEventRoutes } from './fleet-events.ts';
 import { generateRoutes } from './generate.ts';
 import { EXPOSED_HEADERS } from '../relay/stamping.ts';
 import { metricsRoutes } from './metrics.ts';
@@ -126,6 +128,8 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     await app.register(rlWorkerRoutes, { services, prefix: RL_PREFIX });
     await app.register(rlEngineRoutes, { services, prefix: RL_PREFIX });
     await app.register(refitRoutes, { services, prefix: RL_PREFIX });
+    await app.register(refitEventRoutes, { services, prefix: RL_PREFIX });
+    await app.register(fleetEventRoutes, { services, prefix: RL_PREFIX });
   }
   return app;
 }

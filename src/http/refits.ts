@@ -22,9 +22,21 @@ const runSchema = {
   response: {
     200: Type.Union([RefitReport, RefitPlan], { description: 'Every engine succeeded (the report), or the plan of a dry run.' }),
     207: { ...RefitReport, description: 'Multi-Status: at least one engine failed (see `failed`).' },
+    202: Type.Object(
+      { id: Type.String(), status: Type.Literal('accepted'), events: Type.String({ description: 'The SSE route of its progress.' }) },
+      { description: 'With `Prefer: respond-async`: the refit is queued; follow `events`, or GET its `Location`.' },
+    ),
     ...errorResponses(...RL_AUTH, 'invalid_request', 'invalid_version', 'invalid_selector', 'no_workers_match', 'payload_too_large', 'no_eligible_targets', 'refit_in_progress', 'refit_id_conflict', 'bus_unavailable'),
   },
 };
+
+const RL_ROUTES = '/v1/rl';
+
+/** `Prefer: respond-async` among the header's preferences (comma-separated, parameters after `;`). */
+function prefersAsync(header: string | string[] | undefined): boolean {
+  const all = Array.isArray(header) ? header.join(',') : (header ?? '');
+  return all.split(',').some((p) => p.split(';')[0]!.trim().toLowerCase() === 'respond-async');
+}
 
 export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   const { refits } = services;
@@ -34,6 +46,12 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
     // The refit route speaks the generic request-error code; invalid_body belongs to §11 writes.
     const body = parseJsonObject(rawBody(req.body), 'invalid_request');
     if (body.dry_run === true) return reply.code(200).send(refits.plan(body));
+    // RFC 7240: answer once the refit is queued; its progress and report are followed by id.
+    if (prefersAsync(req.headers.prefer)) {
+      const { id } = await refits.submit(body, 'http');
+      const at = `${RL_ROUTES}/refits/${encodeURIComponent(id)}`;
+      return reply.code(202).header('location', at).header('preference-applied', 'respond-async').send({ id, status: 'accepted', events: `${at}/events` });
+    }
     const report = await refits.run(body, 'http');
     return reply.code(reportStatus(report)).send(report);
   });
@@ -44,7 +62,7 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
     description: 'The running refits, then the newest finished ones (reports), newest first.',
     response: { 200: RefitListing, ...errorResponses(...RL_AUTH) },
   };
-  app.get('/refits', { schema: listSchema }, async () => ({ refits: refits.list() }));
+  app.get('/refits', { schema: listSchema }, async () => ({ refits: await refits.list() }));
 
   const getSchema = {
     tags: TAG,

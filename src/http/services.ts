@@ -11,6 +11,8 @@ import type { Passthrough } from '../control/passthrough.ts';
 import type { RefitService } from '../refit/service.ts';
 import type { Router } from '../fleet/router.ts';
 import type { Bus } from '../bus/connection.ts';
+import type { RefitEventLog } from '../bus/refit-events.ts';
+import type { FleetFeed } from '../fleet/fleet-feed.ts';
 
 export interface Services {
   config: GatewayConfig;
@@ -21,6 +23,10 @@ export interface Services {
   host: EngineHost;
   passthrough: Passthrough;
   refits: RefitService;
+  /** The refits' kept progress events (GET /v1/rl/refits/{id}/events). */
+  refitEvents: RefitEventLog;
+  /** Engine changes and refit events while someone watches (GET /v1/rl/events). */
+  feed: FleetFeed;
   router: Router;
   /** Only whether NATS is connected (GET /health); routes never use the bus directly. */
   bus: Pick<Bus, 'connected'>;

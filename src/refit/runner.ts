@@ -76,7 +76,7 @@ export class RefitRunner {
       deadlines: RefitDefaults;
       owed: ResumesOwed;
       /** Another running refit already holds one of these engines. */
-      clashes: (refitId: string, targets: string[]) => string | undefined;
+      clashes: (refitId: string, targets: string[]) => Promise<string | undefined>;
       /**
        * Resolves when every engine has a live owner other than `dead` (or the time is up): a
        * refit taken over from a replica that also owned engines waits for their new owner.
@@ -86,6 +86,10 @@ export class RefitRunner {
       alive: (replica: string) => Promise<boolean>;
       /** Holds an engine out of routing (reason), or lets it back (null); its owner applies it. */
       quarantine: (workerId: string, reason: string | null) => void;
+      /** An engine's control and who paused it, as its shared record says now (read afresh), or undefined. */
+      recordedControl: (workerId: string) => Promise<{ control: string; pausedBy: string | undefined } | undefined>;
+      /** Who paused a paused engine, as this replica knows it now (engine-host.ts). */
+      pausedBy: (workerId: string) => string | undefined;
     },
   ) {}
 
@@ -130,7 +134,7 @@ export class RefitRunner {
       if (existing && (this.active.has(q.id) || (holder !== this.deps.replicaId && (await this.deps.alive(holder!))))) {
         return msg.info.deliveryCount > 1 ? msg.nak(RETRY_MS * 4) : msg.term('duplicate');
       }
-      const clash = this.deps.clashes(q.id, q.targets);
+      const clash = await this.deps.clashes(q.id, q.targets);
       if (clash) return msg.nak(RETRY_MS * 4); // its turn comes when the other refit is over
       let writer: JournalWriter;
       let recovered: Recovered | undefined;
@@ -138,7 +142,7 @@ export class RefitRunner {
       const onFenced = () => actorStop();
       const targets = q.targets.map((id) => this.deps.registry.get(id) ?? removedWorker(id));
       if (!existing) {
-        const j = this.newJournal(q, targets);
+        const j = this.newJournal(q, targets, await this.controlsNow(targets));
         const revision = await this.deps.journals.create(q.id, j).catch(() => null);
         if (revision === null) return msg.nak(RETRY_MS); // another replica started it just now
         writer = new JournalWriter(this.deps.journals, j, revision, onFenced);
@@ -147,6 +151,7 @@ export class RefitRunner {
         const from = j.holder;
         j.takeovers = [...(j.takeovers ?? []), { from: j.holder, to: this.deps.replicaId, at: new Date().toISOString(), phase: j.phase, step_index: j.step_index }];
         this.deps.log.warn({ refit_id: q.id, from: j.holder, phase: j.phase, step_index: j.step_index }, 'taking over a refit whose replica stopped');
+        this.publish(q.id, { type: 'takeover', from: j.holder, to: this.deps.replicaId, phase: j.phase, step_index: j.step_index });
         j.holder = this.deps.replicaId;
         const revision = await this.deps.journals.update(q.id, j, existing.revision).catch(() => null);
         if (revision === null) return msg.nak(RETRY_MS);
@@ -231,14 +236,38 @@ export class RefitRunner {
     });
   }
 
-  private newJournal(q: QueuedRefit, targets: Worker[]): RefitJournal {
-    const { view, owed } = this.deps;
+  /**
+   * Each target's control (active, paused, asleep). An engine this replica owns is read from its
+   * actor; another replica's engine from the view, and when the view says paused or asleep, from
+   * its shared record read afresh: the view follows the bucket through a watch that can lag behind
+   * it after a NATS node dies, and a pause it still shows from a finished refit would be taken for
+   * an operator's and kept after this refit.
+   */
+  private async controlsNow(targets: Worker[]): Promise<Map<string, { control: string; pausedBy: string | undefined }>> {
+    const out = new Map<string, { control: string; pausedBy: string | undefined }>();
+    await Promise.all(
+      targets.map(async (w) => {
+        const e = this.deps.view.engine(w);
+        let now = { control: e.control as string, pausedBy: this.deps.pausedBy(w.id) };
+        if (!e.hosted && now.control !== 'active') now = (await this.deps.recordedControl(w.id).catch(() => undefined)) ?? now;
+        out.set(w.id, now);
+      }),
+    );
+    return out;
+  }
+
+  private newJournal(q: QueuedRefit, targets: Worker[], controls: Map<string, { control: string; pausedBy: string | undefined }>): RefitJournal {
+    const { owed } = this.deps;
     // An asleep engine holds no weights in memory: it is reported, not paused or refitted.
-    const asleep = targets.filter((w) => view.engine(w).control === 'asleep').map((w) => w.id);
+    const asleep = targets.filter((w) => controls.get(w.id)?.control === 'asleep').map((w) => w.id);
     // Engines an operator paused before the refit stay paused after it: the refit resumes only
-    // what it paused. A pause an earlier refit made and could not undo is a resume owed, not an
-    // operator's: this refit resumes it.
-    const keepPaused = targets.filter((w) => !asleep.includes(w.id) && view.engine(w).control === 'paused' && !owed.has(w.id)).map((w) => w.id);
+    // what it paused. A pause an earlier refit made is not an operator's, whether its resume is
+    // owed or the record saying `paused` is a step behind the resume: this refit resumes it.
+    const operatorPaused = (w: Worker) => {
+      const c = controls.get(w.id);
+      return c?.control === 'paused' && !c.pausedBy?.startsWith('refit:') && !owed.has(w.id);
+    };
+    const keepPaused = targets.filter((w) => !asleep.includes(w.id) && operatorPaused(w)).map((w) => w.id);
     return {
       id: q.id,
       status: 'running',
@@ -282,11 +311,13 @@ export class RefitRunner {
     await retry(() => this.deps.owed.owe(owing, id), () => writer.fenced);
     if (writer.fenced) return null;
     this.deps.log.info({ refit_id: id, origin: q.origin, weight_version: req.weight_version, source: req.source.kind, targets: targets.length, quorum, recovered: recovered?.at ?? null }, recovered ? 'refit taken over' : 'refit started');
+    this.publish(id, { type: 'started', replica: this.deps.replicaId, targets: targets.map((w) => w.id), quorum, steps: plan.steps.map((st) => st.name), verify: plan.verify !== null, recovered: recovered?.at ?? null });
 
     const runPhase = fromCallback<CoordinatorEvent, PhaseInput>(({ input, sendBack }) => {
       const abort = new AbortController();
       phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
-      this.publish(id, { type: 'phase', phase: input.phase, step: input.phase === 'refit' ? plan.steps[input.stepIndex]?.name : undefined, targets: input.targets });
+      const step = input.phase === 'refit' ? (plan.steps[input.stepIndex]?.name ?? null) : null;
+      this.publish(id, { type: 'phase', phase: input.phase, step, step_index: input.stepIndex, steps: plan.steps.length, targets: input.targets });
       // Engines given the same spec share one call object, so it crosses the bus once per replica.
       // Each call's deadline starts now, when its phase sends it: stamped when the refit was
       // planned, a slow pause and load would eat the resume's budget.
@@ -312,7 +343,24 @@ export class RefitRunner {
             abort.signal,
             (wid, outcome) => {
               const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
-              sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: legResult(input.phase, outcome, req.weight_version, expected) });
+              const result = legResult(input.phase, outcome, req.weight_version, expected);
+              sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
+              const finished = Date.now();
+              this.publish(id, {
+                type: 'leg',
+                worker_id: wid,
+                url: byId.get(wid)?.url ?? wid,
+                phase: input.phase,
+                step,
+                step_index: input.stepIndex,
+                outcome: result.ok ? 'ok' : 'failed',
+                ...(result.ok ? {} : { error: result.error }),
+                ...(result.status !== undefined ? { status: result.status } : {}),
+                ...(result.message !== undefined ? { message: result.message } : {}),
+                latency_ms: Math.round(result.latencyMs),
+                started_at: new Date(finished - result.latencyMs).toISOString(),
+                finished_at: new Date(finished).toISOString(),
+              });
             },
             concurrency,
           )
@@ -410,7 +458,8 @@ export class RefitRunner {
     return prepareCalls(this.deps.legs, plan, targets, refitId);
   }
 
-  private publish(id: string, event: Record<string, unknown>): void {
+  /** One progress event of a refit, on `<root>.refit.<id>.events` (kept by the refit events stream). */
+  publish(id: string, event: Record<string, unknown>): void {
     try {
       this.deps.bus.publish(this.deps.subjects.refitEvents(id), { refit_id: id, time: new Date().toISOString(), ...event });
     } catch (err) {
@@ -433,6 +482,7 @@ export function prepareCalls(legs: LegRunner, plan: RefitPlan, targets: Worker[]
         contentType: spec.body ? 'application/json' : undefined,
         trace: { 'x-request-id': `refit-${refitId}` },
       });
+      call.refitId = refitId;
       shared.set(spec, call);
     }
     calls.set(callKey(phase, step, w.id), call);

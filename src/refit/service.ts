@@ -57,6 +57,9 @@ export class RefitService {
       log: Logger;
       /** A worker's model id (the registry's). */
       modelOf: (workerId: string) => string | undefined;
+      replicaId: string;
+      /** Publishes one of the refit's progress events (refit-events contract). */
+      publish: (refitId: string, event: Record<string, unknown>) => void;
     },
   ) {}
 
@@ -80,9 +83,22 @@ export class RefitService {
 
   /** A refit's report, or its progress while it runs; older ones than kept in memory come from the bucket. */
   async get(id: string): Promise<RefitReport | RunningRefit> {
-    const j = this.journals.get(id) ?? (await this.stored(id));
+    const cached = this.journals.get(id);
+    const j = cached?.status === 'done' ? cached : ((await this.fresh(id)) ?? cached);
     if (!j) throw new GatewayError('refit_not_found', `refit \`${id}\` not found`, { id });
     return j.report ?? runningView(j);
+  }
+
+  /**
+   * The journal as the bucket holds it now, and the local copy repaired with it. The local copies
+   * follow the bucket through a watch, which can lag behind it for a while after the NATS node
+   * serving it dies: what a caller is told about a running refit (its progress, whether it still
+   * holds an engine) is read afresh.
+   */
+  private async fresh(id: string): Promise<RefitJournal | undefined> {
+    const j = await this.stored(id);
+    if (j && this.journals.get(id)?.status !== 'done' && j !== this.journals.get(id)) this.journalChanged(id, j);
+    return j;
   }
 
   private async stored(id: string): Promise<RefitJournal | undefined> {
@@ -94,8 +110,12 @@ export class RefitService {
     }
   }
 
-  list(): Array<RefitReport | RunningRefit> {
-    return [...this.journals.values()].reverse().map((j) => j.report ?? runningView(j));
+  /** The running refits first (each read afresh), then the kept reports, newest first. */
+  async list(): Promise<Array<RefitReport | RunningRefit>> {
+    const running = [...this.journals.values()].filter((j) => j.status === 'running');
+    await Promise.all(running.map((j) => this.fresh(j.id)));
+    const all = [...this.journals.values()].reverse();
+    return [...all.filter((j) => j.status === 'running').map(runningView), ...all.filter((j) => j.report).map((j) => j.report!)];
   }
 
   /** The refit's journal says it runs (it may be between runners after a replica died). */
@@ -108,17 +128,22 @@ export class RefitService {
     return this.journals.get(refitId)?.status === 'done';
   }
 
-  /** A running refit other than `refitId` that holds one of these engines. */
-  clashes(refitId: string, targets: string[]): string | undefined {
+  /**
+   * A running refit other than `refitId` that holds one of these engines. A journal the local copy
+   * shows running is read afresh before it refuses anything: it may have ended meanwhile.
+   */
+  async clashes(refitId: string, targets: string[]): Promise<string | undefined> {
     for (const [id, held] of this.accepted) {
       if (id === refitId) continue;
       const hit = targets.find((t) => held.includes(t));
       if (hit) return hit;
     }
-    for (const j of this.journals.values()) {
+    for (const j of [...this.journals.values()]) {
       if (j.status !== 'running' || j.id === refitId) continue;
       const hit = targets.find((t) => j.targets.includes(t));
-      if (hit) return hit;
+      if (!hit) continue;
+      const now = (await this.fresh(j.id)) ?? j;
+      if (now.status === 'running') return hit;
     }
     return undefined;
   }
@@ -158,6 +183,14 @@ export class RefitService {
 
   /** Validates, queues the transaction, and resolves with its report (never rejects on engine failures). */
   async run(body: unknown, origin: 'http' | 'nats'): Promise<RefitReport> {
+    return (await this.submit(body, origin)).report;
+  }
+
+  /**
+   * Validates and queues the transaction; resolves once it is queued (or known), with its id and
+   * its report to come. Refusals (4xx) throw before anything is queued.
+   */
+  async submit(body: unknown, origin: 'http' | 'nats'): Promise<{ id: string; report: Promise<RefitReport> }> {
     const req = parseRefitRequest(body);
     if (this.closing) throw new GatewayError('bus_unavailable', 'the gateway is shutting down; send the refit to another replica');
     const id = req.refit_id ?? randomUUID();
@@ -166,11 +199,11 @@ export class RefitService {
       throw new GatewayError('refit_id_conflict', `refit \`${id}\` exists for weight_version ${JSON.stringify(known.request.weight_version)}; a retry must send the same request`, { refit_id: id });
     }
     // The same refit id again is the same refit: its report when it is over, its end when it runs.
-    if (known?.report) return known.report;
-    if (known) return this.waitFor(id);
+    if (known?.report) return { id, report: Promise.resolve(known.report) };
+    if (known) return { id, report: this.waitFor(id) };
     const { selectorText, targets, skipped } = this.resolve(req);
     if (!known) {
-      const clash = this.clashes(id, targets.map((w) => w.id));
+      const clash = await this.clashes(id, targets.map((w) => w.id));
       if (clash) throw new GatewayError('refit_in_progress', `worker \`${clash}\` is already part of a running refit`, { worker_id: clash });
     }
     // Every call of every phase is built (and size-checked) before anything is queued, so a bad
@@ -180,13 +213,17 @@ export class RefitService {
     const report = this.waitFor(id);
     if (!known) this.accepted.set(id, targets.map((w) => w.id));
     const queued: QueuedRefit = { id, request: req, selector: selectorText ?? null, targets: targets.map((w) => w.id), skipped, origin, submitted_at: new Date().toISOString() };
+    let duplicate: boolean;
     try {
-      await this.deps.queue.submit(id, queued);
+      ({ duplicate } = await this.deps.queue.submit(id, queued));
     } catch (err) {
       this.forget(id);
       throw new GatewayError('bus_unavailable', `the refit could not be queued, so nothing was paused: ${(err as Error).message}`);
     }
-    return report;
+    if (!duplicate) {
+      this.deps.publish(id, { type: 'accepted', weight_version: req.weight_version, source: req.source.kind, selector: selectorText ?? null, targets: queued.targets, skipped, replica: this.deps.replicaId });
+    }
+    return { id, report };
   }
 
   /** The selected engines, split into those that take part and those left out (targets.ts). */
@@ -260,6 +297,8 @@ export class RefitService {
       this.journals.delete(id);
       return;
     }
+    // A lagging watch may bring an older revision after a fresh read: a finished refit stays finished.
+    if (j.status !== 'done' && this.journals.get(id)?.status === 'done') return;
     this.journals.delete(id); // re-inserted last: the map stays in order of change
     this.journals.set(id, j);
     this.accepted.delete(id);
