@@ -45,16 +45,12 @@ export function readUiFiles(dir = UI_DIR): Map<string, UiFile> {
   return files;
 }
 
-const fileAnswer = (description: string) => ({
+const fileAnswer = (description: string, types: string[]) => ({
   description,
-  content: {
-    'text/html': { schema: Type.String() },
-    'text/javascript': { schema: Type.String() },
-    'text/css': { schema: Type.String() },
-  },
+  content: Object.fromEntries(types.map((t) => [t, { schema: Type.String() }])),
 });
 const NotModified = Type.Null({ description: 'Not modified (the `If-None-Match` ETag is current).' });
-const Redirect = Type.Null({ description: 'Redirect to the web page (`Location: ui`).' });
+const redirect = (location: string) => Type.Null({ description: `Redirect to the web page (\`Location: ${location}\`).` });
 
 export const uiRoutes: FastifyPluginAsync = async (app) => {
   const files = readUiFiles();
@@ -71,24 +67,24 @@ export const uiRoutes: FastifyPluginAsync = async (app) => {
   };
 
   app.get('/', {
-    schema: { tags: ['ui'], summary: 'Redirects to the web page', response: { 302: Redirect } },
+    schema: { tags: ['ui'], summary: 'Redirects to the web page', response: { 302: redirect('ui') } },
   }, (_req, reply) => reply.redirect('ui', 302));
 
   app.get('/ui', {
-    schema: { tags: ['ui'], summary: 'The web page: the fleet and the refits, live', response: { 200: fileAnswer('The page (HTML).'), 304: NotModified, 404: ErrorAnswer } },
+    schema: { tags: ['ui'], summary: 'The web page: the fleet and the refits, live', response: { 200: fileAnswer('The page.', ['text/html']), 304: NotModified, 404: ErrorAnswer } },
   }, (req, reply) => send(req, reply, 'index.html'));
 
   // Relative links on the page resolve against /ui, not /ui/: send the trailing slash there.
   app.get('/ui/', {
-    schema: { tags: ['ui'], summary: 'Redirects to the web page', response: { 302: Redirect } },
+    schema: { tags: ['ui'], summary: 'Redirects to the web page', response: { 302: redirect('../ui') } },
   }, (_req, reply) => reply.redirect('../ui', 302));
 
   app.get<{ Params: { file: string } }>('/ui/:file', {
     schema: {
       tags: ['ui'],
-      summary: "A file of the web page (its scripts and style sheet)",
+      summary: 'A file of the web page (its scripts and style sheet)',
       params: Type.Object({ file: Type.String({ description: 'File name, e.g. `app.js`.' }) }),
-      response: { 200: fileAnswer('The file, with its content type.'), 304: NotModified, 404: ErrorAnswer },
+      response: { 200: fileAnswer('The file, with its content type.', ['text/javascript', 'text/css', 'text/html', 'image/svg+xml']), 304: NotModified, 404: ErrorAnswer },
     },
   }, (req, reply) => send(req, reply, req.params.file));
 };
