@@ -15,6 +15,7 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY actors ./actors
 COPY proto ./proto
+COPY ui ./ui
 RUN npm run build && rm -f dist/.tsbuildinfo
 
 # ---- run ----
