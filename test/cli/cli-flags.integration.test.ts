@@ -87,7 +87,7 @@ describe('--help on every command', () => {
       expect(r.code, `${argv.join(' ')} ${flag}: ${r.stderr}`).toBe(0);
       expect(r.stdout).toMatch(usage);
     }
-  });
+  }, 60_000);
 
   // Where a command parses its flags. The gateway's usage is its whole settings table: it names
   // the flag and points at --help instead.
