@@ -1,15 +1,17 @@
 // Command-line face of the trainer simulator: parse flags, run one distributed refit through the
 // gateway (over NATS with --nats-url, over HTTP with --gateway), print the report (summary lines,
-// or its JSON with --json) on stdout and one line on where it came from on stderr, and exit with
-// a code that says how it went. It owns no refit logic (refit.ts, nats-refit.ts) and no parameter
-// synthesis (chunks.ts).
+// or its JSON with --json) on stdout, its progress (refit-display.ts) and one line on where it came
+// from on stderr, and exit with a code that says how it went. It owns no refit logic (refit.ts,
+// nats-refit.ts) and no parameter synthesis (chunks.ts).
 
+import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { NATS_CLIENT_FLAGS, natsClientFlagsHelp, natsUrlFromEnv, readNatsClientFlags } from '../../bus/client-flags.ts';
 import { checkNatsSettings, type NatsAuthSettings } from '../../bus/connect-options.ts';
 import { DEFAULT_ROOT, subjects } from '../../bus/subjects.ts';
+import { refitDisplay } from '../../cli/refit-display.ts';
 import { dtypeWidth } from '../broadcast/dtype.ts';
 import { DEFAULT_DTYPE, DEFAULT_SHAPE, makeChunks, paramsForBytes } from './chunks.ts';
 import { runNatsRefit } from './nats-refit.ts';
@@ -45,7 +47,7 @@ export const TRAINER_USAGE = `usage: rlgate trainer (--nats-url U | --gateway UR
   --params     parameters in the synthetic model instead (default 146)
   --per-chunk  parameters per update_weights_from_distributed call (default 64)
   --selector   engines to refit (default: every engine)
-  --refit-id   the refit's id, [A-Za-z0-9_-]{1,128} (default: a random UUID over NATS); the same id
+  --refit-id   the refit's id, [A-Za-z0-9_-]{1,128} (default: a random UUID); the same id
                again is the same refit, never a second one
   --master-address  address the broadcast group binds and the engines dial (default 127.0.0.1;
                in containers, the trainer's host name)
@@ -59,6 +61,8 @@ export const TRAINER_USAGE = `usage: rlgate trainer (--nats-url U | --gateway UR
   --subject-root  the gateways' subject root [RLGATE_SUBJECT_ROOT] (default rl)
   --admin-key  gateway admin key, HTTP only (default: $RLGATE_ADMIN_KEY)
 ${natsClientFlagsHelp()}
+progress: on stderr while the refit runs, from its events (<root>.refit.<id>.events, or over HTTP
+  GET /v1/rl/refits/{id}/events): a live view per engine on a terminal, one line per event otherwise
 exit codes: 0 every engine succeeded (200); 3 at least one failed (207); 1 the gateway refused the
   refit or its plan (nothing was touched); 4 no report (no gateway answered, NATS or the gateway
   unreachable, or --timeout-secs passed: the refit may still run, look it up by its id); 2 usage`;
@@ -238,6 +242,10 @@ export async function trainerCommand(argv: string[]): Promise<number> {
   }
   const a = inv.args;
   const chunks = makeChunks({ params: a.params, perChunk: a.perChunk, shape: a.shape, dtype: a.dtype });
+  // The id is chosen here so that the refit's events can be followed from the first one: its
+  // progress on stderr (a live view on a terminal, one line per event otherwise).
+  const refitId = a.refitId ?? randomUUID();
+  const progress = refitDisplay(refitId, process.stderr);
   const common = {
     version: a.version,
     chunks,
@@ -245,9 +253,10 @@ export async function trainerCommand(argv: string[]): Promise<number> {
     ...(a.groupName === undefined ? {} : { groupName: a.groupName }),
     ...(a.masterAddress === undefined ? {} : { masterAddress: a.masterAddress }),
     ...(a.verifyValues === undefined ? {} : { verifyValues: a.verifyValues }),
-    ...(a.refitId === undefined ? {} : { refitId: a.refitId }),
+    refitId,
+    onEvent: (event: unknown) => progress.event(event),
   };
-  const debug = (line: string) => process.stderr.write(`trainer: ${line}\n`);
+  const debug = (line: string) => progress.note(`trainer: ${line}`);
   let result: DistributedRefitResult & { refitId?: string };
   try {
     result = inv.via === 'http'
@@ -265,6 +274,7 @@ export async function trainerCommand(argv: string[]): Promise<number> {
         log: debug,
       });
   } catch (err) {
+    progress.close();
     if (err instanceof TrainerError && err.refused) {
       process.stderr.write(`refit ${a.version} refused: ${err.message}\n`);
       return TRAINER_EXIT.refused;
@@ -277,6 +287,7 @@ export async function trainerCommand(argv: string[]): Promise<number> {
     process.stderr.write(`refit ${a.version}: ${err instanceof TrainerError ? why : `no report: ${why}`}\n`);
     return TRAINER_EXIT.noReport;
   }
+  progress.close(result.report);
   if (a.sentFile !== undefined) await writeFile(a.sentFile, `${JSON.stringify(result.sent, null, 2)}\n`);
   if (result.status !== 200 && result.status !== 207) {
     // Over HTTP the refit itself can be refused (409 refit_in_progress, 400, 503...): no report.

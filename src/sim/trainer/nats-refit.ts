@@ -85,6 +85,9 @@ export async function runNatsRefit(opts: NatsRefitOptions): Promise<NatsRefitRes
   let gotReport!: (r: { report: unknown; from: ReportOrigin }) => void;
   const reported = new Promise<{ report: unknown; from: ReportOrigin }>((resolve) => (gotReport = resolve));
   const sub = bus.subscribe(subj.refitReport(refitId), (data) => gotReport({ report: data, from: 'report_subject' }));
+  // Its events too, for a progress view: subscribed now, so that the first one is seen.
+  const onEvent = opts.onEvent;
+  const events = onEvent ? bus.subscribe(subj.refitEvents(refitId), (data) => onEvent(data)) : undefined;
 
   // The journal: the authoritative copy, there even when the publish was missed (a drop of our
   // connection) or never made (the runner died between its journal write and the publish).
@@ -154,6 +157,9 @@ export async function runNatsRefit(opts: NatsRefitOptions): Promise<NatsRefitRes
   } finally {
     over = true;
     sub.unsubscribe();
+    // The reply may overtake the refit's last events: the ones already on their way land first.
+    if (events && bus.connected) await bus.nc.flush().catch(() => {});
+    events?.unsubscribe();
     await bus.close();
   }
 

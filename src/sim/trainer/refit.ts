@@ -10,6 +10,7 @@ import { decodeValues, tensorBytes } from '../broadcast/dtype.ts';
 import type { LoadedTensor } from '../broadcast/types.ts';
 import { GroupError } from '../broadcast/wire.ts';
 import type { Chunk } from './chunks.ts';
+import { followRefitEvents } from './event-stream.ts';
 
 /** The fields of a `GET /v1/rl/workers` row the trainer reads. */
 export interface WorkerRow {
@@ -44,6 +45,12 @@ export interface RefitOptions {
    * chunk with 200 without loading it is caught. Off (0) by default.
    */
   verifyValues?: number;
+  /**
+   * Each event of this refit as it comes (docs/refit-events.md), for a progress view: over NATS
+   * from `<root>.refit.<id>.events`, over HTTP from `GET /v1/rl/refits/{id}/events`. Needs
+   * `refitId` (the events are followed before the refit is sent, by its id).
+   */
+  onEvent?: (event: unknown) => void;
 }
 
 /** The `verify_weights` entries for a refit: the values the engines must show once loaded. */
@@ -217,8 +224,21 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
       return ws;
     },
     async refit(body) {
-      const answer = await call('POST', '/v1/rl/refits', body);
-      return { status: answer.status, report: answer.json, from: 'http' };
+      // The refit's events, followed while its POST is outstanding (the route answers once the
+      // refit is queued), and given a moment after the answer to deliver their last ones.
+      const id = body.refit_id;
+      const stop = new AbortController();
+      const following = opts.onEvent && typeof id === 'string'
+        ? followRefitEvents({ gateway, refitId: id, headers: opts.adminKey ? { authorization: headers.authorization! } : {}, onEvent: opts.onEvent, signal: stop.signal })
+        : undefined;
+      try {
+        const answer = await call('POST', '/v1/rl/refits', body);
+        if (following && answer.status < 300) await waitAtMost(following, opts.settleMs ?? 2_000);
+        return { status: answer.status, report: answer.json, from: 'http' };
+      } finally {
+        stop.abort();
+        await following;
+      }
     },
   });
 }
