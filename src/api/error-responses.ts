@@ -1,10 +1,17 @@
 // The error part of a route's `response` map for the API document: each HTTP status a route can
-// answer with an error, from the codes it raises. Every body is the one envelope (ErrorAnswer);
-// the codes of each status are named in its description, since clients key on `error`.
+// answer with an error, from the codes it raises. Every body is the one envelope (ErrorAnswer),
+// referenced as one shared schema; the codes of each status are named in its description, since
+// clients key on `error`.
 
-import type { TSchema } from '@sinclair/typebox';
+import { Type, type TSchema } from '@sinclair/typebox';
 import { ErrorStatus, type ErrorCode } from './errors.ts';
 import { ErrorAnswer } from './error-schema.ts';
+
+/**
+ * ErrorAnswer under a name, for `app.addSchema` (http/app.ts): the routes' error answers refer to
+ * it, so the document holds the envelope (and its list of codes) once instead of per answer.
+ */
+export const SharedErrorAnswer = { ...ErrorAnswer, $id: 'ErrorAnswer' };
 
 /** Any route can fail on a bug: 500 internal_error (details go to the log only). */
 const ALWAYS: readonly ErrorCode[] = ['internal_error'];
@@ -21,7 +28,8 @@ export function errorResponses(...codes: ErrorCode[]): Record<number, TSchema> {
   const out: Record<number, TSchema> = {};
   for (const [status, list] of [...byStatus].sort(([a], [b]) => a - b)) {
     const description = `Error: ${list.map((c) => `\`${c}\``).join(', ')}.`;
-    out[status] = status === 405 ? { ...ErrorAnswer, description, headers: { allow: { type: 'string', description: 'The methods the path takes.' } } } : { ...ErrorAnswer, description };
+    const answer = Type.Ref(SharedErrorAnswer, { description });
+    out[status] = status === 405 ? { ...answer, headers: { allow: { type: 'string', description: 'The methods the path takes.' } } } : answer;
   }
   return out;
 }

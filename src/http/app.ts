@@ -3,8 +3,11 @@
 // `{error, message, ...context}`; with RL off every `/v1/rl` path is an empty 404.
 
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError, type FastifyReply } from 'fastify';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import { DOCUMENT_PATH, documentOptions, uiOptions } from '../api/openapi.ts';
 import { GatewayError } from '../api/errors.ts';
-import { errorResponses } from '../api/error-responses.ts';
+import { errorResponses, SharedErrorAnswer } from '../api/error-responses.ts';
 import { Healthy, Unhealthy } from '../api/health-schema.ts';
 import { bearerMatches } from './admin-auth.ts';
 import type { Services } from './services.ts';
@@ -54,6 +57,11 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   // response schema does not declare (docs/decisions.md).
   app.setValidatorCompiler(() => () => true);
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  // The OpenAPI document collects every route registered after this line.
+  await app.register(swagger, documentOptions());
+  app.addSchema(SharedErrorAnswer);
+  await app.register(swaggerUi, uiOptions());
+  app.get(DOCUMENT_PATH, { schema: { hide: true } }, async () => app.swagger());
 
   // Callback-style hooks: an async hook costs every request (the data plane too) a promise.
   app.addHook('onRequest', (req, reply, done) => {
