@@ -33,7 +33,7 @@ const HELP = `usage: rlgate watch [--nats-url U] [--subject-root R] [--json] [NA
 ${natsClientFlagsHelp()}`;
 
 export async function watchCommand(argv: string[]): Promise<number> {
-  if (argv.includes('--help')) {
+  if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(`${HELP}\n`);
     return 0;
   }
