@@ -10,7 +10,7 @@ import { sizeLabel } from './labels.ts';
 import type { Registry } from './registry.ts';
 import { matchesSelector, type Selector } from './selector.ts';
 import { fleetMaximum } from './versions.ts';
-import { mergedLabels, type Worker } from './worker.ts';
+import { mergedLabels, UNKNOWN_MODEL_ID, type Worker } from './worker.ts';
 
 export const RL_PROTOCOL_VERSION = 1;
 
@@ -263,6 +263,32 @@ export class FleetView {
 
 export function healthOf(e: EngineView): string {
   return ONLINE.has(e.state) ? 'ready' : 'not_ready';
+}
+
+/** SMG's `stats` of the data-plane `GET /workers` listing (its `WorkerStats`). */
+export interface WorkerStats {
+  total_workers: number;
+  healthy_workers: number;
+  /** Distinct real models served (the `unknown` placeholder of untagged workers is none). */
+  total_models: number;
+  /** Data-plane requests in flight, summed over the workers. */
+  total_load: number;
+  by_type: { regular: number; prefill: number; decode: number };
+}
+
+/** The stats of a listing: every registry worker counted, DP ranks each (as SMG's registry does). */
+export function workerStats(workers: readonly Worker[], view: FleetView): WorkerStats {
+  const stats: WorkerStats = { total_workers: workers.length, healthy_workers: 0, total_models: 0, total_load: 0, by_type: { regular: 0, prefill: 0, decode: 0 } };
+  const models = new Set<string>();
+  for (const w of workers) {
+    const e = view.engine(w);
+    if (healthOf(e) === 'ready') stats.healthy_workers++;
+    stats.total_load += e.load;
+    if (w.modelId !== UNKNOWN_MODEL_ID) models.add(w.modelId);
+    if (w.workerType === 'regular' || w.workerType === 'prefill' || w.workerType === 'decode') stats.by_type[w.workerType]++;
+  }
+  stats.total_models = models.size;
+  return stats;
 }
 
 function cmp(a: string, b: string): number {

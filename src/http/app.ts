@@ -20,6 +20,9 @@ import { fleetEventRoutes } from './fleet-events.ts';
 import { generateRoutes } from './generate.ts';
 import { EXPOSED_HEADERS } from '../relay/stamping.ts';
 import { metricsRoutes } from './metrics.ts';
+import { modelRoutes } from './models.ts';
+import { loadRoutes } from './loads.ts';
+import { sglangRouterRoutes } from './sglang-router.ts';
 import { uiRoutes } from './ui.ts';
 
 const RL_PREFIX = '/v1/rl';
@@ -131,6 +134,9 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   await app.register(workerRoutes, { services });
   await app.register(generateRoutes, { services });
   await app.register(metricsRoutes, { services });
+  await app.register(modelRoutes, { services });
+  await app.register(loadRoutes, { services });
+  await app.register(sglangRouterRoutes, { services });
   await app.register(uiRoutes);
   if (config.rl.enabled) {
     await app.register(rlWorkerRoutes, { services, prefix: RL_PREFIX });

@@ -1,12 +1,15 @@
 // `/v1/rl` pass-through routes (spec §9–10): GET|POST /workers/:id/engine/* to one worker and
-// GET|POST /engine/*?selector= to every matching worker. Other methods (HEAD and OPTIONS too)
-// are 405 and reach no engine. A client that disconnects cancels the engine calls outstanding.
+// GET|POST /engine/*?selector= to every matching worker. HEAD goes to the engines as HEAD, as
+// SMG's GET routes take it, and is answered with the status and headers but no body. Other
+// methods (OPTIONS too) are 405 and reach no engine. A client that disconnects cancels the
+// engine calls outstanding.
 
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { RouteOptions } from './services.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { methodNotAllowed } from './rl-workers.ts';
 import { TRACE_HEADERS, type IncomingControl } from '../control/passthrough.ts';
+import type { ControlMethod } from '../engines/control-call.ts';
 import { CONCURRENCY_HEADER, requestedConcurrency } from '../control/concurrency.ts';
 import { errorResponses, methodNotAllowedSchema, RL_AUTH } from '../api/error-responses.ts';
 import { EnginePathParams, FanoutAnswer, FanoutHeaders, mirroredResponses, TraceHeaders, WorkerEnginePathParams } from '../api/fanout-schema.ts';
@@ -23,7 +26,7 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
 
   // The bare `/engine` forms exist so an empty path is a 400 invalid_engine_path, not a 404.
   // One route per method: only POST documents a body (fastify refuses a body schema on GET).
-  for (const url of ['/workers/:id/engine/*', '/workers/:id/engine']) for (const method of ['GET', 'POST'] as const) {
+  for (const url of ['/workers/:id/engine/*', '/workers/:id/engine']) for (const method of ['GET', 'HEAD', 'POST'] as const) {
     app.route<{ Params: { id: string; '*'?: string } }>({
       method,
       url,
@@ -36,7 +39,7 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
         ...(method === 'POST' ? { body: EngineBody } : {}),
         response: mirroredResponses(errorResponses(...RL_AUTH, 'invalid_engine_path', 'worker_not_found', 'no_control_endpoint', 'payload_too_large', 'uri_too_long', 'upstream_unreachable', 'bus_unavailable', 'upstream_timeout')),
       },
-      // fastify would otherwise answer HEAD through this handler, i.e. as an engine call.
+      // HEAD has its own route (forwarded as HEAD), not fastify's GET answered without a body.
       exposeHeadRoute: false,
       handler: async (req, reply) => {
         const { status, body } = await passthrough.proxy(req.params.id, incoming(req, req.params['*'] ?? '', reply));
@@ -45,7 +48,7 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
     });
   }
 
-  for (const url of ['/engine/*', '/engine']) for (const method of ['GET', 'POST'] as const) {
+  for (const url of ['/engine/*', '/engine']) for (const method of ['GET', 'HEAD', 'POST'] as const) {
     app.route<{ Params: { '*'?: string } }>({
       method,
       url,
@@ -75,7 +78,7 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
   }
 
   for (const url of ['/workers/:id/engine/*', '/engine/*', '/workers/:id/engine', '/engine']) {
-    app.route({ method: ['DELETE', 'PUT', 'PATCH', 'HEAD', 'OPTIONS'], url, schema: methodNotAllowedSchema('rl-engine', 'GET, POST', ...RL_AUTH), handler: methodNotAllowed('GET, POST') });
+    app.route({ method: ['DELETE', 'PUT', 'PATCH', 'OPTIONS'], url, schema: methodNotAllowedSchema('rl-engine', 'GET, HEAD, POST', ...RL_AUTH), handler: methodNotAllowed('GET, HEAD, POST') });
   }
 };
 
@@ -91,7 +94,7 @@ function incoming(req: FastifyRequest, path: string, reply: FastifyReply): Incom
     if (!reply.raw.writableFinished) abort.abort();
   });
   return {
-    method: req.method === 'GET' ? 'GET' : 'POST',
+    method: methodOf(req.method),
     path: path ?? '',
     rawQuery: rawQuery(req.url),
     body: rawBody(req.body),
@@ -99,6 +102,14 @@ function incoming(req: FastifyRequest, path: string, reply: FastifyReply): Incom
     trace,
     signal: abort.signal,
   };
+}
+
+/**
+ * The caller's method, sent as it is: the control client hands it to undici unchanged, so a HEAD
+ * reaches the engine as HEAD (`ControlMethod` does not list it yet).
+ */
+function methodOf(method: string): ControlMethod {
+  return (method === 'GET' || method === 'HEAD' ? method : 'POST') as ControlMethod;
 }
 
 function rawQuery(url: string): string {

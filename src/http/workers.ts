@@ -10,7 +10,7 @@ import { GatewayError } from '../api/errors.ts';
 import { bearerMatches } from './admin-auth.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
-import { healthOf } from '../fleet/fleet-view.ts';
+import { healthOf, workerStats } from '../fleet/fleet-view.ts';
 import { controlUrlFor } from '../fleet/control-url.ts';
 
 const Registration = Type.Object(
@@ -79,11 +79,11 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   });
 
   app.get('/workers', {}, async () => {
-    const workers = registry
-      .all()
+    const all = registry.all();
+    const workers = [...all]
       .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
       .map((w) => listedRow(w, view, services.config.workersListControlUrls));
-    return { workers, total: workers.length };
+    return { workers, total: workers.length, stats: workerStats(all, view) };
   });
 
   app.get<{ Params: IdParams }>('/workers/:id', { schema: { params: IdParams } }, async (req) => {
