@@ -1,6 +1,7 @@
 // What an engine can do on the control plane (spec §7.3): a static row per engine, overridable
 // field by field with `rl.*` labels (how TokenSpeed advertises itself). Informational only:
-// nothing here ever refuses a call because a capability says it is unsupported.
+// nothing here ever refuses a control call because a capability says it is unsupported. Also
+// whether its generations carry logprobs, which the data plane uses to pick an engine.
 
 import { trimWhiteSpace } from './versions.ts';
 
@@ -117,4 +118,17 @@ export function capabilitiesFor(engine: string, labels: Record<string, string>):
     sleep_wake: flags.sleep_wake,
     reports_weight_version: flags.reports_weight_version,
   };
+}
+
+/**
+ * Whether the engine's generations carry output logprobs when asked (a data-plane fact, not a
+ * control capability, so it is not in `RlCapabilities`): SGLang over HTTP always does; a token
+ * engine says so with its `enable_output_logprobs` label (TokenSpeed's `--enable-output-logprobs`,
+ * discovered from its server args, or set at registration). Undefined: not known, try it.
+ */
+export function returnsLogprobs(connectionMode: string, labels: Record<string, string>): boolean | undefined {
+  if (connectionMode === 'http') return true;
+  const v = label(labels, 'enable_output_logprobs');
+  if (v === undefined) return undefined;
+  return TRUE.test(trimWhiteSpace(v));
 }

@@ -10,7 +10,6 @@ import type { Worker } from '../fleet/worker.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { Services } from '../http/services.ts';
 import type { TokenAnswer } from './token-answer.ts';
-import type { EngineCannotServe } from './token-sampling.ts';
 import { GATEWAY_ONLY_HEADERS, ROUTED_HEADER, stampWeightVersion } from './stamping.ts';
 
 /** The request's signals, one set for every attempt (generate.ts owns them and the deadline timer). */
@@ -26,8 +25,12 @@ export type TokenAttempt =
   | { kind: 'answered'; reply: FastifyReply }
   /** A transport failure before the engine's first event: the caller has seen nothing. */
   | { kind: 'unsent'; error: Error }
-  /** The engine cannot take this request; it was never called. */
-  | { kind: 'unfit'; error: EngineCannotServe };
+  /**
+   * The engine cannot take this request: it was never called (a field its wire lacks, `text`
+   * without a tokenizer, logprobs it says it does not give), or its first event lacked the
+   * logprobs asked for. Nothing reached the caller; another engine may serve it.
+   */
+  | { kind: 'unfit'; error: GatewayError };
 
 /** What a route's answer looks like: the attempt folds events into `answer`, the shape writes it. */
 export interface AnswerShape {
@@ -102,7 +105,7 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
       if (answer.lacksLogprobs) {
         outcome = 'neutral';
         stopEngine(abort, events);
-        throw logprobsUnavailable();
+        return unfit(reply, logprobsUnavailable());
       }
       const body = shape.body(reply);
       services.metrics.request(path, 200);
@@ -128,13 +131,24 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
       answer.abort(verdict.message);
       first = { done: true, value: undefined };
     }
+    // An engine whose first event lacks the logprobs asked for cannot answer: another may, and
+    // the caller has seen nothing yet (no 200 is committed before this check).
+    let firstIndex: number | undefined;
+    if (!first.done) {
+      firstIndex = answer.push(first.value);
+      if (answer.lacksLogprobs) {
+        outcome = 'neutral';
+        stopEngine(abort, events);
+        return unfit(reply, logprobsUnavailable());
+      }
+    }
     const out = new PassThrough();
     streaming = true;
     reply.code(200).header('content-type', 'text/event-stream').header('cache-control', 'no-cache');
     void (async () => {
-      // The first chunk without logprobs ends the stream with an error event (the 200 is sent).
-      const emitOrRefuse = (ev: TokenEvent): boolean => {
-        const index = answer.push(ev);
+      // A later chunk without logprobs ends the stream with an error event (the 200 is sent).
+      const emitOrRefuse = (ev: TokenEvent, pushed?: number): boolean => {
+        const index = pushed ?? answer.push(ev);
         if (!answer.lacksLogprobs) return shape.chunk(out, index), true;
         outcome = 'neutral';
         stopEngine(abort, events);
@@ -144,7 +158,7 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
       };
       let broke = false;
       try {
-        let going = first.done || emitOrRefuse(first.value);
+        let going = first.done || emitOrRefuse(first.value, firstIndex);
         while (going) {
           const r = await events.next();
           if (r.done) break;
@@ -190,6 +204,12 @@ export function isUnsent(err: unknown, signals: AttemptSignals): boolean {
 export function unsent(reply: FastifyReply, error: Error): TokenAttempt {
   for (const h of GATEWAY_ONLY_HEADERS) reply.removeHeader(h);
   return { kind: 'unsent', error };
+}
+
+/** The `unfit` outcome, with the same clean reply as `unsent`. */
+export function unfit(reply: FastifyReply, error: GatewayError): TokenAttempt {
+  for (const h of GATEWAY_ONLY_HEADERS) reply.removeHeader(h);
+  return { kind: 'unfit', error };
 }
 
 /**

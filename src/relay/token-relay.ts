@@ -15,9 +15,10 @@ import type { TokenEngine, TokenRequest } from '../engines/generation.ts';
 import { isTokenizerSource, loadTokenizerPath, type Tokenizer } from '../engines/tokenizer.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { mergedLabels } from '../fleet/worker.ts';
+import { returnsLogprobs } from '../fleet/capabilities.ts';
 import type { Services } from '../http/services.ts';
 import { TokenAnswer } from './token-answer.ts';
-import { TokenDeadline, runTokenAttempt, type AnswerShape, type AttemptSignals, type TokenAttempt } from './token-attempt.ts';
+import { TokenDeadline, logprobsUnavailable, runTokenAttempt, type AnswerShape, type AttemptSignals, type TokenAttempt } from './token-attempt.ts';
 import { EngineCannotServe, checkWire, tokenRequestOf, wireOf } from './token-sampling.ts';
 import { isMixedBody, stampMixed } from './stamping.ts';
 
@@ -32,6 +33,11 @@ export async function tokenRelay(
   signals: AttemptSignals,
 ): Promise<TokenAttempt> {
   const startedAt = performance.now();
+  // An engine that says it gives no logprobs is not asked for them: another eligible engine is
+  // (generate.ts), and only when none can is the request refused. Unknown engines are tried.
+  if (body.return_logprob === true && !services.config.synthesizeLogprobs && returnsLogprobs(worker.connectionMode, mergedLabels(worker)) === false) {
+    return { kind: 'unfit', error: logprobsUnavailable() };
+  }
   const abort = new AbortController();
   const deadline = new TokenDeadline(services.config.requestTimeoutSecs, signals, abort);
   // `text` in needs the tokenizer; `input_ids` in only wants it for `text` out (best effort).

@@ -1,5 +1,5 @@
 // Three data-plane gaps: `return_logprob` on a TokenSpeed engine without logprobs fails with
-// 502 logprobs_unavailable unless `--synthesize-logprobs` (slime §5.1); answers to a request
+// 502 logprobs_unavailable, before any byte, unless `--synthesize-logprobs` (slime §5.1); answers to a request
 // with `Origin` expose the stamping headers (spec §13.4); a version change while the engine has
 // requests in flight counts in `rlgate_rl_version_change_with_inflight_total` (§12.3, §15).
 
@@ -49,16 +49,12 @@ describe('return_logprob on a TokenSpeed engine without --enable-output-logprobs
     expect(r.json.message).toContain('--synthesize-logprobs');
   });
 
-  it('streamed: an SSE error event, then [DONE], and no chunk with null logprobs', async () => {
+  it('streamed: the same 502 before the stream starts (no other engine could answer), no chunk', async () => {
     const r = await strict.http('POST', '/generate', { body: { ...LP_BODY, stream: true } });
-    expect(r.status).toBe(200);
-    const { events, done } = sseEvents(r.text);
-    expect(done).toBe(true);
-    expect(events.at(-1).error).toMatchObject({ type: 'logprobs_unavailable', code: 502 });
-    expect(events.at(-1).error.message).toContain('--enable-output-logprobs');
-    for (const ev of events.slice(0, -1)) {
-      for (const lp of ev.meta_info.output_token_logprobs) expect(lp[0]).not.toBeNull();
-    }
+    expect(r.status).toBe(502);
+    expect(r.headers['content-type']).toContain('application/json');
+    expect(r.json.error).toBe('logprobs_unavailable');
+    expect(r.json.message).toContain('--enable-output-logprobs');
   });
 
   it('without return_logprob the same engine answers normally', async () => {
