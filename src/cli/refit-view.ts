@@ -97,7 +97,7 @@ function rank(e: EngineProgress): number {
 }
 
 /**
- * The live view: a header (refit id, version, phase and step, counts, elapsed), then one line per
+ * The live view: a header (refit id, version, elapsed, counts, phase and step), then one line per
  * engine, within `rows` lines of `columns` characters. When the engines do not all fit, the last
  * line counts the ones not shown, and failed and running engines are the ones kept.
  */
@@ -106,7 +106,8 @@ export function progressLines(p: RefitProgress, size: { columns: number; rows: n
   const where = p.report ? String(p.status) : p.phase ? stepLabel(p.phase, p.step, p.stepIndex, p.steps) : p.status;
   const counts = [`${t.ok} ok`, `${t.failed} failed`, t.running ? `${t.running} running` : null].filter(Boolean).join(', ');
   const extra = [p.skipped ? `${p.skipped} skipped` : null, p.takeovers ? `${p.takeovers} takeover${p.takeovers > 1 ? 's' : ''}` : null].filter(Boolean);
-  const header = `refit ${p.refitId} → version ${p.weightVersion ?? '?'} · ${where} · ${counts} of ${t.total}${extra.length ? ` (${extra.join(', ')})` : ''} · ${seconds(elapsedMs)}`;
+  // The long part (a step's name) goes last: a narrow terminal cuts it, not the counts.
+  const header = `refit ${p.refitId} → version ${p.weightVersion ?? '?'} · ${seconds(elapsedMs)} · ${counts} of ${t.total}${extra.length ? ` (${extra.join(', ')})` : ''} · ${where}`;
   let engines = [...p.engines.values()];
   const room = Math.max(0, size.rows - 1);
   let hidden = 0;

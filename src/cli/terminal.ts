@@ -70,6 +70,17 @@ export class LiveRegion {
   private timer: NodeJS.Timeout | undefined;
   private readonly onResize = () => this.resized();
   private readonly restoreCursor = () => this.stream.write(SHOW_CURSOR);
+  /**
+   * Ctrl-C gives the cursor back too. A command that handles the signal itself (watch) goes on
+   * and closes the region; for one that does not, the signal is raised again, unheld, so that the
+   * process ends as it would have.
+   */
+  private readonly onSignal = (signal: NodeJS.Signals) => {
+    this.restoreCursor();
+    if (process.listenerCount(signal) > 1) return;
+    this.detach();
+    process.kill(process.pid, signal);
+  };
 
   constructor(
     private readonly stream: TerminalStream,
@@ -79,6 +90,8 @@ export class LiveRegion {
     stream.on?.('resize', this.onResize);
     // A process that ends by any path gives its cursor back.
     process.once('exit', this.restoreCursor);
+    process.on('SIGINT', this.onSignal);
+    process.on('SIGTERM', this.onSignal);
   }
 
   /** The space a frame may take: columns usable per line, rows usable in all. */
@@ -124,9 +137,15 @@ export class LiveRegion {
     if (this.closed) return;
     this.flush();
     this.closed = true;
+    this.detach();
+    this.stream.write(`${this.drawn > 0 ? '\n' : ''}${SHOW_CURSOR}`);
+  }
+
+  private detach(): void {
     this.stream.off?.('resize', this.onResize);
     process.off('exit', this.restoreCursor);
-    this.stream.write(`${this.drawn > 0 ? '\n' : ''}${SHOW_CURSOR}`);
+    process.off('SIGINT', this.onSignal);
+    process.off('SIGTERM', this.onSignal);
   }
 
   private body(lines: string[]): string {

@@ -102,7 +102,7 @@ describe('refit progress as text', () => {
     const p = newRefitProgress('r1');
     for (const e of partialRefit()) applyRefitEvent(p, e);
     const lines = progressLines(p, { columns: 100, rows: 20 }, 1_234);
-    expect(lines[0]).toBe('refit r1 → version 7 · resume · 0 ok, 1 failed, 1 running of 2 · 1.2 s');
+    expect(lines[0]).toBe('refit r1 → version 7 · 1.2 s · 0 ok, 1 failed, 1 running of 2 · resume');
     expect(lines[1]).toMatch(new RegExp(`^  ${url(1)}  running  resume$`));
     expect(lines[2]).toBe(`  ${url(2)}  failed   refit 1/1 update_weights_from_disk — upstream_error HTTP 501`);
     const narrow = progressLines(p, { columns: 30, rows: 20 }, 0);

@@ -120,7 +120,7 @@ describe('rlgate trainer progress', () => {
     const out = r.stdout.replace(/\r/g, '');
     const frames = out.split('\x1b[?25l').filter((f) => f.includes('refit tp-tty → version 4')).map((f) => f.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ''));
     const last = frames.at(-1)!;
-    expect(last).toContain('refit tp-tty → version 4 · succeeded · 2 ok, 0 failed of 2');
+    expect(last).toMatch(/refit tp-tty → version 4 · \d+\.\d s · 2 ok, 0 failed of 2 · succeeded/);
     for (const sim of sims) expect(last).toMatch(new RegExp(`${sim.url} +ok +resume +\\d+ ms`));
     expect(out).toMatch(/refit tp-tty to version 4: succeeded, 2 of 2 engines/);
   });
