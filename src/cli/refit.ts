@@ -168,6 +168,7 @@ async function ask(bus: Bus, subj: Subjects, args: RefitArgs, refitId: string | 
     if (seen && (err instanceof BusUnavailable || err instanceof BusTimeout)) {
       answer = { status: Array.isArray(seen.failed) && seen.failed.length === 0 ? 200 : 207, report: seen };
     } else {
+      display?.close(); // its last frame first, then why there is no report
       return failure(err, named, subject, args.timeoutMs, refitId);
     }
   }
