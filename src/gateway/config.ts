@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { NATS_CLIENT_FLAGS } from '../bus/client-flags.ts';
 import { checkNatsSettings, noNatsAuth, NatsSettingsError, type NatsAuthSettings } from '../bus/connect-options.ts';
 import { parseVersionPolicy } from '../fleet/version-policy.ts';
+import { DEFAULT_METRICS_PREFIX, METRICS_PREFIX_PATTERN } from '../obs/metrics-prefix.ts';
 
 export interface GatewayConfig {
   host: string;
@@ -48,6 +49,8 @@ export interface GatewayConfig {
   synthesizeLogprobs: boolean;
   /** How long a shutdown may take in all; past it the process exits anyway. */
   shutdownTimeoutSecs: number;
+  /** First word of every Prometheus series name; `smg` gives SMG's names (obs/metrics.ts). */
+  metricsPrefix: string;
 }
 
 type Kind = 'string' | 'int' | 'bool' | 'list';
@@ -91,6 +94,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'synthesize-logprobs', key: 'synthesizeLogprobs', kind: 'bool', help: 'answer `return_logprob` with 0.0 per token when a token engine returns no logprobs (only safe when the trainer recomputes them); default off: such requests fail with 502 logprobs_unavailable' },
   { flag: 'shutdown-timeout-secs', key: 'shutdownTimeoutSecs', kind: 'int', help: 'longest a shutdown on SIGINT/SIGTERM may take (running refits drain meanwhile); then the process exits anyway (default 30)' },
   { flag: 'log-level', key: 'logLevel', kind: 'string', help: 'pino level: trace|debug|info|warn|error|silent (default info)' },
+  { flag: 'metrics-prefix', key: 'metricsPrefix', kind: 'string', help: 'first word of every /metrics series name; `smg` exports SMG\'s names (default rlgate)' },
 ];
 
 export function defaultConfig(): GatewayConfig {
@@ -119,6 +123,7 @@ export function defaultConfig(): GatewayConfig {
     tokenizerPath: undefined,
     synthesizeLogprobs: false,
     shutdownTimeoutSecs: 30,
+    metricsPrefix: DEFAULT_METRICS_PREFIX,
   };
 }
 
@@ -157,6 +162,7 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   // A lease of 0 would make every other replica dead at every sweep.
   if (!(cfg.leaseSecs >= 1 && cfg.leaseSecs <= 3600)) throw new ConfigError('lease_secs must be 1..3600');
   if (!(cfg.discoveryTimeoutSecs >= 1 && cfg.discoveryTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`discovery_timeout_secs must be 1..${MAX_TIMER_SECS}`);
+  if (!METRICS_PREFIX_PATTERN.test(cfg.metricsPrefix)) throw new ConfigError(`metrics_prefix must match ${METRICS_PREFIX_PATTERN.source}, got \`${cfg.metricsPrefix}\``);
   checkNats(cfg);
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
@@ -288,6 +294,7 @@ const FILE_ALIASES: Record<string, string> = {
   shutdown_timeout_secs: 'shutdownTimeoutSecs',
   lease_secs: 'leaseSecs',
   discovery_timeout_secs: 'discoveryTimeoutSecs',
+  metrics_prefix: 'metricsPrefix',
   ...Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [`nats.${f.fileKey}`, `nats.${f.key}`])),
 };
 

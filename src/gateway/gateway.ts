@@ -91,7 +91,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     if (maxPayload > 0 && maxPayload < 2 * BODY_CAP) {
       log.warn({ max_payload: maxPayload }, 'the NATS server max_payload is below 2 MiB: engine answers near the 1 MiB body cap cannot cross the bus; set max_payload to 8MB');
     }
-    const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true });
+    const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true, prefix: config.metricsPrefix });
     // The fleet's shared state: every replica on this subject root reads and writes the same buckets.
     const buckets = await openBuckets(bus.nc, config.subjectRoot);
     const registry = new Registry(replicaId);
@@ -157,6 +157,11 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const replicaSub = serveReplicaCommands({ bus, subjects: subj, replicaId, host, cancels, log: outcomeLog });
     cleanups.push(() => replicaSub.unsubscribe());
     const view = new FleetView({ registry, host });
+    // Read at scrape time, not per request: the hot path pays nothing for these gauges.
+    metrics.collectWorkers(() => registry.all().map((w) => {
+      const e = view.engine(w);
+      return { url: w.url, inflight: e.load, breaker: e.breaker };
+    }));
     // Engines this replica owns are called in-process; only other replicas' shares cross the bus.
     const dispatcher = new Dispatcher({
       bus,

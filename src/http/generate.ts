@@ -66,6 +66,7 @@ function dataPlaneSchema(path: DataPlanePath) {
 }
 
 async function relay(services: Services, path: DataPlanePath, req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const timing = services.metrics.startRequest(path, reply.raw);
   const body = rawBody(req.body);
   const parsed = checkDataPlaneBody(path, body);
   // slime §8.4: the gateway's request type has `text` as one string; SGLang's batch form is a
@@ -102,6 +103,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   let unfit: GatewayError | undefined;
   for (;;) {
     tried.add(worker.id);
+    timing.attempt(worker);
     const client = services.host.client(worker.id);
     let sent: Sent | TokenAttempt;
     if (client && isTokenEngine(client)) {

@@ -1,14 +1,34 @@
-// Prometheus series (prom-client), one registry per gateway. RL series use SMG's names with our
-// prefix (`rlgate_rl_…`, spec §15): they exist only when RL is on and appear when first recorded.
-// Label values stay bounded: `op` is mapped by control/engine-path.ts, workers are base URLs.
+// Prometheus series (prom-client), one registry per gateway. Every name is `<prefix>_<stem>`
+// (`--metrics-prefix`, default `rlgate`), and every stem SMG also exports is SMG's own, so
+// `--metrics-prefix smg` gives SMG's names and SMG's dashboards read this gateway unchanged
+// (docs/operations.md#metrics has the mapping). RL series (`<prefix>_rl_…`, spec §15) exist only
+// when RL is on and appear when first recorded. Label values stay bounded: `op` is mapped by
+// engines/engine-path.ts, workers are registry URLs, models are registry model ids.
 
+import type { ServerResponse } from 'node:http';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ControlOutcome } from '../engines/control-call.ts';
 import { baseUrlOf } from '../fleet/worker.ts';
+import { DEFAULT_METRICS_PREFIX, METRICS_PREFIX_PATTERN } from './metrics-prefix.ts';
+import { RequestTiming, type DataPlaneSeries } from './request-timing.ts';
 
-const PREFIX = 'rlgate_';
-const RL = `${PREFIX}rl_`;
 const CONTROL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+// Data-plane histograms carry a worker label, so their series grow with the fleet: few buckets.
+const REQUEST_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+// Up to 30 s: a stream held by a refit's pause shows as one long gap.
+const ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+/** SMG's circuit-breaker codes (`smg_worker_cb_state`). */
+const BREAKER_CODE = { closed: 0, open: 1, half_open: 2 } as const;
+
+/** One worker as the per-worker gauges show it, read at scrape time. */
+export interface WorkerSample {
+  url: string;
+  /** Data-plane requests this replica has in flight to it. */
+  inflight: number;
+  breaker: keyof typeof BREAKER_CODE;
+}
 
 type Lazy<T> = () => T;
 function lazy<T>(make: () => T): Lazy<T> {
@@ -18,6 +38,7 @@ function lazy<T>(make: () => T): Lazy<T> {
 
 export class Metrics {
   readonly registry = new Registry();
+  readonly prefix: string;
   private readonly rl: boolean;
 
   private readonly controlCalls: Lazy<Counter<'op' | 'result'>>;
@@ -29,32 +50,80 @@ export class Metrics {
   private readonly quarantined: Lazy<Gauge<'worker'>>;
   private readonly refits: Lazy<Counter<'result'>>;
   private readonly refitPhase: Lazy<Histogram<'phase'>>;
+  private readonly refitsInFlight: Gauge | undefined;
   private readonly filtered: Lazy<Counter<'reason'>>;
   private readonly unroutables: Lazy<Counter>;
   private readonly mixed: Lazy<Counter>;
   private readonly inflightChanges: Lazy<Counter>;
   private readonly requests: Counter<'route' | 'status_class'>;
   private readonly engineStates: Gauge<'worker' | 'state'>;
+  private readonly dataPlane: DataPlaneSeries;
+  /** Read on every scrape by the per-worker gauges (gateway.ts sets it). */
+  private workers: () => Iterable<WorkerSample> = () => [];
 
-  constructor(opts: { rlEnabled: boolean; processMetrics?: boolean }) {
+  constructor(opts: { rlEnabled: boolean; processMetrics?: boolean; prefix?: string }) {
+    const prefix = opts.prefix ?? DEFAULT_METRICS_PREFIX;
+    if (!METRICS_PREFIX_PATTERN.test(prefix)) throw new Error(`metrics prefix \`${prefix}\` must match ${METRICS_PREFIX_PATTERN.source}`);
+    this.prefix = prefix;
     this.rl = opts.rlEnabled;
+    const name = (stem: string) => `${prefix}_${stem}`;
+    const rl = (stem: string) => name(`rl_${stem}`);
     const registers = [this.registry];
-    if (opts.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: PREFIX });
-    this.controlCalls = lazy(() => new Counter({ name: `${RL}control_calls_total`, help: 'Proxied engine control calls by op and result', labelNames: ['op', 'result'] as const, registers }));
-    this.controlDuration = lazy(() => new Histogram({ name: `${RL}control_call_duration_seconds`, help: 'Latency of one proxied control call', labelNames: ['op'] as const, buckets: CONTROL_BUCKETS, registers }));
-    this.fanouts = lazy(() => new Counter({ name: `${RL}fanout_total`, help: 'Fan-out requests by result', labelNames: ['result'] as const, registers }));
-    this.fanoutDuration = lazy(() => new Histogram({ name: `${RL}fanout_duration_seconds`, help: 'Wall time of one fan-out', buckets: CONTROL_BUCKETS, registers }));
-    this.weightVersion = lazy(() => new Gauge({ name: `${RL}worker_weight_version`, help: 'Numeric weight version the gateway believes each engine holds', labelNames: ['worker'] as const, registers }));
-    this.controlState = lazy(() => new Gauge({ name: `${RL}worker_control_state`, help: 'Engine control state: 0 active, 1 paused, 2 asleep', labelNames: ['worker'] as const, registers }));
-    this.quarantined = lazy(() => new Gauge({ name: `${RL}worker_quarantined`, help: 'Engine held out of routing until a refit brings it to the fleet version (1), or not (0)', labelNames: ['worker'] as const, registers }));
-    this.refits = lazy(() => new Counter({ name: `${RL}refits_total`, help: 'Refit transactions by result', labelNames: ['result'] as const, registers }));
-    this.refitPhase = lazy(() => new Histogram({ name: `${RL}refit_phase_duration_seconds`, help: 'Wall time of each refit phase', labelNames: ['phase'] as const, buckets: CONTROL_BUCKETS, registers }));
-    this.filtered = lazy(() => new Counter({ name: `${RL}candidates_filtered_total`, help: 'Routing candidates dropped by the version pre-filter, by reason', labelNames: ['reason'] as const, registers }));
-    this.unroutables = lazy(() => new Counter({ name: `${RL}requests_unroutable_total`, help: 'Selections whose eligible set became empty', registers }));
-    this.mixed = lazy(() => new Counter({ name: `${RL}mixed_version_total`, help: 'Buffered /generate responses flagged mixed-version', registers }));
-    this.inflightChanges = lazy(() => new Counter({ name: `${RL}version_change_with_inflight_total`, help: 'Engine weight-version changes while the engine had data-plane requests in flight', registers }));
-    this.requests = new Counter({ name: `${PREFIX}requests_total`, help: 'Data-plane requests by route and status class', labelNames: ['route', 'status_class'] as const, registers });
-    this.engineStates = new Gauge({ name: `${PREFIX}engine_state`, help: '1 for the lifecycle state each engine actor is in', labelNames: ['worker', 'state'] as const, registers });
+    if (opts.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: `${prefix}_` });
+    this.controlCalls = lazy(() => new Counter({ name: rl('control_calls_total'), help: 'Proxied engine control calls by op and result', labelNames: ['op', 'result'] as const, registers }));
+    this.controlDuration = lazy(() => new Histogram({ name: rl('control_call_duration_seconds'), help: 'Latency of one proxied control call', labelNames: ['op'] as const, buckets: CONTROL_BUCKETS, registers }));
+    this.fanouts = lazy(() => new Counter({ name: rl('fanout_total'), help: 'Fan-out requests by result', labelNames: ['result'] as const, registers }));
+    this.fanoutDuration = lazy(() => new Histogram({ name: rl('fanout_duration_seconds'), help: 'Wall time of one fan-out', buckets: CONTROL_BUCKETS, registers }));
+    this.weightVersion = lazy(() => new Gauge({ name: rl('worker_weight_version'), help: 'Numeric weight version the gateway believes each engine holds', labelNames: ['worker'] as const, registers }));
+    this.controlState = lazy(() => new Gauge({ name: rl('worker_control_state'), help: 'Engine control state: 0 active, 1 paused, 2 asleep', labelNames: ['worker'] as const, registers }));
+    this.quarantined = lazy(() => new Gauge({ name: rl('worker_quarantined'), help: 'Engine held out of routing until a refit brings it to the fleet version (1), or not (0)', labelNames: ['worker'] as const, registers }));
+    this.refits = lazy(() => new Counter({ name: rl('refits_total'), help: 'Refit transactions by result', labelNames: ['result'] as const, registers }));
+    this.refitPhase = lazy(() => new Histogram({ name: rl('refit_phase_duration_seconds'), help: 'Wall time of each refit phase', labelNames: ['phase'] as const, buckets: CONTROL_BUCKETS, registers }));
+    // Read 0 from the start (RL on): "no refit running" is a value an alert can test.
+    this.refitsInFlight = this.rl ? new Gauge({ name: rl('refits_in_flight'), help: 'Refits this replica is running now', registers }) : undefined;
+    this.filtered = lazy(() => new Counter({ name: rl('candidates_filtered_total'), help: 'Routing candidates dropped by the version pre-filter, by reason', labelNames: ['reason'] as const, registers }));
+    this.unroutables = lazy(() => new Counter({ name: rl('requests_unroutable_total'), help: 'Selections whose eligible set became empty', registers }));
+    this.mixed = lazy(() => new Counter({ name: rl('mixed_version_total'), help: 'Buffered /generate responses flagged mixed-version', registers }));
+    this.inflightChanges = lazy(() => new Counter({ name: rl('version_change_with_inflight_total'), help: 'Engine weight-version changes while the engine had data-plane requests in flight', registers }));
+    this.requests = new Counter({ name: name('requests_total'), help: 'Data-plane requests by route and status class', labelNames: ['route', 'status_class'] as const, registers });
+    this.engineStates = new Gauge({ name: name('engine_state'), help: '1 for the lifecycle state each engine actor is in', labelNames: ['worker', 'state'] as const, registers });
+    this.dataPlane = {
+      duration: new Histogram({ name: name('router_request_duration_seconds'), help: 'Data-plane request time, from the whole body read to the last byte sent, by route, model, answering worker and status', labelNames: ['route', 'model', 'worker', 'status'] as const, buckets: REQUEST_BUCKETS, registers }),
+      ttft: new Histogram({ name: name('router_ttft_seconds'), help: 'Time to the first event of a streamed 2xx data-plane answer', labelNames: ['route', 'model', 'worker'] as const, buckets: TTFT_BUCKETS, registers }),
+      itl: new Histogram({ name: name('router_inter_token_latency_seconds'), help: 'Time between consecutive events of a streamed 2xx data-plane answer', labelNames: ['route', 'model', 'worker'] as const, buckets: ITL_BUCKETS, registers }),
+      attempts: new Counter({ name: name('worker_requests_total'), help: 'Data-plane attempts routed to each worker, retries included', labelNames: ['worker', 'model'] as const, registers }),
+    };
+    const workers = () => this.workers();
+    new Gauge({
+      name: name('worker_requests_active'),
+      help: 'Data-plane requests this replica has in flight to each worker',
+      labelNames: ['worker'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) this.set({ worker: w.url }, w.inflight);
+      },
+    });
+    new Gauge({
+      name: name('worker_cb_state'),
+      help: 'Data-plane circuit breaker of each worker: 0 closed, 1 open, 2 half-open',
+      labelNames: ['worker'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) this.set({ worker: w.url }, BREAKER_CODE[w.breaker]);
+      },
+    });
+  }
+
+  /** Where the per-worker gauges read the fleet at scrape time (in flight, breaker). */
+  collectWorkers(source: () => Iterable<WorkerSample>): void {
+    this.workers = source;
+  }
+
+  /** Starts timing one data-plane request; observed when `res` closes (request-timing.ts). */
+  startRequest(route: string, res: ServerResponse): RequestTiming {
+    return new RequestTiming(this.dataPlane, route, res);
   }
 
   controlCall(op: string, outcome: ControlOutcome): void {
@@ -71,6 +140,17 @@ export class Metrics {
     if (seconds !== undefined) this.fanoutDuration().observe(seconds);
   }
 
+  /** A refit this replica runs began (a taken-over one too). */
+  refitStarted(): void {
+    this.refitsInFlight?.inc();
+  }
+
+  /** A refit `refitStarted()` counted ended, finished or handed to another replica. */
+  refitEnded(): void {
+    this.refitsInFlight?.dec();
+  }
+
+  /** A finished refit: its result and the wall time of each phase it ran (once per refit). */
   refit(result: string, phases: Record<string, number>): void {
     if (!this.rl) return;
     this.refits().inc({ result });

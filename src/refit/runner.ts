@@ -170,6 +170,7 @@ export class RefitRunner {
         return msg.ack();
       }
       this.active.add(q.id);
+      this.deps.metrics.refitStarted();
       try {
         const report = await this.execute(q, targets, writer, recovered, (stop) => (actorStop = stop));
         if (!report) return; // fenced: the replica that holds the refit now finishes it
@@ -177,6 +178,7 @@ export class RefitRunner {
         msg.ack();
       } finally {
         this.active.delete(q.id);
+        this.deps.metrics.refitEnded();
       }
     } finally {
       clearInterval(keep);

@@ -13,6 +13,7 @@ import { GatewayError } from '../api/errors.ts';
 import type { DataPlanePath } from './data-plane-input.ts';
 import type { RequestWatch } from './request-watch.ts';
 import type { Services } from '../http/services.ts';
+import { streamedChunk } from '../obs/request-timing.ts';
 import { EXPOSED_HEADERS, GATEWAY_ONLY_HEADERS, MIXED_HEADERS, ROUTED_HEADER, WEIGHT_HEADERS, isJsonContentType, isMixedBytes } from './stamping.ts';
 
 const HOP_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade', ...GATEWAY_ONLY_HEADERS]);
@@ -100,6 +101,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.stream && this.status < 300) streamedChunk(this.reply.raw, chunk);
     if (this.chunks) this.chunks.push(chunk);
     else if (!this.reply.raw.write(chunk)) controller.pause(); // the caller's socket is full: wait for 'drain'
   }

@@ -11,6 +11,7 @@ import { GatewayError } from '../api/errors.ts';
 import type { Services } from '../http/services.ts';
 import type { TokenAnswer } from './token-answer.ts';
 import { GATEWAY_ONLY_HEADERS, ROUTED_HEADER, stampWeightVersion } from './stamping.ts';
+import { streamedEvent } from '../obs/request-timing.ts';
 
 /** The request's signals, one set for every attempt (generate.ts owns them and the deadline timer). */
 export interface AttemptSignals {
@@ -149,7 +150,7 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
       // A later chunk without logprobs ends the stream with an error event (the 200 is sent).
       const emitOrRefuse = (ev: TokenEvent, pushed?: number): boolean => {
         const index = pushed ?? answer.push(ev);
-        if (!answer.lacksLogprobs) return shape.chunk(out, index), true;
+        if (!answer.lacksLogprobs) return shape.chunk(out, index), streamedEvent(reply.raw, ev.kind === 'chunk'), true;
         outcome = 'neutral';
         stopEngine(abort, events);
         const e = logprobsUnavailable();
