@@ -24,8 +24,19 @@ export const WorkerRow = Type.Object(
   { additionalProperties: true, description: 'One registered worker (SMG-shaped). Secrets never appear.' },
 );
 
+export const WorkerStats = Type.Object(
+  {
+    total_workers: Type.Integer({ minimum: 0 }),
+    healthy_workers: Type.Integer({ minimum: 0 }),
+    total_models: Type.Integer({ minimum: 0 }),
+    total_load: Type.Number({ minimum: 0 }),
+    by_type: Type.Object({ regular: Type.Integer(), prefill: Type.Integer(), decode: Type.Integer() }, { additionalProperties: true }),
+  },
+  { additionalProperties: true, description: "Counts over every registry entry (DP ranks each), as SMG's registry gives them." },
+);
+
 export const WorkerListing = Type.Object(
-  { workers: Type.Array(WorkerRow, { description: 'Sorted by url.' }), total: Type.Integer({ minimum: 0 }) },
+  { workers: Type.Array(WorkerRow, { description: 'Sorted by url.' }), total: Type.Integer({ minimum: 0 }), stats: Type.Optional(WorkerStats) },
   { additionalProperties: true, description: 'Every registered worker.' },
 );
 

@@ -12,6 +12,9 @@ import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { healthOf, workerStats } from '../fleet/fleet-view.ts';
 import { controlUrlFor } from '../fleet/control-url.ts';
+import { errorResponses } from '../api/error-responses.ts';
+import { ADMIN_SECURITY } from '../api/openapi.ts';
+import { WorkerAccepted, WorkerListing, WorkerRemoved, WorkerRow } from '../api/worker-schema.ts';
 
 const Registration = Type.Object(
   {
@@ -64,7 +67,17 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   const touchesSecrets = (b: { api_key?: unknown; labels?: Record<string, string> }) =>
     b.api_key !== undefined || Object.keys(b.labels ?? {}).some((k) => k.startsWith('rl.'));
 
-  app.post<{ Body: Registration }>('/workers', { schema: { body: Registration } }, async (req, reply) => {
+  const TAG = ['workers'];
+  const BODY_ERRORS = ['invalid_request', 'payload_too_large', 'unsupported_media_type'] as const;
+  const registerSchema = {
+    tags: TAG,
+    summary: 'Register a worker',
+    description:
+      'Accepts the worker and discovers it in the background (its row turns ready when discovery succeeds). Registering a URL again is idempotent and runs discovery again. A key or `rl.*` labels need the admin bearer when the gateway has one; a plain registration never does.',
+    body: Registration,
+    response: { 202: WorkerAccepted, ...errorResponses(...BODY_ERRORS, 'unauthorized') },
+  };
+  app.post<{ Body: Registration }>('/workers', { schema: registerSchema }, async (req, reply) => {
     // Re-registering a URL without a key or rl.* labels drops them: nothing to leak, and slime
     // re-registers restarted engines this way.
     guard(req.headers, touchesSecrets(req.body));
@@ -78,7 +91,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     };
   });
 
-  app.get('/workers', {}, async () => {
+  const listSchema = { tags: TAG, summary: 'List workers', description: 'Every registered worker, sorted by url.', response: { 200: WorkerListing, ...errorResponses() } };
+  app.get('/workers', { schema: listSchema }, async () => {
     const all = registry.all();
     const workers = [...all]
       .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
@@ -86,7 +100,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     return { workers, total: workers.length, stats: workerStats(all, view) };
   });
 
-  app.get<{ Params: IdParams }>('/workers/:id', { schema: { params: IdParams } }, async (req) => {
+  const rowSchema = { tags: TAG, summary: 'One worker', description: 'The row of one registered worker.', params: IdParams, response: { 200: WorkerRow, ...errorResponses('worker_not_found', 'uri_too_long') } };
+  app.get<{ Params: IdParams }>('/workers/:id', { schema: rowSchema }, async (req) => {
     return workerJson(registry.require(req.params.id), view);
   });
 
@@ -96,7 +111,15 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     app.route<{ Params: IdParams; Body: Update }>({
       method,
       url: '/workers/:id',
-      schema: { params: IdParams, body: Update },
+      schema: {
+        tags: TAG,
+        summary: 'Update a worker',
+        description: "New caller labels (they replace the old ones), key or type; the worker's discovery runs again. Needs the admin bearer when the gateway has one.",
+        security: ADMIN_SECURITY,
+        params: IdParams,
+        body: Update,
+        response: { 200: WorkerRow, ...errorResponses(...BODY_ERRORS, 'unauthorized', 'worker_not_found', 'uri_too_long') },
+      },
       handler: async (req) => {
         guard(req.headers, true);
         return workerJson(registry.update(req.params.id, req.body), view);
@@ -104,7 +127,15 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     });
   }
 
-  app.delete<{ Params: IdParams }>('/workers/:id', { schema: { params: IdParams } }, async (req) => {
+  const removeSchema = {
+    tags: TAG,
+    summary: 'Remove a worker',
+    description: 'Removes the worker from the registry. Needs the admin bearer when the gateway has one.',
+    security: ADMIN_SECURITY,
+    params: IdParams,
+    response: { 200: WorkerRemoved, ...errorResponses('unauthorized', 'worker_not_found', 'uri_too_long') },
+  };
+  app.delete<{ Params: IdParams }>('/workers/:id', { schema: removeSchema }, async (req) => {
     guard(req.headers, true);
     const w = registry.remove(req.params.id);
     return { id: w.id, url: w.url, status: 'removed' };
