@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { FastifyInstance } from 'fastify';
 import type { FastifyDynamicSwaggerOptions } from '@fastify/swagger';
 import type { FastifySwaggerUiOptions } from '@fastify/swagger-ui';
 
@@ -50,6 +51,22 @@ export function documentOptions(): FastifyDynamicSwaggerOptions {
 export function uiOptions(): FastifySwaggerUiOptions {
   // No validator badge (the default, said here): the page never calls swagger.io.
   return { routePrefix: UI_PREFIX, validatorUrl: false };
+}
+
+/**
+ * Puts HEAD routes written by hand in the document. @fastify/swagger leaves out every HEAD route,
+ * since most are fastify's twin of a GET (same handler: nothing to add); a HEAD route with a
+ * handler of its own behaves differently and is documented. Call it before registering swagger.
+ */
+export function documentHeadRoutes(app: FastifyInstance): void {
+  const getHandlers = new Map<string, unknown>();
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    if (methods.includes('GET')) getHandlers.set(route.url, route.handler);
+    if (route.method === 'HEAD' && getHandlers.get(route.url) !== route.handler) {
+      route.config = { ...route.config, swagger: { ...route.config?.swagger, exposeHeadRoute: true } };
+    }
+  });
 }
 
 /** rlgate's version, from its package.json (found from this file, under src/ or dist/src/). */

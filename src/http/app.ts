@@ -5,7 +5,7 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyError, type FastifyReply } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import { DOCUMENT_PATH, documentOptions, uiOptions } from '../api/openapi.ts';
+import { DOCUMENT_PATH, documentHeadRoutes, documentOptions, uiOptions } from '../api/openapi.ts';
 import { GatewayError } from '../api/errors.ts';
 import { errorResponses, SharedErrorAnswer } from '../api/error-responses.ts';
 import { Healthy, Unhealthy } from '../api/health-schema.ts';
@@ -61,6 +61,7 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   app.setValidatorCompiler(() => () => true);
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   // The OpenAPI document collects every route registered after this line.
+  documentHeadRoutes(app);
   await app.register(swagger, documentOptions());
   app.addSchema(SharedErrorAnswer);
   await app.register(swaggerUi, uiOptions());
