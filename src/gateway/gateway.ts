@@ -10,6 +10,7 @@ import { connectBus, type Bus, type BusSubscription } from '../bus/connection.ts
 import { natsConnectOptions } from '../bus/connect-options.ts';
 import { startEmbeddedNats, type EmbeddedNats } from '../bus/server.ts';
 import { openBuckets, type JsonBucket } from '../bus/buckets.ts';
+import { whilePlacing } from '../bus/placement.ts';
 import { subjects } from '../bus/subjects.ts';
 import { Dispatcher } from '../control/dispatch.ts';
 import { LegRunner } from '../control/leg-runner.ts';
@@ -45,6 +46,9 @@ import { onMixedComparison } from '../fleet/versions.ts';
 import { runCleanups } from './shutdown.ts';
 import { logBusStatus, logNatsServerEvent } from './bus-events.ts';
 import { BODY_CAP } from '../engines/control-call.ts';
+
+/** How long a starting replica waits for a forming NATS cluster to place its streams. */
+const PLACEMENT_WAIT_MS = 60_000;
 
 export interface Gateway {
   /** http://host:port the gateway listens on. */
@@ -93,7 +97,8 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     }
     const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true, prefix: config.metricsPrefix });
     // The fleet's shared state: every replica on this subject root reads and writes the same buckets.
-    const buckets = await openBuckets(bus.nc, config.subjectRoot);
+    const placing = { timeoutMs: PLACEMENT_WAIT_MS, onRetry: (err: unknown) => log.warn({ err }, 'the NATS cluster cannot place the gateway\'s streams yet; waiting for it') };
+    const buckets = await whilePlacing(() => openBuckets(bus.nc, config.subjectRoot), placing);
     const registry = new Registry(replicaId);
     const cancels = new Cancellations();
     cancels.listen(bus, subj, replicaId);
@@ -186,8 +191,8 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     // over by another replica if that one dies (after the ack wait: one lease).
     // Twice the lease (at least 5 s): a runner whose connection moves to another node keeps its
     // refit; one that died is replaced after it.
-    const queue = await RefitQueue.open(bus.nc, subj, { ackWaitMs: Math.max(5_000, 2 * config.leaseSecs * 1000) });
-    const refitEvents = await RefitEventLog.open(bus.nc, subj);
+    const queue = await whilePlacing(() => RefitQueue.open(bus.nc, subj, { ackWaitMs: Math.max(5_000, 2 * config.leaseSecs * 1000) }), placing);
+    const refitEvents = await whilePlacing(() => RefitEventLog.open(bus.nc, subj), placing);
     const journals = buckets.refits as JsonBucket<RefitJournal>;
     let refits: RefitService | undefined;
     const runner = new RefitRunner({
