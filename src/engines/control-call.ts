@@ -4,7 +4,8 @@
 
 import { setMaxListeners } from 'node:events';
 
-export type ControlMethod = 'GET' | 'POST';
+/** HEAD is forwarded as HEAD (SMG does): the engine's status and headers, no body. */
+export type ControlMethod = 'GET' | 'HEAD' | 'POST';
 
 export interface ControlCall {
   method: ControlMethod;

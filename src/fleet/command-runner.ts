@@ -74,7 +74,8 @@ export class CommandRunner {
     if (lane.closed) return Promise.reject(new Error(`worker \`${id}\` was removed`));
     return new Promise((resolve, reject) => {
       const job: Job = {
-        op: lifecycleOp(call.path),
+        // A HEAD asks for headers only: it pauses or refits nothing, whatever the path.
+        op: call.method === 'HEAD' ? 'other' : lifecycleOp(call.path),
         call,
         signal,
         onAbort: undefined,
@@ -224,6 +225,7 @@ export class CommandRunner {
     const outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool, dispatcher }, call, signal);
     this.deps.metrics.controlCall(controlOp(call.path), outcome);
     if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) return { outcome };
+    if (call.method === 'HEAD') return { outcome };
     const seen = observeControlCall(call.path, decodeBody(call.body));
     // Rejections are logged with their reason, never with the value (spec §12.6).
     if (seen.rejected) this.deps.log.info({ worker_id: id, path: call.path, reason: seen.rejected }, 'rl.observe rejected');

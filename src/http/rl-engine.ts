@@ -106,10 +106,10 @@ function incoming(req: FastifyRequest, path: string, reply: FastifyReply): Incom
 
 /**
  * The caller's method, sent as it is: the control client hands it to undici unchanged, so a HEAD
- * reaches the engine as HEAD (`ControlMethod` does not list it yet).
+ * reaches the engine as HEAD.
  */
 function methodOf(method: string): ControlMethod {
-  return (method === 'GET' || method === 'HEAD' ? method : 'POST') as ControlMethod;
+  return method === 'GET' || method === 'HEAD' ? method : 'POST';
 }
 
 function rawQuery(url: string): string {
