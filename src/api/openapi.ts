@@ -34,6 +34,7 @@ export function documentOptions(): FastifyDynamicSwaggerOptions {
         { name: 'rl-engine', description: "`/v1/rl` pass-through: one engine's own route, or the same call fanned out by selector (RL on)." },
         { name: 'refits', description: 'The server-side refit transaction (RL on).' },
         { name: 'gateway', description: 'Health and metrics.' },
+        { name: 'ui', description: 'The web page (docs/web-page.md).' },
       ],
       components: {
         securitySchemes: {
