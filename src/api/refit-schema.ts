@@ -66,12 +66,12 @@ export const RefitReport = Type.Object(
 export const RunningRefit = Type.Object(
   {
     id: Type.String(),
-    status: Type.Literal('running'),
+    status: Type.Union([Type.Literal('running'), Type.Literal('queued')], { description: '`queued` (on the replica that queued it) until a replica takes it.' }),
     weight_version: Type.String(),
     source: Source,
     selector: Nullable(Type.String()),
     submitted_at: Type.String({ format: 'date-time' }),
-    replica: Type.String({ description: 'The replica running it.' }),
+    replica: Nullable(Type.String({ description: 'The replica running it; null while queued.' })),
     phase: Nullable(Type.String()),
     step_index: Type.Integer(),
     total: Type.Integer({ minimum: 0 }),

@@ -61,6 +61,17 @@ export class RefitEventLog {
     return new RefitEventLog(nc, subjects, stream);
   }
 
+  /** Whether the stream holds any event of this refit (a refit queued on another replica and not yet taken has its `accepted`). */
+  async has(refitId: string): Promise<boolean> {
+    try {
+      const jsm = await jetstreamManager(this.nc);
+      // null when the stream holds nothing on that subject
+      return (await jsm.streams.getMessage(this.stream, { last_by_subj: this.subjects.refitEvents(refitId) })) !== null;
+    } catch {
+      return false;
+    }
+  }
+
   publish(refitId: string, event: Record<string, unknown>): void {
     this.nc.publish(this.subjects.refitEvents(refitId), encode(event));
   }

@@ -33,7 +33,11 @@ export const refitEventRoutes: FastifyPluginAsync<RouteOptions> = async (app, { 
     },
     async (req, reply) => {
       const id = req.params.id;
-      await refits.get(id); // 404 refit_not_found before the stream opens
+      // 404 refit_not_found before the stream opens, unless the stream already holds the refit's
+      // `accepted` (queued on another replica, no runner has taken it yet).
+      await refits.get(id).catch(async (err: unknown) => {
+        if (!(await refitEvents.has(id))) throw err;
+      });
       const sse = openSse(req, reply);
       const stop = new AbortController();
       sse.closed.addEventListener('abort', () => stop.abort(), { once: true });
@@ -61,7 +65,7 @@ export const refitEventRoutes: FastifyPluginAsync<RouteOptions> = async (app, { 
         if (Date.now() - quietSince < QUIET_MS) return;
         void refits.get(id).then(
           (now) => {
-            if (!stop.signal.aborted && now.status !== 'running') finish({ refit_id: id, type: 'report', time: new Date().toISOString(), report: now });
+            if (!stop.signal.aborted && now.status !== 'running' && now.status !== 'queued') finish({ refit_id: id, type: 'report', time: new Date().toISOString(), report: now });
           },
           () => {},
         );

@@ -23,15 +23,16 @@ import type { RefitRequest } from './request.ts';
 
 const KEEP_REPORTS = 256;
 
-/** What GET /v1/rl/refits/{id} answers while a refit runs. */
+/** What GET /v1/rl/refits/{id} answers while a refit runs (or, on the replica that queued it, waits to be taken). */
 export interface RunningRefit {
   id: string;
-  status: 'running';
+  status: 'running' | 'queued';
   weight_version: string;
   source: 'disk' | 'distributed';
   selector: string | null;
   submitted_at: string;
-  replica: string;
+  /** The replica running it; null while it waits in the queue. */
+  replica: string | null;
   phase: string | null;
   step_index: number;
   total: number;
@@ -43,7 +44,7 @@ export class RefitService {
   private readonly journals = new Map<string, RefitJournal>();
   private readonly waiters = new Map<string, Array<(r: RefitReport) => void>>();
   /** Refits this replica queued whose journal has not appeared yet: their targets count as busy. */
-  private readonly accepted = new Map<string, string[]>();
+  private readonly accepted = new Map<string, QueuedRefit>();
   private closing = false;
   private stopWatch: (() => void) | undefined;
 
@@ -85,6 +86,9 @@ export class RefitService {
   async get(id: string): Promise<RefitReport | RunningRefit> {
     const cached = this.journals.get(id);
     const j = cached?.status === 'done' ? cached : ((await this.fresh(id)) ?? cached);
+    // Queued here and not yet taken by a runner (no journal yet): a 202's Location must answer.
+    const queued = this.accepted.get(id);
+    if (!j && queued) return queuedView(queued);
     if (!j) throw new GatewayError('refit_not_found', `refit \`${id}\` not found`, { id });
     return j.report ?? runningView(j);
   }
@@ -133,7 +137,7 @@ export class RefitService {
    * shows running is read afresh before it refuses anything: it may have ended meanwhile.
    */
   async clashes(refitId: string, targets: string[]): Promise<string | undefined> {
-    for (const [id, held] of this.accepted) {
+    for (const [id, { targets: held }] of this.accepted) {
       if (id === refitId) continue;
       const hit = targets.find((t) => held.includes(t));
       if (hit) return hit;
@@ -211,8 +215,8 @@ export class RefitService {
     prepareCalls(this.deps.legs, planRefit(req, targets), targets, id);
 
     const report = this.waitFor(id);
-    if (!known) this.accepted.set(id, targets.map((w) => w.id));
     const queued: QueuedRefit = { id, request: req, selector: selectorText ?? null, targets: targets.map((w) => w.id), skipped, origin, submitted_at: new Date().toISOString() };
+    this.accepted.set(id, queued);
     let duplicate: boolean;
     try {
       ({ duplicate } = await this.deps.queue.submit(id, queued));
@@ -338,6 +342,22 @@ export interface RefitPlanView {
   phases: Array<{ phase: string; step: string | null; method: string; path: string; engines: string[] }>;
   /** Engine calls the refit would make when every engine succeeds. */
   calls: number;
+}
+
+function queuedView(q: QueuedRefit): RunningRefit {
+  return {
+    id: q.id,
+    status: 'queued',
+    weight_version: q.request.weight_version,
+    source: q.request.source.kind,
+    selector: q.selector,
+    submitted_at: q.submitted_at,
+    replica: null,
+    phase: null,
+    step_index: 0,
+    total: q.targets.length,
+    pending: [],
+  };
 }
 
 function runningView(j: RefitJournal): RunningRefit {

@@ -91,6 +91,10 @@ describe('refit progress events', () => {
     expect(accepted.status, accepted.text).toBe(202);
     expect(accepted.headers.location).toBe('/v1/rl/refits/ev-1');
     expect(accepted.json).toEqual({ id: 'ev-1', status: 'accepted', events: '/v1/rl/refits/ev-1/events' });
+    // Its Location answers at once, queued or already running (never 404 before a runner takes it).
+    const located = await t.http('GET', accepted.headers.location as string);
+    expect(located.status, located.text).toBe(200);
+    expect(['queued', 'running']).toContain(located.json.status);
 
     // Running, with its phase, at the top of the list.
     let listed: any;
