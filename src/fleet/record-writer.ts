@@ -9,12 +9,14 @@ import type { Logger } from '../obs/logger.ts';
 import type { EngineRecord } from './engine-record.ts';
 
 const FIRST_RETRY_MS = 250;
-const MAX_RETRY_MS = 5_000;
+const MAX_RETRY_MS = 2_000;
 
 export class RecordWriter {
   /** The value each engine's record must get next; null removes the record. */
   private readonly pending = new Map<string, EngineRecord | null>();
   private readonly writing = new Set<string>();
+  /** Ends the wait before a retry: a new value goes out at once, not after an old one's backoff. */
+  private readonly wakers = new Map<string, () => void>();
   /** Bumped when an engine leaves: a failed write from before is not tried again. */
   private readonly epochs = new Map<string, number>();
   private closed = false;
@@ -23,11 +25,13 @@ export class RecordWriter {
 
   put(id: string, record: EngineRecord): void {
     this.pending.set(id, record);
+    this.wakers.get(id)?.();
     void this.drain(id);
   }
 
   remove(id: string): void {
     this.pending.set(id, null);
+    this.wakers.get(id)?.();
     void this.drain(id);
   }
 
@@ -62,7 +66,16 @@ export class RecordWriter {
           if (!this.pending.has(id) && this.epochs.get(id) === epoch) this.pending.set(id, value);
           failures++;
           if (failures === 1) this.deps.log.debug({ err, worker_id: id }, 'could not write the shared engine record; trying again');
-          await new Promise((r) => setTimeout(r, Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** (failures - 1))).unref?.());
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(done, Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** (failures - 1)));
+            timer.unref?.();
+            function done() {
+              clearTimeout(timer);
+              resolve();
+            }
+            this.wakers.set(id, done);
+          });
+          this.wakers.delete(id);
         }
       }
     } finally {

@@ -65,11 +65,12 @@ export function buildReport(args: {
   const engines: EngineReport[] = args.targets.map((w) => {
     const rec = result.engines[w.id] ?? { phases: {} };
     const e = view.engine(w);
+    // Ok means refitted: paused, never failed, and the refit was not called off by the quorum.
+    const ok = rec.failedIn === undefined && result.paused.includes(w.id) && !result.abortReason;
     const r: EngineReport = {
       worker_id: w.id,
       url: w.url,
-      // Ok means refitted: paused, never failed, and the refit was not called off by the quorum.
-      outcome: rec.failedIn === undefined && result.paused.includes(w.id) && !result.abortReason ? 'ok' : 'failed',
+      outcome: ok ? 'ok' : 'failed',
       phases: {
         pause: rec.phases.pause ?? null,
         refit: rec.phases.refit ?? null,
@@ -78,7 +79,9 @@ export function buildReport(args: {
       },
       breaker: e.breaker,
       state: e.state,
-      weight_version: e.version ?? null,
+      // A refitted engine holds the refit's version, whatever the view has heard yet (another
+      // replica's engine is seen through its record, which may still be on its way).
+      weight_version: ok ? args.request.weight_version : (e.version ?? null),
     };
     if (rec.failedIn !== undefined) {
       r.failed_phase = rec.failedIn;
