@@ -16,6 +16,11 @@ export async function demoCommand(argv: string[]): Promise<number> {
     process.stdout.write('usage: rlgate demo [--verbose]\n  Runs the end-to-end demo and exits 0 when every step behaved as expected.\n');
     return 0;
   }
+  const unknown = argv.find((a) => a !== '--verbose');
+  if (unknown !== undefined) {
+    process.stderr.write(`unknown flag ${unknown}\nusage: rlgate demo [--verbose]\n`);
+    return 2;
+  }
   const verbose = argv.includes('--verbose');
   const sims: SimProcess[] = [];
   let gw: Gateway | undefined;

@@ -5,9 +5,10 @@
 // `--json`: the records and events themselves, one per line, each with its `kind`. Says when the
 // NATS connection drops or comes back. Exits 0 on SIGINT/SIGTERM, connected or not.
 
+import { parseArgs } from 'node:util';
 import { Kvm, type KV } from '@nats-io/kv';
 import type { QueuedIterator } from '@nats-io/transport-node';
-import { natsClientFlagsHelp, readNatsClientFlags } from '../bus/client-flags.ts';
+import { natsClientFlagsHelp, readNatsClientFlags, NATS_CLIENT_FLAGS } from '../bus/client-flags.ts';
 import { natsConnectOptions } from '../bus/connect-options.ts';
 import { connectBus, type Bus } from '../bus/connection.ts';
 import { bucketName } from '../bus/buckets.ts';
@@ -36,6 +37,23 @@ export async function watchCommand(argv: string[]): Promise<number> {
   if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(`${HELP}\n`);
     return 0;
+  }
+  try {
+    // Only known flags: a mistyped one would otherwise be ignored and watch the wrong fleet.
+    parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        'nats-url': { type: 'string' },
+        'subject-root': { type: 'string' },
+        json: { type: 'boolean' },
+        ...Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [f.flag, { type: 'string' as const }])),
+      },
+    });
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n${HELP}\n`);
+    return 2;
   }
   const nats = readNatsClientFlags(argv);
   const root = flag(argv, '--subject-root') ?? process.env.RLGATE_SUBJECT_ROOT ?? 'rl';

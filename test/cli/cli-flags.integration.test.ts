@@ -92,7 +92,7 @@ describe('--help on every command', () => {
   // Where a command parses its flags. The gateway's usage is its whole settings table: it names
   // the flag and points at --help instead.
   const refusing: Array<[string, string[], RegExp]> = [
-    ...commands.filter(([name]) => !['rlgate', 'gateway', 'demo', 'watch', 'sim'].includes(name))
+    ...commands.filter(([name]) => !['rlgate', 'gateway', 'sim'].includes(name))
       .map(([name, argv, usage]): [string, string[], RegExp] => [name, argv, new RegExp(usage.source.replace('^', '(^|\\n)'), 'i')]),
     ['gateway', ['gateway'], /^rlgate gateway: unknown flag --no-such-flag; see --help/],
   ];
