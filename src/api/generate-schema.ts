@@ -1,7 +1,8 @@
 // The data plane's requests and answers (POST /generate, /v1/chat/completions, /v1/completions),
-// as the API document shows them. The gateway checks only the fields listed here
-// (relay/data-plane-input.ts holds the checks); every other field passes to the engine untouched,
-// and an HTTP engine's answer comes back as the engine wrote it, so every object is open.
+// as the API document shows them. The request schemas are also what the gateway checks
+// (relay/data-plane-input.ts compiles them): only the fields listed here; every other field passes
+// to the engine untouched, and an HTTP engine's answer comes back as the engine wrote it, so every
+// object is open.
 
 import { Type, type TSchema } from '@sinclair/typebox';
 
@@ -12,7 +13,7 @@ const Obj = Type.Object({}, { additionalProperties: true });
 
 export const GenerateRequest = Type.Object(
   {
-    text: Type.Optional(Nullable(Type.String({ description: 'One prompt (a list of prompts is refused: 422 `invalid_request_shape`).' }))),
+    text: Type.Optional(Nullable(Type.Union([Type.String(), Type.Array(Type.String())], { description: 'One prompt (a list of prompts is refused: 422 `invalid_request_shape`).' }))),
     input_ids: Type.Optional(Nullable(Type.Union([Type.Array(Int), Type.Array(Type.Array(Int))], { description: 'Token ids; a list of lists is a batch, served by HTTP engines only.' }))),
     sampling_params: Type.Optional(Nullable(Type.Union([Obj, Type.Array(Obj)]))),
     rid: Type.Optional(Nullable(StrOrStrs)),
