@@ -8,6 +8,7 @@ import { DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageTyp
 import type { NatsConnection } from '@nats-io/transport-node';
 import { decode, encode } from './codec.ts';
 import type { Subjects } from './subjects.ts';
+import { openStream } from './stream.ts';
 
 const NS_PER_MS = 1_000_000;
 /** Kept as long as the refits' journals. */
@@ -37,27 +38,16 @@ export class RefitEventLog {
     const jsm = await jetstreamManager(nc);
     const stream = refitEventsStreamName(subjects.root);
     const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
-    try {
-      await jsm.streams.info(stream);
-    } catch {
-      try {
-        await jsm.streams.add({
-          name: stream,
-          subjects: [`${subjects.root}.refit.*.events`],
-          retention: RetentionPolicy.Limits,
-          storage: StorageType.File,
-          num_replicas: replicas,
-          max_age: MAX_AGE_MS * NS_PER_MS,
-          max_bytes: MAX_BYTES,
-          discard: DiscardPolicy.Old,
-        });
-      } catch (err) {
-        // Another replica created it at the same moment.
-        await jsm.streams.info(stream).catch(() => {
-          throw err;
-        });
-      }
-    }
+    await openStream(jsm, {
+      name: stream,
+      subjects: [`${subjects.root}.refit.*.events`],
+      retention: RetentionPolicy.Limits,
+      storage: StorageType.File,
+      num_replicas: replicas,
+      max_age: MAX_AGE_MS * NS_PER_MS,
+      max_bytes: MAX_BYTES,
+      discard: DiscardPolicy.Old,
+    });
     return new RefitEventLog(nc, subjects, stream);
   }
 

@@ -7,6 +7,7 @@
 import { AckPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType, type JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { encode } from './codec.ts';
+import { openStream } from './stream.ts';
 import type { Subjects } from './subjects.ts';
 
 /** Shared pull consumer of every replica on a subject root. */
@@ -34,27 +35,16 @@ export class RefitQueue {
     const jsm = await jetstreamManager(nc);
     const stream = refitStreamName(subjects.root);
     const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
-    try {
-      await jsm.streams.info(stream);
-    } catch {
-      try {
-        await jsm.streams.add({
-          name: stream,
-          subjects: [subjects.refitSubmit()],
-          retention: RetentionPolicy.Workqueue,
-          storage: StorageType.File,
-          num_replicas: replicas,
-          // A retried submission with the same refit id within this window is one refit.
-          duplicate_window: 10 * 60_000 * NS_PER_MS,
-          max_age: 24 * 3_600_000 * NS_PER_MS,
-        });
-      } catch (err) {
-        // Another replica created it at the same moment.
-        await jsm.streams.info(stream).catch(() => {
-          throw err;
-        });
-      }
-    }
+    await openStream(jsm, {
+      name: stream,
+      subjects: [subjects.refitSubmit()],
+      retention: RetentionPolicy.Workqueue,
+      storage: StorageType.File,
+      num_replicas: replicas,
+      // A retried submission with the same refit id within this window is one refit.
+      duplicate_window: 10 * 60_000 * NS_PER_MS,
+      max_age: 24 * 3_600_000 * NS_PER_MS,
+    });
     try {
       await jsm.consumers.info(stream, RUNNERS);
     } catch {
