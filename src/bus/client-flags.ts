@@ -59,6 +59,11 @@ export function readNatsClientFlags(argv: string[], env: NodeJS.ProcessEnv = pro
   return { url, auth };
 }
 
+/** These flags as `node:util` parseArgs options, for a command that refuses unknown flags. */
+export function natsClientParseOptions(): Record<string, { type: 'string' }> {
+  return Object.fromEntries([['nats-url', { type: 'string' as const }], ...NATS_CLIENT_FLAGS.map((f) => [f.flag, { type: 'string' as const }])]);
+}
+
 /** The usage lines of these flags, for a command's --help. */
 export function natsClientFlagsHelp(): string {
   const rows = [['--nats-url U[,U...]', 'NATS server or cluster [RLGATE_NATS_URL, then NATS_URL]']];

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { ErrorStatus } from '../api/errors.ts';
-import { NATS_CLIENT_FLAGS, natsClientFlagsHelp, readNatsClientFlags } from '../bus/client-flags.ts';
+import { natsClientFlagsHelp, natsClientParseOptions, readNatsClientFlags } from '../bus/client-flags.ts';
 import { checkNatsSettings, natsConnectOptions } from '../bus/connect-options.ts';
 import { BusNoResponders, BusRemoteError, BusTimeout, BusUnavailable, connectBus, type Bus } from '../bus/connection.ts';
 import { DEFAULT_ROOT, subjects, type Subjects } from '../bus/subjects.ts';
@@ -55,7 +55,6 @@ interface RefitArgs {
 
 /** The flags, read; throws an Error saying what is wrong. */
 async function parseRefitArgs(argv: string[]): Promise<RefitArgs> {
-  const natsOptions = Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [f.flag, { type: 'string' as const }]));
   const { values } = parseArgs({
     args: argv,
     strict: true,
@@ -66,11 +65,10 @@ async function parseRefitArgs(argv: string[]): Promise<RefitArgs> {
       request: { type: 'string' },
       selector: { type: 'string' },
       'refit-id': { type: 'string' },
-      'nats-url': { type: 'string' },
       'subject-root': { type: 'string' },
       'timeout-secs': { type: 'string' },
       quiet: { type: 'boolean' },
-      ...natsOptions,
+      ...natsClientParseOptions(),
     },
   });
   let request: Record<string, unknown>;

@@ -8,7 +8,7 @@
 import { parseArgs } from 'node:util';
 import { Kvm, type KV } from '@nats-io/kv';
 import type { QueuedIterator } from '@nats-io/transport-node';
-import { natsClientFlagsHelp, readNatsClientFlags, NATS_CLIENT_FLAGS } from '../bus/client-flags.ts';
+import { natsClientFlagsHelp, natsClientParseOptions, readNatsClientFlags } from '../bus/client-flags.ts';
 import { natsConnectOptions } from '../bus/connect-options.ts';
 import { connectBus, type Bus } from '../bus/connection.ts';
 import { bucketName } from '../bus/buckets.ts';
@@ -45,10 +45,9 @@ export async function watchCommand(argv: string[]): Promise<number> {
       strict: true,
       allowPositionals: false,
       options: {
-        'nats-url': { type: 'string' },
         'subject-root': { type: 'string' },
         json: { type: 'boolean' },
-        ...Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [f.flag, { type: 'string' as const }])),
+        ...natsClientParseOptions(),
       },
     });
   } catch (err) {

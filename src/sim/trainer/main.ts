@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { NATS_CLIENT_FLAGS, natsClientFlagsHelp, natsUrlFromEnv, readNatsClientFlags } from '../../bus/client-flags.ts';
+import { NATS_CLIENT_FLAGS, natsClientFlagsHelp, natsClientParseOptions, natsUrlFromEnv, readNatsClientFlags } from '../../bus/client-flags.ts';
 import { checkNatsSettings, type NatsAuthSettings } from '../../bus/connect-options.ts';
 import { DEFAULT_ROOT, subjects } from '../../bus/subjects.ts';
 import { refitDisplay } from '../../cli/refit-display.ts';
@@ -119,16 +119,14 @@ const REFIT_ID = /^[A-Za-z0-9_-]{1,128}$/;
 
 /** Parse the flags of either form; throws an Error whose message says what is wrong. */
 export function parseTrainerInvocation(argv: string[], env: NodeJS.ProcessEnv = process.env): TrainerInvocation {
-  const natsOptions = Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [f.flag, { type: 'string' as const }]));
   const { values } = parseArgs({
     args: argv,
     strict: true,
     allowPositionals: false,
     options: {
       gateway: { type: 'string' },
-      'nats-url': { type: 'string' },
       'subject-root': { type: 'string' },
-      ...natsOptions,
+      ...natsClientParseOptions(),
       version: { type: 'string' },
       params: { type: 'string' },
       bytes: { type: 'string' },
