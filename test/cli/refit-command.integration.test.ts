@@ -4,55 +4,12 @@
 // 0 all succeeded, 3 partial, 2 usage, 1 refused or no gateway. On a pseudo-terminal (`script`),
 // the live view is drawn in place above the report.
 
-import { spawn } from 'node:child_process';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
-
-const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** The environment without anything that would pick a NATS server or subject root. */
-function cleanEnv(): NodeJS.ProcessEnv {
-  const env = { ...process.env };
-  for (const k of Object.keys(env)) if (/^(RLGATE_|NATS_URL$)/.test(k)) delete env[k];
-  return env;
-}
-
-function run(command: string, args: string[], timeoutMs = 60_000): Promise<Run> {
-  return new Promise((res, reject) => {
-    const child = spawn(command, args, { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: cleanEnv() });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${args.join(' ')} did not exit within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`));
-    }, timeoutMs);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      res({ code, stdout, stderr });
-    });
-  });
-}
+import { CLI, fields, run } from '../fixtures/cli-process.ts';
 
 const refit = (args: string[]) => run(process.execPath, [...CLI, 'refit', ...args]);
-
-/** `key=value` fields of one progress line (values quoted with JSON when they hold spaces). */
-function fields(line: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const m of line.matchAll(/(\w+)=("(?:[^"\\]|\\.)*"|\S+)/g)) out[m[1]!] = m[2]!.startsWith('"') ? JSON.parse(m[2]!) : m[2]!;
-  return out;
-}
 
 function legs(stderr: string, refitId: string): Array<Record<string, string>> {
   return stderr.split('\n').map(fields).filter((f) => f.refit === refitId && f.event === 'leg');

@@ -4,54 +4,14 @@
 // status), over NATS (`<root>.refit.<id>.events`) and over HTTP (`GET /v1/rl/refits/{id}/events`),
 // and the live view on a pseudo-terminal (`script`); the report and the exit codes are unchanged.
 
-import { spawn } from 'node:child_process';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { CLI, fields, run, type Run } from '../fixtures/cli-process.ts';
 
-const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
 const STEPS = ['init_weights_update_group', 'update_weights_from_distributed 1/2', 'update_weights_from_distributed 2/2', 'destroy_weights_update_group'];
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function cleanEnv(): NodeJS.ProcessEnv {
-  const env = { ...process.env };
-  for (const k of Object.keys(env)) if (/^(RLGATE_|NATS_URL$)/.test(k)) delete env[k];
-  return env;
-}
-
-function run(command: string, args: string[], timeoutMs = 90_000): Promise<Run> {
-  return new Promise((res, reject) => {
-    const child = spawn(command, args, { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: cleanEnv() });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`${args.join(' ')} did not exit within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`));
-    }, timeoutMs);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      res({ code, stdout, stderr });
-    });
-  });
-}
-
-const trainer = (args: string[]) => run(process.execPath, [...CLI, 'trainer', ...args]);
-
-function fields(line: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const m of line.matchAll(/(\w+)=("(?:[^"\\]|\\.)*"|\S+)/g)) out[m[1]!] = m[2]!.startsWith('"') ? JSON.parse(m[2]!) : m[2]!;
-  return out;
-}
+const trainer = (args: string[]) => run(process.execPath, [...CLI, 'trainer', ...args], 90_000);
 
 function events(stderr: string, refitId: string): Array<Record<string, string>> {
   return stderr.split('\n').map(fields).filter((f) => f.refit === refitId);

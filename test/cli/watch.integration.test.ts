@@ -96,7 +96,7 @@ describe('rlgate watch', () => {
     await refit('watch-tty', '11');
     const frames = () => w.out().replace(/\r/g, '').split('\x1b[?25l').map((f) => f.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ''));
     const row = (f: string) => f.split('\n').find((l) => l.startsWith(sim.url)) ?? '';
-    await until('the row back to serving', 10_000, async () => /serving .* 11 /.test(row(frames().at(-1)!)));
+    await until('the row back to serving', 30_000, async () => /serving .* 11 /.test(row(frames().at(-1)!)));
     const all = frames();
     expect(w.out()).toMatch(/\x1b\[2A/); // back up over the last frame (a header, the titles, one row)
     const during = all.map(row).find((r) => r.includes('refitting'));
