@@ -109,7 +109,9 @@ export class FleetView {
     setText(cells.load, String(row.load ?? 0));
     setText(cells.owner, row.owner ?? '—');
     setText(cells.quarantine, row.quarantined ? row.quarantine_reason || 'quarantined' : '');
-    const refitText = holder ? `${holder.id}${holder.current ? ` (${holder.current.replace(':', ' ')})` : ''}` : '';
+    // The phase by its timeline label ("refit: update_weights_from_disk"), not its column key.
+    const phase = holder?.current ? (holder.columns().find((c) => c.key === holder.current)?.label ?? holder.current) : '';
+    const refitText = holder ? `${holder.id}${phase ? ` (${phase})` : ''}` : '';
     setText(cells.refit, refitText);
     setData(tr, 'refit', holder?.id);
     setText(label, shortUrl(row.url));
