@@ -43,6 +43,8 @@ export class RefitService {
   /** Every refit the bucket holds that is running, and the newest finished ones. */
   private readonly journals = new Map<string, RefitJournal>();
   private readonly waiters = new Map<string, Array<(r: RefitReport) => void>>();
+  /** The bucket revision of each journal held, so that only a newer one replaces it. */
+  private readonly revisions = new Map<string, number>();
   /** Refits this replica queued whose journal has not appeared yet: their targets count as busy. */
   private readonly accepted = new Map<string, QueuedRefit>();
   private closing = false;
@@ -79,7 +81,7 @@ export class RefitService {
 
   /** Loads the journals and follows them: reports reach waiting callers on every replica. */
   async start(): Promise<void> {
-    this.stopWatch = await this.deps.journals.watch((id, j) => this.journalChanged(id, j));
+    this.stopWatch = await this.deps.journals.watch((id, j, revision) => this.journalChanged(id, j, revision));
   }
 
   /** A refit's report, or its progress while it runs; older ones than kept in memory come from the bucket. */
@@ -100,15 +102,19 @@ export class RefitService {
    * holds an engine) is read afresh.
    */
   private async fresh(id: string): Promise<RefitJournal | undefined> {
-    const j = await this.stored(id);
-    if (j && this.journals.get(id)?.status !== 'done' && j !== this.journals.get(id)) this.journalChanged(id, j);
-    return j;
+    const r = await this.storedEntry(id);
+    if (r) this.journalChanged(id, r.value, r.revision);
+    return r?.value ?? this.journals.get(id);
   }
 
   private async stored(id: string): Promise<RefitJournal | undefined> {
+    return (await this.storedEntry(id))?.value;
+  }
+
+  private async storedEntry(id: string): Promise<{ value: RefitJournal; revision: number } | undefined> {
     if (!/^[A-Za-z0-9_-]{1,128}$/.test(id)) return undefined;
     try {
-      return (await this.deps.journals.get(id))?.value ?? undefined;
+      return (await this.deps.journals.get(id)) ?? undefined;
     } catch {
       return undefined;
     }
@@ -283,8 +289,8 @@ export class RefitService {
         return;
       }
       for (const id of this.waiters.keys()) {
-        void this.stored(id).then((j) => {
-          if (j?.status === 'done' && this.waiters.has(id)) this.journalChanged(id, j);
+        void this.storedEntry(id).then((r) => {
+          if (r?.value.status === 'done' && this.waiters.has(id)) this.journalChanged(id, r.value, r.revision);
         });
       }
     }, 1_000);
@@ -296,13 +302,14 @@ export class RefitService {
     this.accepted.delete(id);
   }
 
-  private journalChanged(id: string, j: RefitJournal | null): void {
+  private journalChanged(id: string, j: RefitJournal | null, revision: number): void {
+    // A lagging watch may bring a revision older than one read afresh: the newest stands.
+    if (revision <= (this.revisions.get(id) ?? 0)) return;
+    this.revisions.set(id, revision);
     if (!j) {
       this.journals.delete(id);
       return;
     }
-    // A lagging watch may bring an older revision after a fresh read: a finished refit stays finished.
-    if (j.status !== 'done' && this.journals.get(id)?.status === 'done') return;
     this.journals.delete(id); // re-inserted last: the map stays in order of change
     this.journals.set(id, j);
     this.accepted.delete(id);
@@ -321,6 +328,7 @@ export class RefitService {
       if (done <= KEEP_REPORTS) break;
       if (j.status === 'done') {
         this.journals.delete(id);
+        this.revisions.delete(id);
         done--;
       }
     }
