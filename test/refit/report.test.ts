@@ -143,13 +143,18 @@ describe('buildReport: status, counts and the HTTP status', () => {
 });
 
 describe('buildReport: each engine row', () => {
-  it('an ok engine: its phase times, and its breaker, state and version from the fleet view', () => {
+  it('an ok engine: its phase times, its breaker and state from the fleet view, and the refit\'s version (the view of another replica\'s engine may not have heard it yet)', () => {
     const r = report(result());
     expect(r.engines).toEqual([
       { worker_id: e1.id, url: e1.url, outcome: 'ok', phases: ALL_PHASES, breaker: 'closed', state: 'serving', weight_version: '8' },
-      { worker_id: e2.id, url: e2.url, outcome: 'ok', phases: ALL_PHASES, breaker: 'closed', state: 'serving', weight_version: '7' },
+      { worker_id: e2.id, url: e2.url, outcome: 'ok', phases: ALL_PHASES, breaker: 'closed', state: 'serving', weight_version: '8' },
       { worker_id: e3.id, url: e3.url, outcome: 'ok', phases: ALL_PHASES, breaker: 'open', state: 'serving', weight_version: '8' },
     ]);
+  });
+
+  it('a failed engine: the version the fleet view holds for it', () => {
+    const r = report(result({}, { [e2.id]: refitFailure }));
+    expect(r.engines.find((e) => e.worker_id === e2.id)).toMatchObject({ outcome: 'failed', weight_version: '7' });
   });
 
   it.each<[string, EngineRecord, Record<string, unknown>]>([
