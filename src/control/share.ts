@@ -11,11 +11,13 @@ import { ShareDeadline, type ControlCall } from '../engines/control-call.ts';
 import type { Cancellations } from '../fleet/cancellations.ts';
 import { NotOwner, type EngineHost } from '../fleet/engine-host.ts';
 import { OutcomeLog } from './outcome-log.ts';
+import { replicaCommandOf } from './command-payload.ts';
 
 export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; replicaId: string; host: EngineHost; cancels: Cancellations; log: OutcomeLog }): BusSubscription {
-  const commands = deps.bus.respondStream(deps.subjects.replicaCmd(deps.replicaId), (data, send) =>
-    deps.cancels.track((data as ReplicaCommand).requestId, (signal) => runLoggedShare(deps.host, deps.log, data as ReplicaCommand, send, signal)),
-  );
+  const commands = deps.bus.respondStream(deps.subjects.replicaCmd(deps.replicaId), async (data, send) => {
+    const cmd = replicaCommandOf(data); // a payload of another shape is a request error, nothing run
+    return deps.cancels.track(cmd.requestId, (signal) => runLoggedShare(deps.host, deps.log, cmd, send, signal));
+  });
   // A caller that lost the stream in a bus outage asks what its legs came to.
   const outcomes = deps.bus.respond(deps.subjects.replicaOutcomes(deps.replicaId), async (data) => {
     const id = (data as { requestId?: unknown } | null)?.requestId;

@@ -3,6 +3,7 @@
 // byte for byte). Owns the shapes only; executing a call lives in control-client.ts.
 
 import { setMaxListeners } from 'node:events';
+import { GatewayError } from '../api/errors.ts';
 
 /** HEAD is forwarded as HEAD (SMG does): the engine's status and headers, no body. */
 export type ControlMethod = 'GET' | 'HEAD' | 'POST';
@@ -111,4 +112,42 @@ const shareDeadlines = new WeakMap<AbortSignal, number>();
 /** The deadline `signal` enforces by itself, if it is a ShareDeadline's. */
 export function deadlineOf(signal: AbortSignal | undefined): number | undefined {
   return signal ? shareDeadlines.get(signal) : undefined;
+}
+
+// A command subject is open to anyone on the bus: a payload of another shape than the gateway
+// sends is a request error naming what is wrong, never an internal error or a half-run call.
+const METHODS = new Set(['GET', 'HEAD', 'POST']);
+
+/** The `{call, requestId}` of `rl.engine.<id>.cmd`, checked. */
+export function engineCommandOf(data: unknown): { call: ControlCall; requestId: string | undefined } {
+  const v = objectOf(data, 'rl.engine.<id>.cmd payload');
+  const requestId = v.requestId;
+  if (requestId !== undefined && typeof requestId !== 'string') throw refuse('`requestId` must be a string');
+  return { call: controlCallOf(v.call, '`call`'), requestId };
+}
+
+/** A call as it crossed the bus, checked field by field; throws `invalid_request` naming the field. */
+export function controlCallOf(data: unknown, what: string): ControlCall {
+  const c = objectOf(data, what);
+  if (typeof c.method !== 'string' || !METHODS.has(c.method)) throw refuse(`${what}.method must be GET, HEAD or POST`);
+  if (typeof c.path !== 'string') throw refuse(`${what}.path must be a string`);
+  if (typeof c.query !== 'string') throw refuse(`${what}.query must be a string`);
+  if (c.body !== undefined && typeof c.body !== 'string') throw refuse(`${what}.body must be base64 text`);
+  if (c.contentType !== undefined && typeof c.contentType !== 'string') throw refuse(`${what}.contentType must be a string`);
+  if (c.trace !== undefined && (typeof c.trace !== 'object' || c.trace === null || Object.values(c.trace).some((x) => typeof x !== 'string'))) {
+    throw refuse(`${what}.trace must map header names to strings`);
+  }
+  if (typeof c.deadline !== 'number' || !Number.isFinite(c.deadline)) throw refuse(`${what}.deadline must be a time in epoch ms`);
+  if (typeof c.timeoutSecs !== 'number' || !(c.timeoutSecs > 0)) throw refuse(`${what}.timeoutSecs must be a positive number`);
+  if (c.refitId !== undefined && typeof c.refitId !== 'string') throw refuse(`${what}.refitId must be a string`);
+  return c as unknown as ControlCall;
+}
+
+function objectOf(data: unknown, what: string): Record<string, unknown> {
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) throw refuse(`${what} must be a JSON object`);
+  return data as Record<string, unknown>;
+}
+
+function refuse(message: string): GatewayError {
+  return new GatewayError('invalid_request', message);
 }

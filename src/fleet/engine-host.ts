@@ -10,7 +10,7 @@ import { engineMachine, type EngineActor, type EngineEvent, type EngineSnapshot 
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
-import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
+import { engineCommandOf, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import type { Logger } from '../obs/logger.ts';
@@ -291,7 +291,7 @@ export class EngineHost {
       input: { workerId: worker.id, url: worker.url, seedVersion: seed ?? undefined, ...this.deps.timings },
     });
     const cmdSub = this.deps.bus.respond(this.deps.subjects.engineCmd(worker.id), async (data) => {
-      const { call, requestId } = data as { call: ControlCall; requestId?: string };
+      const { call, requestId } = engineCommandOf(data); // another shape: a request error, nothing run
       return this.deps.cancels.track(requestId, (signal) => this.run(worker.id, call, signal));
     });
     const owned: Owned = {
