@@ -40,7 +40,7 @@ export class RefitEventLog {
     const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
     await openStream(jsm, {
       name: stream,
-      subjects: [`${subjects.root}.refit.*.events`],
+      subjects: [subjects.allRefitEvents()],
       retention: RetentionPolicy.Limits,
       storage: StorageType.File,
       num_replicas: replicas,

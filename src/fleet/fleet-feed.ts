@@ -37,8 +37,12 @@ export class FleetFeed {
   private open(): void {
     const { bus, subjects, registry } = this.deps;
     this.subs = [
-      bus.subscribe(subjects.allEngineStates(), (data) => this.engineChanged(data as EngineStateEvent)),
-      bus.subscribe(`${subjects.root}.refit.*.events`, (data) => {
+      bus.subscribe(subjects.allEngineStates(), (data) => {
+        // Anyone may publish here: only an event naming a known engine is passed on.
+        const e = data as Partial<EngineStateEvent> | null;
+        if (e && typeof e === 'object' && typeof e.id === 'string') this.engineChanged(e as EngineStateEvent);
+      }),
+      bus.subscribe(subjects.allRefitEvents(), (data) => {
         if (data && typeof data === 'object') this.emit({ kind: 'refit', event: data as Record<string, unknown> });
       }),
     ];
@@ -64,6 +68,12 @@ export class FleetFeed {
   private engineChanged(e: EngineStateEvent): void {
     const row = this.rowOf(e.id);
     if (!row) return;
+    // A malformed event (anyone on the bus may publish) overlays nothing: the view's row goes out.
+    const str = (v: unknown) => typeof v === 'string';
+    const nullableStr = (v: unknown) => v === null || typeof v === 'string';
+    if (!str(e.state) || !str(e.control) || !str(e.breaker) || !nullableStr(e.weight_version) || !nullableStr(e.version_source) || !nullableStr(e.quarantine) || typeof e.in_flight !== 'number') {
+      return this.emit({ kind: 'engine', row });
+    }
     this.emit({
       kind: 'engine',
       row: {
