@@ -26,12 +26,28 @@ export function errorResponses(...codes: ErrorCode[]): Record<number, TSchema> {
     byStatus.set(status, list);
   }
   const out: Record<number, TSchema> = {};
-  for (const [status, list] of [...byStatus].sort(([a], [b]) => a - b)) {
-    const description = `Error: ${list.map((c) => `\`${c}\``).join(', ')}.`;
-    const answer = Type.Ref(SharedErrorAnswer, { description });
-    out[status] = status === 405 ? { ...answer, headers: { allow: { type: 'string', description: 'The methods the path takes.' } } } : answer;
-  }
+  for (const [status, list] of [...byStatus].sort(([a], [b]) => a - b)) out[status] = errorAnswer(status, list);
   return out;
+}
+
+function errorAnswer(status: number, codes: readonly string[]): TSchema {
+  const description = `Error: ${codes.map((c) => `\`${c}\``).join(', ')}.`;
+  const answer = Type.Ref(SharedErrorAnswer, { description });
+  return status === 405 ? { ...answer, headers: { allow: { type: 'string', description: 'The methods the path takes.' } } } : answer;
+}
+
+/**
+ * A route's `response` map with one more code documented, for checks that every route of a kind
+ * gets (http/query-params.ts): merged into the status's error answer (its codes are read back
+ * from the description errorAnswer wrote), or added as one.
+ */
+export function withErrorCode(response: Record<number, unknown>, code: ErrorCode): Record<number, unknown> {
+  const status = ErrorStatus[code];
+  const description = (response[status] as { description?: unknown } | undefined)?.description;
+  if (response[status] !== undefined && !(typeof description === 'string' && description.startsWith('Error: '))) return response;
+  const codes = typeof description === 'string' ? [...description.matchAll(/`([a-z_]+)`/g)].map((m) => m[1]!) : [];
+  if (codes.includes(code)) return response;
+  return { ...response, [status]: errorAnswer(status, [...codes, code]) };
 }
 
 /** What every `/v1/rl` route may answer besides its own errors (the admin bearer, when configured). */

@@ -10,6 +10,7 @@ import { GatewayError } from '../api/errors.ts';
 import { errorResponses, SharedErrorAnswer } from '../api/error-responses.ts';
 import { Healthy, Unhealthy } from '../api/health-schema.ts';
 import { bearerMatches } from './admin-auth.ts';
+import { checkQueryParams } from './query-params.ts';
 import type { Services } from './services.ts';
 import { workerRoutes } from './workers.ts';
 import { rlWorkerRoutes } from './rl-workers.ts';
@@ -91,6 +92,10 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     if (req.headers.origin !== undefined) reply.header('access-control-expose-headers', EXPOSED_HEADERS);
     done(null, payload);
   });
+
+  // A repeated or malformed query parameter that a route declares is a 400 naming it (on every
+  // route registered below).
+  checkQueryParams(app);
 
   app.setErrorHandler((err: FastifyError | GatewayError, req, reply) => {
     if (err instanceof GatewayError) return reply.code(err.status).send(err.toJSON());
