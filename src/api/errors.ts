@@ -19,6 +19,7 @@ export const ErrorStatus = {
   upstream_timeout: 504,
   logprobs_unavailable: 502,
   unauthorized: 401,
+  origin_not_allowed: 403,
   not_found: 404,
   method_not_allowed: 405,
   payload_too_large: 413,

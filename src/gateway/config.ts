@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { NATS_CLIENT_FLAGS } from '../bus/client-flags.ts';
 import { checkNatsSettings, noNatsAuth, NatsSettingsError, type NatsAuthSettings } from '../bus/connect-options.ts';
 import { parseVersionPolicy } from '../fleet/version-policy.ts';
+import { parseAllowedOrigins } from '../http/origin-policy.ts';
 import { DEFAULT_METRICS_PREFIX, METRICS_PREFIX_PATTERN } from '../obs/metrics-prefix.ts';
 
 export interface GatewayConfig {
@@ -16,6 +17,8 @@ export interface GatewayConfig {
   /** Credential and TLS files for --nats-url (never for the embedded server). */
   nats: NatsAuthSettings;
   adminKey: string | undefined;
+  /** Browser origins that may write (`*`: any); same-origin and Origin-less requests always may. */
+  allowedOrigins: string[];
   workerUrls: string[];
   rl: {
     enabled: boolean;
@@ -73,6 +76,7 @@ export const SETTINGS: Setting[] = [
   ...NATS_CLIENT_FLAGS.map((f): Setting => ({ flag: f.flag, key: `nats.${f.key}`, kind: 'string', help: f.help })),
   { flag: 'enable-rl', key: 'rl.enabled', kind: 'bool', help: 'serve the /v1/rl control plane (default off)' },
   { flag: 'admin-key', key: 'adminKey', kind: 'string', help: 'bearer token required on /v1/rl (default: no check)' },
+  { flag: 'allowed-origins', key: 'allowedOrigins', kind: 'list', help: 'browser origins allowed to write, e.g. https://dash.example.com, or * (default: none but the gateway\'s own page; requests without Origin are never refused)' },
   { flag: 'worker-urls', key: 'workerUrls', kind: 'list', help: 'engine URLs to register at start (space- or comma-separated)' },
   { flag: 'rl-control-timeout-secs', key: 'rl.controlTimeoutSecs', kind: 'int', help: 'deadline of one engine control call (default 600)' },
   { flag: 'rl-fanout-concurrency', key: 'rl.fanoutConcurrency', kind: 'int', help: 'engine calls in flight per fan-out and owning replica, for every call (default: 32 for calls that move weights, the fleet size and at least 256 for the others)' },
@@ -104,6 +108,7 @@ export function defaultConfig(): GatewayConfig {
     natsUrl: undefined,
     nats: noNatsAuth(),
     adminKey: undefined,
+    allowedOrigins: [],
     workerUrls: [],
     rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: undefined, versionPolicy: 'any' },
     maxBodyBytes: 64 * 1024 * 1024,
@@ -164,6 +169,11 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   if (!(cfg.discoveryTimeoutSecs >= 1 && cfg.discoveryTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`discovery_timeout_secs must be 1..${MAX_TIMER_SECS}`);
   if (!METRICS_PREFIX_PATTERN.test(cfg.metricsPrefix)) throw new ConfigError(`metrics_prefix must match ${METRICS_PREFIX_PATTERN.source}, got \`${cfg.metricsPrefix}\``);
   checkNats(cfg);
+  try {
+    parseAllowedOrigins(cfg.allowedOrigins);
+  } catch (err) {
+    throw new ConfigError(`allowed_origins: ${(err as Error).message}`);
+  }
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
     if (policy !== 'any') throw new ConfigError('rl.version_policy requires rl.enabled');
@@ -286,6 +296,7 @@ const FILE_ALIASES: Record<string, string> = {
   'rl.version_policy': 'rl.versionPolicy',
   nats_url: 'natsUrl',
   admin_key: 'adminKey',
+  allowed_origins: 'allowedOrigins',
   worker_urls: 'workerUrls',
   tokenizer_path: 'tokenizerPath',
   request_timeout_secs: 'requestTimeoutSecs',

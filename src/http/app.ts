@@ -10,6 +10,8 @@ import { GatewayError } from '../api/errors.ts';
 import { errorResponses, SharedErrorAnswer } from '../api/error-responses.ts';
 import { Healthy, Unhealthy } from '../api/health-schema.ts';
 import { bearerMatches } from './admin-auth.ts';
+import { isPreflight, writeGuard } from './write-guard.ts';
+import { parseAllowedOrigins } from './origin-policy.ts';
 import { checkQueryParams } from './query-params.ts';
 import type { Services } from './services.ts';
 import { workerRoutes } from './workers.ts';
@@ -79,14 +81,21 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
       reply.code(404).header('content-length', '0').send();
       return;
     }
-    if (config.adminKey && !bearerMatches(req.headers.authorization, config.adminKey)) {
+    // A browser's preflight carries no credentials; write-guard.ts answers it by origin alone.
+    if (config.adminKey && !isPreflight(req) && !bearerMatches(req.headers.authorization, config.adminKey)) {
       return done(new GatewayError('unauthorized', 'missing or wrong admin bearer token'));
     }
     done();
   });
 
+  // Writes: a browser origin outside --allowed-origins is refused, a body must be JSON (after the
+  // RL-off 404 and the admin key above, before any body is read or route runs).
+  app.addHook('onRequest', writeGuard(parseAllowedOrigins(config.allowedOrigins)));
+  // `application/*+json` bodies are JSON too (write-guard.ts lets them through).
+  app.addContentTypeParser(/^application\/[^;\s]+\+json(?:$|;)/i, { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
+
   // Spec §13.4: browsers may read the stamping headers of a cross-origin answer. Exposure only:
-  // whether an origin may call at all (allow-origin) is left to the deployment's proxy.
+  // which origins may call at all (allow-origin) is write-guard.ts's, by --allowed-origins.
   // (The HTTP-engine relay writes its answers itself and sets the same header: http-relay.ts.)
   app.addHook('onSend', (req, reply, payload, done) => {
     if (req.headers.origin !== undefined) reply.header('access-control-expose-headers', EXPOSED_HEADERS);

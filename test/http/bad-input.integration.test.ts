@@ -92,7 +92,7 @@ describe('bad input', () => {
       { what: 'register: api_key not a string', method: 'POST', path: '/workers', opts: { body: { url: 'http://127.0.0.1:1', api_key: 7 } }, status: 400 },
       { what: 'register: __proto__ key', method: 'POST', path: '/workers', opts: { raw: '{"url":"http://127.0.0.1:1","__proto__":{"x":1}}', headers: JSON_CT }, status: 400 },
       { what: 'register: deeply nested JSON', method: 'POST', path: '/workers', opts: { raw: `{"url":"http://127.0.0.1:1","labels":${'['.repeat(20_000)}${']'.repeat(20_000)}}`, headers: JSON_CT }, status: 400 },
-      { what: 'register: text/plain body', method: 'POST', path: '/workers', opts: { raw: 'http://127.0.0.1:1', headers: { 'content-type': 'text/plain' } }, status: 400 },
+      { what: 'register: text/plain body', method: 'POST', path: '/workers', opts: { raw: 'http://127.0.0.1:1', headers: { 'content-type': 'text/plain' } }, status: 415, error: 'unsupported_media_type' },
       { what: 'register: an XML body', method: 'POST', path: '/workers', opts: { raw: '<url>http://127.0.0.1:1</url>', headers: { 'content-type': 'application/xml' } }, status: 415 },
       { what: 'register: oversize body', method: 'POST', path: '/workers', opts: { raw: JSON.stringify({ url: 'http://127.0.0.1:1', pad: 'x'.repeat(MAX_BODY) }), headers: JSON_CT }, status: 413 },
       { what: 'GET an unknown worker', method: 'GET', path: '/workers/nope', status: 404, error: 'worker_not_found', context: { id: 'nope' } },
