@@ -22,6 +22,7 @@ export const ErrorStatus = {
   origin_not_allowed: 403,
   not_found: 404,
   method_not_allowed: 405,
+  request_timeout: 408,
   payload_too_large: 413,
   uri_too_long: 414,
   unsupported_media_type: 415,
@@ -32,6 +33,7 @@ export const ErrorStatus = {
   model_not_found: 404,
   no_available_workers: 503,
   bus_unavailable: 503,
+  overloaded: 503,
   internal_error: 500,
 } as const;
 

@@ -13,6 +13,10 @@ export function labelsFromFacts(mode: ConnectionMode, facts: EngineFacts): Recor
     const out = labelsFromServerInfo(facts.serverInfo, facts.modelInfo);
     const modelPath = modelPathLabel(facts.serverInfo, facts.modelInfo);
     if (modelPath !== undefined) out.model_path = modelPath;
+    // SGLang launched without --context-length reports it as null; its longest prompt
+    // (`max_req_input_len`, the context length less one) still says it (fleet/context-length.ts).
+    const longest = facts.serverInfo.max_req_input_len;
+    if (out.context_length === undefined && Number.isSafeInteger(longest) && (longest as number) > 0) out.context_length = String((longest as number) + 1);
     return out;
   }
   if (mode !== 'grpc') return labelsFromServerInfo(facts.serverInfo, facts.modelInfo);

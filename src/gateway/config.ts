@@ -30,6 +30,14 @@ export interface GatewayConfig {
   maxBodyBytes: number;
   /** Data-plane deadline of one relayed request, in seconds (SMG's request_timeout_secs). */
   requestTimeoutSecs: number;
+  /** Longest time to receive one whole request, headers and body (0: no limit); past it 408. */
+  requestBodyTimeoutSecs: number;
+  /** Longest time to receive one request's headers; past it 408. */
+  requestHeaderTimeoutSecs: number;
+  /** Most open client connections; more are closed at accept (0: no cap). */
+  maxConnections: number;
+  /** Most generation requests handled at once; more get 503 + Retry-After (0: no cap). */
+  maxInFlight: number;
   /** Data-plane GET /workers lists a gRPC/ZMQ worker's control-app URL as its `url` (slime §7). */
   workersListControlUrls: boolean;
   probeIntervalSecs: number;
@@ -82,6 +90,10 @@ export const SETTINGS: Setting[] = [
   { flag: 'rl-fanout-concurrency', key: 'rl.fanoutConcurrency', kind: 'int', help: 'engine calls in flight per fan-out and owning replica, for every call (default: 32 for calls that move weights, the fleet size and at least 256 for the others)' },
   { flag: 'rl-version-policy', key: 'rl.versionPolicy', kind: 'string', help: 'any | latest-only | min-version:<v> | max-staleness:<k> (default any)' },
   { flag: 'request-timeout-secs', key: 'requestTimeoutSecs', kind: 'int', help: 'deadline of one data-plane request (default 14400)' },
+  { flag: 'request-body-timeout-secs', key: 'requestBodyTimeoutSecs', kind: 'int', help: 'longest time to receive a whole request, headers and body: a slower or stalled one gets 408 and its connection is closed; answers are not bounded by it (default 30; 0: no limit)' },
+  { flag: 'request-header-timeout-secs', key: 'requestHeaderTimeoutSecs', kind: 'int', help: 'longest time to receive a request\'s headers, then 408 (default 30; at most the body timeout)' },
+  { flag: 'max-connections', key: 'maxConnections', kind: 'int', help: 'most open client connections; one past it is closed at once without an answer (default 0: no cap)' },
+  { flag: 'max-in-flight', key: 'maxInFlight', kind: 'int', help: 'most /generate and OpenAI generation requests handled at once; past it 503 with Retry-After (default 0: no cap)' },
   { flag: 'workers-list-control-urls', key: 'workersListControlUrls', kind: 'bool', help: 'GET /workers lists gRPC/ZMQ workers by their control-app URL, for slime\'s abort flow (default off)' },
   { flag: 'max-body-bytes', key: 'maxBodyBytes', kind: 'int', help: 'largest request body accepted (default 67108864)' },
   { flag: 'health-check-interval-secs', key: 'probeIntervalSecs', kind: 'int', help: 'engine liveness probe period; 0 turns probes off (default 5)' },
@@ -113,6 +125,10 @@ export function defaultConfig(): GatewayConfig {
     rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: undefined, versionPolicy: 'any' },
     maxBodyBytes: 64 * 1024 * 1024,
     requestTimeoutSecs: 14400,
+    requestBodyTimeoutSecs: 30,
+    requestHeaderTimeoutSecs: 30,
+    maxConnections: 0,
+    maxInFlight: 0,
     workersListControlUrls: false,
     probeIntervalSecs: 5,
     probeMaxRate: 100,
@@ -163,6 +179,7 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   if (!Number.isInteger(cfg.port) || cfg.port < 0 || cfg.port > 65535) throw new ConfigError('port must be 0..65535');
   if (!(cfg.requestTimeoutSecs >= 1)) throw new ConfigError('request_timeout_secs must be >= 1');
   if (cfg.requestTimeoutSecs > MAX_TIMER_SECS) throw new ConfigError(`request_timeout_secs must be <= ${MAX_TIMER_SECS} (about 24.8 days)`);
+  checkBounds(cfg);
   if (!(cfg.shutdownTimeoutSecs >= 1 && cfg.shutdownTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`shutdown_timeout_secs must be 1..${MAX_TIMER_SECS}`);
   // A lease of 0 would make every other replica dead at every sweep.
   if (!(cfg.leaseSecs >= 1 && cfg.leaseSecs <= 3600)) throw new ConfigError('lease_secs must be 1..3600');
@@ -188,6 +205,17 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
     throw new ConfigError(`rl.version_policy: ${(err as Error).message}`);
   }
   return cfg;
+}
+
+/** Receive timeouts and connection caps (http/bounds.ts); Node refuses a header timeout past the body's. */
+function checkBounds(cfg: GatewayConfig): void {
+  if (!(cfg.requestBodyTimeoutSecs >= 0 && cfg.requestBodyTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`request_body_timeout_secs must be 0..${MAX_TIMER_SECS}`);
+  if (!(cfg.requestHeaderTimeoutSecs >= 1 && cfg.requestHeaderTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`request_header_timeout_secs must be 1..${MAX_TIMER_SECS}`);
+  if (cfg.requestBodyTimeoutSecs > 0 && cfg.requestHeaderTimeoutSecs > cfg.requestBodyTimeoutSecs) {
+    throw new ConfigError('request_header_timeout_secs must be <= request_body_timeout_secs (the body timeout counts from the first header byte)');
+  }
+  if (!(Number.isSafeInteger(cfg.maxConnections) && cfg.maxConnections >= 0)) throw new ConfigError('max_connections must be >= 0');
+  if (!(Number.isSafeInteger(cfg.maxInFlight) && cfg.maxInFlight >= 0)) throw new ConfigError('max_in_flight must be >= 0');
 }
 
 /** Credentials and TLS only with --nats-url, one kind of credential, a cert with its key. */
@@ -300,6 +328,10 @@ const FILE_ALIASES: Record<string, string> = {
   worker_urls: 'workerUrls',
   tokenizer_path: 'tokenizerPath',
   request_timeout_secs: 'requestTimeoutSecs',
+  request_body_timeout_secs: 'requestBodyTimeoutSecs',
+  request_header_timeout_secs: 'requestHeaderTimeoutSecs',
+  max_connections: 'maxConnections',
+  max_in_flight: 'maxInFlight',
   workers_list_control_urls: 'workersListControlUrls',
   synthesize_logprobs: 'synthesizeLogprobs',
   shutdown_timeout_secs: 'shutdownTimeoutSecs',

@@ -10,6 +10,7 @@ import { GatewayError } from '../api/errors.ts';
 import { errorResponses, SharedErrorAnswer } from '../api/error-responses.ts';
 import { Healthy, Unhealthy } from '../api/health-schema.ts';
 import { bearerMatches } from './admin-auth.ts';
+import { capConnections, receiveBounds } from './bounds.ts';
 import { isPreflight, writeGuard } from './write-guard.ts';
 import { parseAllowedOrigins } from './origin-policy.ts';
 import { checkQueryParams } from './query-params.ts';
@@ -40,8 +41,8 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     // a pino child with its redaction set-up, for lines (warn and above) that are rare.
     childLoggerFactory: (logger) => logger,
     bodyLimit: config.maxBodyBytes,
-    // Control calls may legitimately run for the whole control timeout (600 s by default).
-    requestTimeout: 0,
+    // Receiving a request is bounded (408 past it); answering it is not (http/bounds.ts).
+    ...receiveBounds(config),
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
     // URLs the router cannot even match (broken percent-encoding, an over-long id) get the same
@@ -69,6 +70,9 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   app.addSchema(SharedErrorAnswer);
   await app.register(swaggerUi, uiOptions());
   app.get(DOCUMENT_PATH, { schema: { hide: true } }, async () => app.swagger());
+
+  // Connection and in-flight caps, before any other hook: a refused generation costs nothing more.
+  capConnections(app, config);
 
   // Callback-style hooks: an async hook costs every request (the data plane too) a promise.
   app.addHook('onRequest', (req, reply, done) => {

@@ -19,6 +19,8 @@ import type { RouteOptions, Services } from './services.ts';
 import { tokenRelay, type TokenAttempt } from '../relay/token-relay.ts';
 import { tokenRequestOf } from '../relay/token-sampling.ts';
 import { openAiTokenRelay } from '../relay/openai-tokens.ts';
+import { checkTokenLimits, tokenLimitsOf } from '../relay/token-limits.ts';
+import { smallestContextLength } from '../fleet/context-length.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { UNKNOWN_MODEL_ID } from '../fleet/worker.ts';
 import type { TokenEngine } from '../engines/generation.ts';
@@ -85,6 +87,10 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   // slime under consistent hashing sends its session id here: same key, same engine.
   const key = req.headers['x-smg-routing-key'];
   const routingKey = typeof key === 'string' && key !== '' ? key : undefined;
+  // Token limits past the context length are refused before any engine is called; the smallest
+  // among the eligible engines, so the answer does not depend on which one routing picks.
+  const limits = tokenLimitsOf(path, parsed);
+  if (limits.length > 0) checkTokenLimits(limits, smallestContextLength(services.router.eligible({ modes, modelId, policy })));
   let worker = services.router.pick({ modes, modelId, policy, routingKey, counts: services.metrics });
   // A token-engine-only fleet answers a batch with token-relay's own 400 (spec §18 line 44).
   if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);

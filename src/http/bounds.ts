@@ -1,0 +1,99 @@
+// What one client may hold of the gateway: how long it may take to send a request (headers, then
+// the whole request), how many connections may be open, and how many generations may run at once.
+// Receiving is bounded by Node's own timers (headersTimeout, requestTimeout), which stop once the
+// request is fully read: an answer, streamed or not, is never cut by them. It never routes.
+
+import type { ServerOptions } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import { GatewayError } from '../api/errors.ts';
+import type { GatewayConfig } from '../gateway/config.ts';
+
+/** How often Node looks for requests past their receive timeouts (its default is 30 s). */
+const CHECK_INTERVAL_MS = 1000;
+/** What a refused generation is told to wait: held requests are long, a second is a polite retry. */
+export const RETRY_AFTER_SECS = 1;
+
+/**
+ * The routes the in-flight cap counts: generations hold for as long as an engine generates, and
+ * how many come is the outside's choice. Control calls, /health, /metrics and the registry are
+ * never refused by it: a paused fleet holds its generations in flight, and refusing the resume
+ * that would release them would wedge the gateway until they time out.
+ */
+const CAPPED_ROUTES: ReadonlySet<string> = new Set(['/generate', '/v1/chat/completions', '/v1/completions']);
+
+type BoundOptions = Pick<FastifyServerOptions, 'requestTimeout' | 'clientErrorHandler'> & { http: ServerOptions };
+
+/** The fastify options that bound receiving a request, and the 408 written when one is late. */
+export function receiveBounds(config: GatewayConfig): BoundOptions {
+  const requestTimeout = config.requestBodyTimeoutSecs * 1000;
+  return {
+    requestTimeout,
+    // Node checks these at construction (header ≤ request); fastify sets requestTimeout again after.
+    http: { requestTimeout, headersTimeout: config.requestHeaderTimeoutSecs * 1000, connectionsCheckingInterval: CHECK_INTERVAL_MS },
+    clientErrorHandler(err, socket) {
+      answerClientError(err as NodeJS.ErrnoException, socket, config);
+    },
+  };
+}
+
+/**
+ * A request Node could not read (late, malformed, headers too big) gets the catalogue's envelope
+ * and the connection is closed: the rest of that request can no longer be told apart from the next.
+ */
+function answerClientError(err: NodeJS.ErrnoException, socket: Socket, config: GatewayConfig): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  let status: number;
+  let reason: string;
+  let body: Record<string, unknown>;
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    status = 408;
+    reason = 'Request Timeout';
+    body = new GatewayError('request_timeout', `the request was not received in time: headers within ${config.requestHeaderTimeoutSecs}s, the whole request within ${config.requestBodyTimeoutSecs}s`, {
+      header_timeout_secs: config.requestHeaderTimeoutSecs,
+      body_timeout_secs: config.requestBodyTimeoutSecs,
+    }).toJSON();
+  } else if (err.code === 'HPE_HEADER_OVERFLOW') {
+    status = 431;
+    reason = 'Request Header Fields Too Large';
+    body = { error: 'invalid_request', message: 'the request headers are too large' };
+  } else {
+    status = 400;
+    reason = 'Bad Request';
+    body = { error: 'invalid_request', message: 'the request is not valid HTTP' };
+  }
+  // Nothing was written on this socket for this request yet (Node calls this before any answer).
+  if (socket.writable) {
+    const text = JSON.stringify(body);
+    socket.write(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+  }
+  socket.destroySoon();
+}
+
+/**
+ * The connection cap and the in-flight cap. Node closes a connection past `maxConnections` as it
+ * accepts it, before any byte is read: it cannot be answered, so the caller sees a closed socket.
+ */
+export function capConnections(app: FastifyInstance, config: GatewayConfig): void {
+  if (config.maxConnections > 0) app.server.maxConnections = config.maxConnections;
+  const max = config.maxInFlight;
+  if (max <= 0) return;
+  let inFlight = 0;
+  const release = () => {
+    inFlight--;
+  };
+  // Before the body is read: a refused request costs no parsing. 'close' fires once the answer is
+  // written or the caller went away, hijacked (relayed) answers included.
+  app.addHook('onRequest', (req, reply, done) => {
+    const route = req.routeOptions?.url;
+    if (route === undefined || !CAPPED_ROUTES.has(route)) return done();
+    if (inFlight >= max) {
+      const e = new GatewayError('overloaded', `the gateway is handling its most generations at once (${max}); retry after ${RETRY_AFTER_SECS}s`, { limit: max, retryable: true });
+      reply.code(e.status).header('retry-after', String(RETRY_AFTER_SECS)).send(e.toJSON());
+      return;
+    }
+    inFlight++;
+    reply.raw.once('close', release);
+    done();
+  });
+}
