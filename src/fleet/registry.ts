@@ -7,7 +7,9 @@ import { EventEmitter } from 'node:events';
 import { createHash } from 'node:crypto';
 import { GatewayError } from '../api/errors.ts';
 import { laneAddresses } from '../engines/zmq/handshake.ts';
-import { baseUrlOf, connectionModeOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker, type WorkerRegistration } from './worker.ts';
+import { checkLabels } from './label-limits.ts';
+import { parseWorkerUrl } from './worker-url.ts';
+import { baseUrlOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker, type WorkerRegistration } from './worker.ts';
 
 export interface RegistryEvents {
   added: [Worker];
@@ -66,16 +68,15 @@ export class Registry extends EventEmitter<RegistryEvents> {
    */
   register(reg: WorkerRegistration): { worker: Worker; created: boolean } {
     const url = normaliseUrl(reg.url);
-    const mode = connectionModeOf(url);
-    if (!mode) {
-      throw new GatewayError('invalid_request', `url \`${reg.url}\` must start with http://, https://, grpc://, grpcs://, ipc:// or tcp://`, { field: 'url' });
-    }
-    try {
-      if (mode === 'zmq') laneAddresses(baseUrlOf(url).baseUrl);
-      else new URL(baseUrlOf(url.replace(/^grpcs?:/, 'http:')).baseUrl);
-    } catch (err) {
-      const why = mode === 'zmq' ? (err as Error).message : 'it is not a valid URL';
-      throw new GatewayError('invalid_request', `url \`${reg.url}\` cannot be used: ${why}`, { field: 'url' });
+    // URL syntax (worker-url.ts); the host policy is the caller's, which knows the allow-list.
+    const { mode } = parseWorkerUrl(url);
+    checkLabels(reg.labels);
+    if (mode === 'zmq') {
+      try {
+        laneAddresses(baseUrlOf(url).baseUrl);
+      } catch (err) {
+        throw new GatewayError('invalid_request', `url \`${reg.url}\` cannot be used: ${(err as Error).message}`, { field: 'url' });
+      }
     }
     const { baseUrl, dpRank } = baseUrlOf(url);
     const existing = this.findByUrl(url);
@@ -111,6 +112,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
   /** Changes a registered worker's caller labels, key or type (its URL is its identity). */
   update(id: string, patch: { labels?: Record<string, string>; api_key?: string | null; worker_type?: string; runtime_type?: string }): Worker {
     const prev = this.require(id);
+    checkLabels(patch.labels);
     const next: Worker = {
       ...prev,
       callerLabels: patch.labels !== undefined ? { ...patch.labels } : prev.callerLabels,
@@ -123,6 +125,17 @@ export class Registry extends EventEmitter<RegistryEvents> {
     this.generation++;
     this.emit('replaced', prev, next);
     return next;
+  }
+
+  /**
+   * A re-registration that may change nothing (no admin bearer): the worker stays as it is, and
+   * its discovery runs again, as for a restarted engine that slime registers anew.
+   */
+  touch(id: string): Worker {
+    const w = this.require(id);
+    this.generation++;
+    this.emit('replaced', w, w);
+    return w;
   }
 
   /** Discovery results: labels from the engine; caller labels still win in the merged view. */

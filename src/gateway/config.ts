@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { NATS_CLIENT_FLAGS } from '../bus/client-flags.ts';
 import { checkNatsSettings, noNatsAuth, NatsSettingsError, type NatsAuthSettings } from '../bus/connect-options.ts';
 import { parseVersionPolicy } from '../fleet/version-policy.ts';
+import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
 import { parseAllowedOrigins } from '../http/origin-policy.ts';
 import { DEFAULT_METRICS_PREFIX, METRICS_PREFIX_PATTERN } from '../obs/metrics-prefix.ts';
 
@@ -19,7 +20,11 @@ export interface GatewayConfig {
   adminKey: string | undefined;
   /** Browser origins that may write (`*`: any); same-origin and Origin-less requests always may. */
   allowedOrigins: string[];
+  /** Bearer required on POST /workers and /add_worker (the admin key works too); undefined: open. */
+  registrationKey: string | undefined;
   workerUrls: string[];
+  /** Hosts and CIDRs worker URLs may name; empty: any host but link-local and metadata ones. */
+  allowedWorkerHosts: string[];
   rl: {
     enabled: boolean;
     controlTimeoutSecs: number;
@@ -85,7 +90,9 @@ export const SETTINGS: Setting[] = [
   { flag: 'enable-rl', key: 'rl.enabled', kind: 'bool', help: 'serve the /v1/rl control plane (default off)' },
   { flag: 'admin-key', key: 'adminKey', kind: 'string', help: 'bearer token required on /v1/rl (default: no check)' },
   { flag: 'allowed-origins', key: 'allowedOrigins', kind: 'list', help: 'browser origins allowed to write, e.g. https://dash.example.com, or * (default: none but the gateway\'s own page; requests without Origin are never refused)' },
+  { flag: 'registration-key', key: 'registrationKey', kind: 'string', help: 'bearer token required on POST /workers and /add_worker (the admin key works too; default: no check)' },
   { flag: 'worker-urls', key: 'workerUrls', kind: 'list', help: 'engine URLs to register at start (space- or comma-separated)' },
+  { flag: 'allowed-worker-hosts', key: 'allowedWorkerHosts', kind: 'list', help: 'the only hosts, *.suffixes, addresses and CIDRs worker URLs may name (default: any but link-local and cloud metadata addresses)' },
   { flag: 'rl-control-timeout-secs', key: 'rl.controlTimeoutSecs', kind: 'int', help: 'deadline of one engine control call (default 600)' },
   { flag: 'rl-fanout-concurrency', key: 'rl.fanoutConcurrency', kind: 'int', help: 'engine calls in flight per fan-out and owning replica, for every call (default: 32 for calls that move weights, the fleet size and at least 256 for the others)' },
   { flag: 'rl-version-policy', key: 'rl.versionPolicy', kind: 'string', help: 'any | latest-only | min-version:<v> | max-staleness:<k> (default any)' },
@@ -121,7 +128,9 @@ export function defaultConfig(): GatewayConfig {
     nats: noNatsAuth(),
     adminKey: undefined,
     allowedOrigins: [],
+    registrationKey: undefined,
     workerUrls: [],
+    allowedWorkerHosts: [],
     rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: undefined, versionPolicy: 'any' },
     maxBodyBytes: 64 * 1024 * 1024,
     requestTimeoutSecs: 14400,
@@ -191,6 +200,7 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   } catch (err) {
     throw new ConfigError(`allowed_origins: ${(err as Error).message}`);
   }
+  checkWorkerUrls(cfg);
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
     if (policy !== 'any') throw new ConfigError('rl.version_policy requires rl.enabled');
@@ -216,6 +226,24 @@ function checkBounds(cfg: GatewayConfig): void {
   }
   if (!(Number.isSafeInteger(cfg.maxConnections) && cfg.maxConnections >= 0)) throw new ConfigError('max_connections must be >= 0');
   if (!(Number.isSafeInteger(cfg.maxInFlight) && cfg.maxInFlight >= 0)) throw new ConfigError('max_in_flight must be >= 0');
+}
+
+/** The allow-list parses, and every --worker-urls entry passes the rules POST /workers applies. */
+function checkWorkerUrls(cfg: GatewayConfig): void {
+  let allowed;
+  try {
+    allowed = allowedHostsOf(cfg.allowedWorkerHosts ?? []);
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+  for (const [i, url] of (cfg.workerUrls ?? []).entries()) {
+    try {
+      checkWorkerUrl(url, allowed);
+    } catch (err) {
+      // The message never repeats the URL (it may carry a password): it is named by position.
+      throw new ConfigError(`--worker-urls entry ${i + 1}: ${(err as Error).message}`);
+    }
+  }
 }
 
 /** Credentials and TLS only with --nats-url, one kind of credential, a cert with its key. */
@@ -325,7 +353,9 @@ const FILE_ALIASES: Record<string, string> = {
   nats_url: 'natsUrl',
   admin_key: 'adminKey',
   allowed_origins: 'allowedOrigins',
+  registration_key: 'registrationKey',
   worker_urls: 'workerUrls',
+  allowed_worker_hosts: 'allowedWorkerHosts',
   tokenizer_path: 'tokenizerPath',
   request_timeout_secs: 'requestTimeoutSecs',
   request_body_timeout_secs: 'requestBodyTimeoutSecs',

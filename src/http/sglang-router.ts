@@ -11,7 +11,8 @@ import { GatewayError } from '../api/errors.ts';
 import { errorResponses, methodNotAllowedSchema } from '../api/error-responses.ts';
 import { ADMIN_SECURITY } from '../api/openapi.ts';
 import { acceptRawBodies } from './raw-body.ts';
-import { bearerMatches } from './admin-auth.ts';
+import { bearerMatches, checkRegistrationBearer } from './admin-auth.ts';
+import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
 import { methodNotAllowed } from './rl-workers.ts';
 import { healthOf } from '../fleet/fleet-view.ts';
 import { controlUrlFor } from '../fleet/control-url.ts';
@@ -49,13 +50,19 @@ export const sglangRouterRoutes: FastifyPluginAsync<RouteOptions> = async (app, 
         description:
           "Registers the worker as `POST /workers {url}` would, then answers once it is ready, as sglang-router waits for a worker's health. A worker not ready in time is removed again (when this call added it) and answered 400.",
         querystring: UrlQuery,
-        response: { 200: Text('`Successfully added worker: <url>`'), ...errorResponses('invalid_request') },
+        response: { 200: Text('`Successfully added worker: <url>`'), ...errorResponses('invalid_request', 'unauthorized') },
       },
     },
     async (req, reply) => {
+      checkRegistrationBearer(req.headers.authorization, config);
       const url = urlParam(req);
       const timeoutSecs = timeoutParam(req);
-      const { worker, created } = registry.register({ url });
+      checkWorkerUrl(url, allowedHostsOf(config.allowedWorkerHosts ?? []));
+      // As POST /workers: with an admin key, re-adding a known URL without its bearer keeps the
+      // worker's key and labels (a bare `{url}` registration would drop them).
+      const known = registry.findByUrl(url);
+      const keep = known !== undefined && !!config.adminKey && !bearerMatches(req.headers.authorization, config.adminKey);
+      const { worker, created } = keep ? { worker: registry.touch(known.id), created: false } : registry.register({ url });
       const ready = await waitReady(services, worker.id, timeoutSecs, reply);
       if (ready === 'gone') throw new GatewayError('invalid_request', `worker ${url} was removed while it was being added`, { url });
       if (ready !== 'ready') {

@@ -7,7 +7,9 @@ import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { RouteOptions } from './services.ts';
 import { GatewayError } from '../api/errors.ts';
-import { bearerMatches } from './admin-auth.ts';
+import { bearerMatches, checkRegistrationBearer } from './admin-auth.ts';
+import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
+import { checkLabels, LABEL_LIMITS } from '../fleet/label-limits.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { healthOf, workerStats } from '../fleet/fleet-view.ts';
@@ -16,13 +18,19 @@ import { errorResponses } from '../api/error-responses.ts';
 import { ADMIN_SECURITY } from '../api/openapi.ts';
 import { WorkerAccepted, WorkerListing, WorkerRemoved, WorkerRow } from '../api/worker-schema.ts';
 
+// Documents the bounds (fleet/label-limits.ts); checkLabels enforces them, key length included.
+const Labels = Type.Record(Type.String({ maxLength: LABEL_LIMITS.maxKeyLength }), Type.String({ maxLength: LABEL_LIMITS.maxValueLength }), {
+  maxProperties: LABEL_LIMITS.maxCount,
+  description: `At most ${LABEL_LIMITS.maxCount} labels, keys of at most ${LABEL_LIMITS.maxKeyLength} characters, values of at most ${LABEL_LIMITS.maxValueLength}, ${LABEL_LIMITS.maxTotalBytes} bytes in all.`,
+});
+
 const Registration = Type.Object(
   {
     url: Type.String({ minLength: 1, maxLength: 2048 }),
     api_key: Type.Optional(Type.String({ maxLength: 4096 })),
     runtime_type: Type.Optional(Type.String({ maxLength: 64 })),
     worker_type: Type.Optional(Type.String({ maxLength: 64 })),
-    labels: Type.Optional(Type.Record(Type.String({ maxLength: 256 }), Type.String({ maxLength: 4096 }))),
+    labels: Type.Optional(Labels),
     bootstrap_port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
     http_pool: Type.Optional(
       Type.Object(
@@ -40,7 +48,7 @@ const Update = Type.Object(
     api_key: Type.Optional(Type.Union([Type.String({ maxLength: 4096 }), Type.Null()])),
     runtime_type: Type.Optional(Type.String({ maxLength: 64 })),
     worker_type: Type.Optional(Type.String({ maxLength: 64 })),
-    labels: Type.Optional(Type.Record(Type.String({ maxLength: 256 }), Type.String({ maxLength: 4096 }))),
+    labels: Type.Optional(Labels),
   },
   { additionalProperties: false },
 );
@@ -73,14 +81,24 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     tags: TAG,
     summary: 'Register a worker',
     description:
-      'Accepts the worker and discovers it in the background (its row turns ready when discovery succeeds). Registering a URL again is idempotent and runs discovery again. A key or `rl.*` labels need the admin bearer when the gateway has one; a plain registration never does.',
+      'Accepts the worker and discovers it in the background (its row turns ready when discovery succeeds). Registering a URL again is idempotent and runs discovery again; with an admin key configured, it changes the worker only with the admin bearer. A key or `rl.*` labels need the admin bearer when the gateway has one; a plain registration needs the registration bearer only when `--registration-key` is set. The URL must pass the worker URL rules (docs/operations.md).',
     body: Registration,
     response: { 202: WorkerAccepted, ...errorResponses(...BODY_ERRORS, 'unauthorized') },
   };
   app.post<{ Body: Registration }>('/workers', { schema: registerSchema }, async (req, reply) => {
-    // Re-registering a URL without a key or rl.* labels drops them: nothing to leak, and slime
-    // re-registers restarted engines this way.
+    checkRegistrationBearer(req.headers.authorization, services.config);
     guard(req.headers, touchesSecrets(req.body));
+    checkWorkerUrl(req.body.url, allowedHostsOf(services.config.allowedWorkerHosts ?? []));
+    checkLabels(req.body.labels);
+    // With an admin key, re-registering a known URL without its bearer changes nothing of the
+    // worker (key, labels, version): discovery runs again, which is what slime needs for a
+    // restarted engine. Without an admin key it replaces the registration, as it always did.
+    const known = registry.findByUrl(req.body.url);
+    if (known && services.config.adminKey && !bearerMatches(req.headers.authorization, services.config.adminKey)) {
+      registry.touch(known.id);
+      reply.code(202);
+      return { id: known.id, url: known.url, status: 'accepted', message: 'worker already registered; discovery runs again (changing it needs the admin bearer token)' };
+    }
     const { worker, created } = registry.register(req.body);
     reply.code(202);
     return {
