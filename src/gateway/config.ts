@@ -9,6 +9,7 @@ import { parseVersionPolicy } from '../fleet/version-policy.ts';
 import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
 import { parseAllowedOrigins } from '../http/origin-policy.ts';
 import { DEFAULT_METRICS_PREFIX, METRICS_PREFIX_PATTERN } from '../obs/metrics-prefix.ts';
+import { redactUrl } from '../obs/redact-url.ts';
 
 export interface GatewayConfig {
   host: string;
@@ -18,6 +19,8 @@ export interface GatewayConfig {
   /** Credential and TLS files for --nats-url (never for the embedded server). */
   nats: NatsAuthSettings;
   adminKey: string | undefined;
+  /** A file holding the admin key (read by loadConfig): keeps it off the command line. */
+  adminKeyFile: string | undefined;
   /** Browser origins that may write (`*`: any); same-origin and Origin-less requests always may. */
   allowedOrigins: string[];
   /** Bearer required on POST /workers and /add_worker (the admin key works too); undefined: open. */
@@ -88,7 +91,8 @@ export const SETTINGS: Setting[] = [
   { flag: 'nats-url', key: 'natsUrl', kind: 'string', help: 'join this NATS server or cluster (comma-separated list; nats://user:pass@host carries credentials); absent: start an embedded nats-server', envFallback: 'NATS_URL' },
   ...NATS_CLIENT_FLAGS.map((f): Setting => ({ flag: f.flag, key: `nats.${f.key}`, kind: 'string', help: f.help })),
   { flag: 'enable-rl', key: 'rl.enabled', kind: 'bool', help: 'serve the /v1/rl control plane (default off)' },
-  { flag: 'admin-key', key: 'adminKey', kind: 'string', help: 'bearer token required on /v1/rl (default: no check)' },
+  { flag: 'admin-key', key: 'adminKey', kind: 'string', help: 'bearer token required on /v1/rl (default: no check); other users of the machine can read it on a command line: prefer --admin-key-file or RLGATE_ADMIN_KEY' },
+  { flag: 'admin-key-file', key: 'adminKeyFile', kind: 'string', help: 'file holding the admin bearer token (its final newline is not part of it); instead of --admin-key' },
   { flag: 'allowed-origins', key: 'allowedOrigins', kind: 'list', help: 'browser origins allowed to write, e.g. https://dash.example.com, or * (default: none but the gateway\'s own page; requests without Origin are never refused)' },
   { flag: 'registration-key', key: 'registrationKey', kind: 'string', help: 'bearer token required on POST /workers and /add_worker (the admin key works too; default: no check)' },
   { flag: 'worker-urls', key: 'workerUrls', kind: 'list', help: 'engine URLs to register at start (space- or comma-separated)' },
@@ -127,6 +131,7 @@ export function defaultConfig(): GatewayConfig {
     natsUrl: undefined,
     nats: noNatsAuth(),
     adminKey: undefined,
+    adminKeyFile: undefined,
     allowedOrigins: [],
     registrationKey: undefined,
     workerUrls: [],
@@ -174,7 +179,23 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
   for (const s of SETTINGS) {
     if (flags.has(s.flag)) setPath(cfg, s.key, coerce(s, flags.get(s.flag)!, `--${s.flag}`));
   }
+  readAdminKeyFile(cfg);
   return validateConfig(cfg);
+}
+
+/** The admin key from --admin-key-file, read once at start; the key itself is never in an error. */
+function readAdminKeyFile(cfg: GatewayConfig): void {
+  const path = cfg.adminKeyFile;
+  if (path === undefined) return;
+  if (cfg.adminKey !== undefined) throw new ConfigError('give the admin key once: --admin-key-file, or --admin-key / RLGATE_ADMIN_KEY, not both');
+  let key: string;
+  try {
+    key = readFileSync(path, 'utf8').trim();
+  } catch (err) {
+    throw new ConfigError(`cannot read the admin key file ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+  if (key === '') throw new ConfigError(`the admin key file ${path} is empty`);
+  cfg.adminKey = key;
 }
 
 /**
@@ -280,7 +301,7 @@ function parseFlags(argv: string[]): Map<string, string> {
   const out = new Map<string, string>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
-    if (!arg.startsWith('--')) throw new ConfigError(`unexpected argument \`${arg}\`; see --help`);
+    if (!arg.startsWith('--')) throw new ConfigError(`unexpected argument \`${redactUrl(arg)}\`; see --help`);
     const [name, inline] = splitFlag(arg.slice(2));
     if (name === 'config') {
       const v = inline ?? argv[++i];
@@ -352,6 +373,7 @@ const FILE_ALIASES: Record<string, string> = {
   'rl.version_policy': 'rl.versionPolicy',
   nats_url: 'natsUrl',
   admin_key: 'adminKey',
+  admin_key_file: 'adminKeyFile',
   allowed_origins: 'allowedOrigins',
   registration_key: 'registrationKey',
   worker_urls: 'workerUrls',
