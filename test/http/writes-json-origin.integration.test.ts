@@ -4,6 +4,7 @@
 // CORS preflights are answered for allowed origins only.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/gateway/config.ts';
 import { startTestGateway, type HttpOpts, type TestGateway } from '../fixtures/gateway.ts';
 import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
@@ -204,5 +205,17 @@ describe('--allowed-origins * and the admin key', () => {
     expect(text.status).toBe(415);
     expect((await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path))).toEqual([]);
     await resume(t, auth);
+  });
+});
+
+describe('--allowed-origins', () => {
+  it('is read from the flag, the environment and the config file, and refuses what is not an origin', () => {
+    expect(loadConfig(['--allowed-origins', `${DASH},*`]).allowedOrigins).toEqual([DASH, '*']);
+    expect(loadConfig([], { RLGATE_ALLOWED_ORIGINS: `${DASH} ${EVIL}` }).allowedOrigins).toEqual([DASH, EVIL]);
+    expect(loadConfig([]).allowedOrigins).toEqual([]);
+    for (const bad of [`${DASH}/app`, 'dash.example.com', 'ftp://dash.example.com', 'https://user:pw@dash.example.com', `${DASH}?x=1`]) {
+      expect(() => loadConfig(['--allowed-origins', bad]), bad).toThrow(ConfigError);
+      expect(() => loadConfig(['--allowed-origins', bad]), bad).toThrow(/allowed_origins/);
+    }
   });
 });
