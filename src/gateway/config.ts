@@ -25,6 +25,8 @@ export interface GatewayConfig {
   allowedOrigins: string[];
   /** Bearer required on POST /workers and /add_worker (the admin key works too); undefined: open. */
   registrationKey: string | undefined;
+  /** A file holding the registration key (read by loadConfig): keeps it off the command line. */
+  registrationKeyFile: string | undefined;
   workerUrls: string[];
   /** Hosts and CIDRs worker URLs may name; empty: any host but link-local and metadata ones. */
   allowedWorkerHosts: string[];
@@ -94,7 +96,8 @@ export const SETTINGS: Setting[] = [
   { flag: 'admin-key', key: 'adminKey', kind: 'string', help: 'bearer token required on /v1/rl (default: no check); other users of the machine can read it on a command line: prefer --admin-key-file or RLGATE_ADMIN_KEY' },
   { flag: 'admin-key-file', key: 'adminKeyFile', kind: 'string', help: 'file holding the admin bearer token (its final newline is not part of it); instead of --admin-key' },
   { flag: 'allowed-origins', key: 'allowedOrigins', kind: 'list', help: 'browser origins allowed to write, e.g. https://dash.example.com, or * (default: none but the gateway\'s own page; requests without Origin are never refused)' },
-  { flag: 'registration-key', key: 'registrationKey', kind: 'string', help: 'bearer token required on POST /workers and /add_worker (the admin key works too; default: no check)' },
+  { flag: 'registration-key', key: 'registrationKey', kind: 'string', help: 'bearer token required on POST /workers and /add_worker (the admin key works too; default: no check); visible to other users on a command line: prefer --registration-key-file or RLGATE_REGISTRATION_KEY' },
+  { flag: 'registration-key-file', key: 'registrationKeyFile', kind: 'string', help: 'file holding the registration bearer token (its final newline is not part of it); instead of --registration-key' },
   { flag: 'worker-urls', key: 'workerUrls', kind: 'list', help: 'engine URLs to register at start (space- or comma-separated)' },
   { flag: 'allowed-worker-hosts', key: 'allowedWorkerHosts', kind: 'list', help: 'the only hosts, *.suffixes, addresses and CIDRs worker URLs may name (default: any but link-local and cloud metadata addresses)' },
   { flag: 'rl-control-timeout-secs', key: 'rl.controlTimeoutSecs', kind: 'int', help: 'deadline of one engine control call (default 600)' },
@@ -134,6 +137,7 @@ export function defaultConfig(): GatewayConfig {
     adminKeyFile: undefined,
     allowedOrigins: [],
     registrationKey: undefined,
+    registrationKeyFile: undefined,
     workerUrls: [],
     allowedWorkerHosts: [],
     rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: undefined, versionPolicy: 'any' },
@@ -179,6 +183,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
   for (const s of SETTINGS) {
     if (flags.has(s.flag)) setPath(cfg, s.key, coerce(s, flags.get(s.flag)!, `--${s.flag}`));
   }
+  readRegistrationKeyFile(cfg);
   readAdminKeyFile(cfg);
   return validateConfig(cfg);
 }
@@ -247,6 +252,21 @@ function checkBounds(cfg: GatewayConfig): void {
   }
   if (!(Number.isSafeInteger(cfg.maxConnections) && cfg.maxConnections >= 0)) throw new ConfigError('max_connections must be >= 0');
   if (!(Number.isSafeInteger(cfg.maxInFlight) && cfg.maxInFlight >= 0)) throw new ConfigError('max_in_flight must be >= 0');
+}
+
+/** The registration key from --registration-key-file, read once at start; never in an error. */
+function readRegistrationKeyFile(cfg: GatewayConfig): void {
+  const path = cfg.registrationKeyFile;
+  if (path === undefined) return;
+  if (cfg.registrationKey !== undefined) throw new ConfigError('give the registration key once: --registration-key-file, or --registration-key / RLGATE_REGISTRATION_KEY, not both');
+  let key: string;
+  try {
+    key = readFileSync(path, 'utf8').trim();
+  } catch (err) {
+    throw new ConfigError(`cannot read the registration key file ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+  if (key === '') throw new ConfigError(`the registration key file ${path} is empty`);
+  cfg.registrationKey = key;
 }
 
 /** The allow-list parses, and every --worker-urls entry passes the rules POST /workers applies. */
@@ -376,6 +396,7 @@ const FILE_ALIASES: Record<string, string> = {
   admin_key_file: 'adminKeyFile',
   allowed_origins: 'allowedOrigins',
   registration_key: 'registrationKey',
+  registration_key_file: 'registrationKeyFile',
   worker_urls: 'workerUrls',
   allowed_worker_hosts: 'allowedWorkerHosts',
   tokenizer_path: 'tokenizerPath',

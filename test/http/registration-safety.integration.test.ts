@@ -3,6 +3,9 @@
 // `--allowed-worker-hosts` allow-list, label bounds at their edges, re-registration without the
 // admin key (the worker keeps its key, labels and version), and `--registration-key`.
 
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, testConfig, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
@@ -313,7 +316,7 @@ describe('--registration-key', () => {
   });
 
   it('POST /workers and /add_worker without it, or with a wrong one, are 401 and register nothing', async () => {
-    for (const headers of [{}, { authorization: 'Bearer nope' }, { authorization: 'reg' }]) {
+    for (const headers of [{}, { authorization: 'Bearer nope' }, { authorization: 'reg' }] as Array<Record<string, string>>) {
       const a = await t.http('POST', '/workers', { body: { url: sims[0]!.url }, headers });
       expect(a.status).toBe(401);
       expect(a.json.error).toBe('unauthorized');
@@ -334,5 +337,23 @@ describe('--registration-key', () => {
 
   it('reads are not behind it', async () => {
     expect((await t.http('GET', '/workers')).status).toBe(200);
+  });
+
+  it('comes from the flag, RLGATE_REGISTRATION_KEY, or --registration-key-file (given once, not empty)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rlgate-regkey-'));
+    try {
+      const file = join(dir, 'key');
+      writeFileSync(file, 'reg-from-file\n');
+      expect(loadConfig(['--registration-key-file', file], {}).registrationKey).toBe('reg-from-file');
+      expect(loadConfig([], { RLGATE_REGISTRATION_KEY: 'reg-from-env' }).registrationKey).toBe('reg-from-env');
+      expect(loadConfig(['--registration-key', 'reg-from-flag'], {}).registrationKey).toBe('reg-from-flag');
+      expect(() => loadConfig(['--registration-key-file', file, '--registration-key', 'x'], {})).toThrow(/once/);
+      const empty = join(dir, 'empty');
+      writeFileSync(empty, '\n');
+      expect(() => loadConfig(['--registration-key-file', empty], {})).toThrow(/empty/);
+      expect(() => loadConfig(['--registration-key-file', join(dir, 'missing')], {})).toThrow(/cannot read/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
