@@ -183,7 +183,7 @@ describe('slime §9 item 7: the abort flow against SGLang simulators', () => {
   });
 
   it('abort_all per listed URL → in-flight /generate calls answer 200 partials with finish_reason abort; loads reach 0', async () => {
-    const long = { ...SLIME_BODY, sampling_params: { ...SLIME_BODY.sampling_params, max_new_tokens: 100_000 } };
+    const long = { ...SLIME_BODY, sampling_params: { ...SLIME_BODY.sampling_params, max_new_tokens: 30_000 } };
     const calls = [
       inFlight(t.url, { ...long, stream: true }),
       inFlight(t.url, { ...long, stream: true }),
@@ -336,7 +336,7 @@ describe('slime §7 against a TokenSpeed gRPC worker listed by its control app (
   });
 
   it('list → abort_request {abort_all} → loads reach 0 → in-flight streams end with 200 abort partials', async () => {
-    const long = { ...SLIME_BODY, sampling_params: { ...SLIME_BODY.sampling_params, max_new_tokens: 100_000 }, stream: true };
+    const long = { ...SLIME_BODY, sampling_params: { ...SLIME_BODY.sampling_params, max_new_tokens: 30_000 }, stream: true };
     const calls = [0, 1, 2].map(() => inFlight(t.url, long));
     expect(await Promise.all(calls.map((c) => c.headers))).toEqual([200, 200, 200]);
     await until('three running', async () => (slimeCount(await slimeGet(`${ts.controlUrl}/v1/loads`)) === 3 ? true : undefined));
