@@ -28,8 +28,10 @@ export async function gatewayCommand(argv: string[]): Promise<number> {
   }
   const log = createLogger({ level: config.logLevel });
   // Any user of the machine can read a process's arguments (ps, /proc/<pid>/cmdline).
-  if (argv.some((a) => a === '--admin-key' || a.startsWith('--admin-key='))) {
-    log.warn('--admin-key on the command line is visible to other users of this machine (ps, /proc/<pid>/cmdline); pass it with --admin-key-file or the environment variable RLGATE_ADMIN_KEY');
+  for (const [flag, env] of [['--admin-key', 'RLGATE_ADMIN_KEY'], ['--registration-key', 'RLGATE_REGISTRATION_KEY']] as const) {
+    if (argv.some((a) => a === flag || a.startsWith(`${flag}=`))) {
+      log.warn(`${flag} on the command line is visible to other users of this machine (ps, /proc/<pid>/cmdline); pass it with ${flag}-file or the environment variable ${env}`);
+    }
   }
   const gw = await startGateway(config, { log });
   process.stdout.write(`${JSON.stringify({ event: 'listening', url: gw.url, nats_url: gw.natsUrl, replica_id: gw.replicaId })}\n`);
