@@ -96,7 +96,11 @@ describe('rlgate watch', () => {
     await refit('watch-tty', '11');
     const frames = () => w.out().replace(/\r/g, '').split('\x1b[?25l').map((f) => f.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ''));
     const row = (f: string) => f.split('\n').find((l) => l.startsWith(sim.url)) ?? '';
-    await until('the row back to serving', 30_000, async () => /serving .* 11 /.test(row(frames().at(-1)!)));
+    // The engine's state and the refit's report are separate events: wait for both to be drawn.
+    await until('the row back to serving and the refit over', 30_000, async () => {
+      const f = frames().at(-1)!;
+      return /serving .* 11 /.test(row(f)) && f.includes(' 0 refits running');
+    });
     const all = frames();
     expect(w.out()).toMatch(/\x1b\[2A/); // back up over the last frame (a header, the titles, one row)
     const during = all.map(row).find((r) => r.includes('refitting'));

@@ -114,7 +114,8 @@ describe('CORS exposed headers and the in-flight version-change counter (SGLang 
 
   beforeAll(async () => {
     sim = await spawnSglangSim(['--token-rate', '20']);
-    t = await startTestGateway();
+    // A browser's write is refused unless its origin is allowed (test/http/writes-json-origin).
+    t = await startTestGateway({ allowedOrigins: ['http://example.test'] });
     [id] = await t.register([sim.url]);
   }, 60_000);
   afterAll(async () => {
@@ -122,7 +123,7 @@ describe('CORS exposed headers and the in-flight version-change counter (SGLang 
     await sim?.stop();
   });
 
-  it('with Origin, answers expose the stamping headers; without, no expose header', async () => {
+  it('with an allowed Origin, answers expose the stamping headers; without, no expose header', async () => {
     const body = { text: 'hi', sampling_params: { max_new_tokens: 1 } };
     const withOrigin = await t.http('POST', '/generate', { body, headers: { origin: 'http://example.test' } });
     expect(withOrigin.status).toBe(200);
@@ -130,8 +131,8 @@ describe('CORS exposed headers and the in-flight version-change counter (SGLang 
     expect(exposed.sort()).toEqual(
       ['x-smg-weight-version', 'x-smg-mixed-version', 'x-smg-routed-worker-id', 'x-rl-weight-version', 'x-rl-mixed-version', 'x-rl-routed-worker-id', 'x-request-id'].sort(),
     );
-    // Exposure only: no allow-origin policy is added.
-    expect(withOrigin.headers['access-control-allow-origin']).toBeUndefined();
+    // The allowed origin is named back (--allowed-origins decides which may write).
+    expect(withOrigin.headers['access-control-allow-origin']).toBe('http://example.test');
     const plain = await t.http('POST', '/generate', { body });
     expect(plain.headers['access-control-expose-headers']).toBeUndefined();
   });

@@ -60,7 +60,7 @@ describe('least in-flight first', () => {
   it('3 streams held on A → every new request goes to idle B; once A drains, both serve again', async () => {
     const [a] = await t.register([slow.url]);
     // Headers back = the stream is relayed and counted in flight on A.
-    const streams = await Promise.all([0, 1, 2].map(() => openStream(t.url, { text: 'long', stream: true, sampling_params: { max_new_tokens: 100_000 } })));
+    const streams = await Promise.all([0, 1, 2].map(() => openStream(t.url, { text: 'long', stream: true, sampling_params: { max_new_tokens: 30_000 } })));
     for (const st of streams) {
       held.push(st.req);
       expect(st.res.statusCode).toBe(200);

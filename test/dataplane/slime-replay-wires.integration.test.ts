@@ -19,7 +19,8 @@ const SLIME_BODY = {
   sampling_params: { max_new_tokens: 4, no_stop_trim: true, spaces_between_special_tokens: false },
   return_logprob: true,
 };
-const LONG = { ...SLIME_BODY, sampling_params: { ...SLIME_BODY.sampling_params, max_new_tokens: 100_000 } };
+// Long-running, within the simulators' 32,768-token context (more is a 400 at the gateway).
+const LONG = { ...SLIME_BODY, sampling_params: { ...SLIME_BODY.sampling_params, max_new_tokens: 30_000 } };
 
 interface Fleet {
   engines: Array<{ url: string; controlUrl: string }>;
