@@ -59,7 +59,7 @@ describe('NATS subjects under random payloads', () => {
         const code = reply.headers?.get('Rlgate-Error');
         if (code) expect(code, `${subject}: ${decoder.decode(reply.data).slice(0, 300)}`).not.toBe('internal_error');
       }),
-      fuzzParams('request subjects'),
+      fuzzParams('request subjects', requestSubjects().length),
     );
     const calls = (await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path));
     expect(calls.map((c) => c.path)).toEqual([]);
@@ -75,7 +75,7 @@ describe('NATS subjects under random payloads', () => {
       fc.asyncProperty(fc.constantFrom(...followed()), payload, async (subject, data) => {
         bus.nc.publish(subject, data);
       }),
-      fuzzParams('followed subjects'),
+      fuzzParams('followed subjects', followed().length),
     );
     await bus.nc.flush();
     // Still whole: healthy, the engine listed and routable, a refit runs and leaves nothing paused.
