@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { redactUrl } from '../obs/redact-url.ts';
 
 const COMMANDS: Record<string, { summary: string; run: (argv: string[]) => Promise<number | void> }> = {
   gateway: { summary: 'run a gateway replica (embedded nats-server unless --nats-url)', run: async (a) => (await import('./gateway.ts')).gatewayCommand(a) },
@@ -71,7 +72,8 @@ main(process.argv.slice(2)).then(
     if (code !== 0) process.exitCode = code;
   },
   (err: unknown) => {
-    process.stderr.write(`rlgate: ${(err as Error)?.message ?? String(err)}\n`);
+    // A message may quote an argument: a server URL's password never reaches the terminal.
+    process.stderr.write(`rlgate: ${redactUrl((err as Error)?.message ?? String(err))}\n`);
     process.exitCode = 1;
   },
 );

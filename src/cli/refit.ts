@@ -4,6 +4,7 @@
 // the request has none) are shown on stderr while it runs: a live view on a terminal, one line per
 // event otherwise. Exit codes are REFIT_EXIT.
 
+import { redactUrl } from '../obs/redact-url.ts';
 import { randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
@@ -115,7 +116,8 @@ export async function refitCommand(argv: string[]): Promise<number> {
   try {
     args = await parseRefitArgs(argv);
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\n${HELP}\n`);
+    // node's own message quotes a stray argument: a NATS URL with its password, maybe
+    process.stderr.write(`${redactUrl((err as Error).message)}\n${HELP}\n`);
     return REFIT_EXIT.usage;
   }
   const { request } = args;

@@ -10,6 +10,7 @@ import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, helpText, loadConfig } from '../gateway/config.ts';
+import { redactUrl } from '../obs/redact-url.ts';
 import { startGateway, type Gateway } from '../gateway/gateway.ts';
 import { pickFreePort } from '../bus/server.ts';
 import { launchSim, type SimProcess } from '../sim/launcher.ts';
@@ -313,6 +314,6 @@ function pidOf(p: SimProcess | ChildProcess | undefined): number | null {
 }
 
 function usage(message: string): number {
-  process.stderr.write(`rlgate serve: ${message}\n${HELP}\n`);
+  process.stderr.write(`rlgate serve: ${redactUrl(message)}\n${HELP}\n`);
   return 2;
 }

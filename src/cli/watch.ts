@@ -51,7 +51,7 @@ export async function watchCommand(argv: string[]): Promise<number> {
       },
     });
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\n${HELP}\n`);
+    process.stderr.write(`${redactUrl((err as Error).message)}\n${HELP}\n`);
     return 2;
   }
   const nats = readNatsClientFlags(argv);

@@ -66,6 +66,10 @@ describe('secrets out of sight', () => {
       ['watch, unreachable server', ['watch', '--nats-url', down]],
       ['refit, unreachable server', ['refit', '--nats-url', down, '--version', '2', '--model-path', '/m']],
       ['refit, URL that does not parse', ['refit', '--nats-url', `nats://rl:${PASSWORD}@[bad`, '--version', '2', '--model-path', '/m']],
+      ['refit, URL given without its flag', ['refit', down, '--version', '2', '--model-path', '/m']],
+      ['watch, URL given without its flag', ['watch', down]],
+      ['trainer, URL given without its flag', ['trainer', down, '--version', '2']],
+      ['serve, URL given without its flag', ['serve', down]],
     ];
     for (const [what, args, env] of cases) {
       const { code, out } = await runCli(args, env);

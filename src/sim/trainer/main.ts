@@ -4,6 +4,7 @@
 // from on stderr, and exit with a code that says how it went. It owns no refit logic (refit.ts,
 // nats-refit.ts) and no parameter synthesis (chunks.ts).
 
+import { redactUrl } from '../../obs/redact-url.ts';
 import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
@@ -235,7 +236,7 @@ export async function trainerCommand(argv: string[]): Promise<number> {
   try {
     inv = parseTrainerInvocation(argv);
   } catch (err) {
-    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n${TRAINER_USAGE}\n`);
+    process.stderr.write(`${redactUrl(err instanceof Error ? err.message : String(err))}\n${TRAINER_USAGE}\n`);
     return TRAINER_EXIT.usage;
   }
   const a = inv.args;
