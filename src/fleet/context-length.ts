@@ -4,14 +4,15 @@
 // engine never said, and then nothing is capped by it.
 
 import { sizeLabel } from './labels.ts';
-import { mergedLabels, type Worker } from './worker.ts';
+import type { Worker } from './worker.ts';
 
 const KEYS = ['context_length', 'max_context_length'] as const;
 
 export function contextLengthOf(worker: Pick<Worker, 'discoveredLabels' | 'callerLabels'>): number | undefined {
-  const labels = mergedLabels(worker);
+  // Read as mergedLabels would (caller labels win) without building the merged object: this runs
+  // for every eligible engine of every /generate that sets a token limit.
   for (const key of KEYS) {
-    const n = sizeLabel(labels[key]);
+    const n = sizeLabel(worker.callerLabels[key] ?? worker.discoveredLabels[key]);
     if (n !== null && n > 0) return n;
   }
   return undefined;

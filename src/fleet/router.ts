@@ -121,8 +121,8 @@ export class Router {
     return this.deps.registry.models();
   }
 
-  pick(opts: PickOptions = {}): Worker | undefined {
-    const candidates = this.eligible(opts);
+  /** One of `candidates` (by default the eligible engines for `opts`, read once per request by a caller that needs them too). */
+  pick(opts: PickOptions = {}, candidates: Worker[] = this.eligible(opts)): Worker | undefined {
     const n = candidates.length;
     if (n === 0) return undefined;
     if (opts.routingKey !== undefined) return rendezvous(opts.routingKey, candidates);

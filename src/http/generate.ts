@@ -89,9 +89,11 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   const routingKey = typeof key === 'string' && key !== '' ? key : undefined;
   // Token limits past the context length are refused before any engine is called; the smallest
   // among the eligible engines, so the answer does not depend on which one routing picks.
+  // One scan of the fleet serves both the check and the pick.
+  const candidates = services.router.eligible({ modes, modelId, policy, counts: services.metrics });
   const limits = tokenLimitsOf(path, parsed);
-  if (limits.length > 0) checkTokenLimits(limits, smallestContextLength(services.router.eligible({ modes, modelId, policy })));
-  let worker = services.router.pick({ modes, modelId, policy, routingKey, counts: services.metrics });
+  if (limits.length > 0) checkTokenLimits(limits, smallestContextLength(candidates));
+  let worker = services.router.pick({ modes, modelId, policy, routingKey }, candidates);
   // A token-engine-only fleet answers a batch with token-relay's own 400 (spec §18 line 44).
   if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);
   if (!worker) {
