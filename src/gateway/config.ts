@@ -183,24 +183,26 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
   for (const s of SETTINGS) {
     if (flags.has(s.flag)) setPath(cfg, s.key, coerce(s, flags.get(s.flag)!, `--${s.flag}`));
   }
-  readRegistrationKeyFile(cfg);
-  readAdminKeyFile(cfg);
+  cfg.registrationKey = readKeyFile('registration key', 'registration-key', 'RLGATE_REGISTRATION_KEY', cfg.registrationKeyFile, cfg.registrationKey) ?? cfg.registrationKey;
+  cfg.adminKey = readKeyFile('admin key', 'admin-key', 'RLGATE_ADMIN_KEY', cfg.adminKeyFile, cfg.adminKey) ?? cfg.adminKey;
   return validateConfig(cfg);
 }
 
-/** The admin key from --admin-key-file, read once at start; the key itself is never in an error. */
-function readAdminKeyFile(cfg: GatewayConfig): void {
-  const path = cfg.adminKeyFile;
-  if (path === undefined) return;
-  if (cfg.adminKey !== undefined) throw new ConfigError('give the admin key once: --admin-key-file, or --admin-key / RLGATE_ADMIN_KEY, not both');
+/**
+ * A key given as a file (--admin-key-file, --registration-key-file), read once at start; the key
+ * itself is never in an error. Undefined when no file was given.
+ */
+function readKeyFile(what: string, flag: string, env: string, path: string | undefined, given: string | undefined): string | undefined {
+  if (path === undefined) return undefined;
+  if (given !== undefined) throw new ConfigError(`give the ${what} once: --${flag}-file, or --${flag} / ${env}, not both`);
   let key: string;
   try {
     key = readFileSync(path, 'utf8').trim();
   } catch (err) {
-    throw new ConfigError(`cannot read the admin key file ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+    throw new ConfigError(`cannot read the ${what} file ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
   }
-  if (key === '') throw new ConfigError(`the admin key file ${path} is empty`);
-  cfg.adminKey = key;
+  if (key === '') throw new ConfigError(`the ${what} file ${path} is empty`);
+  return key;
 }
 
 /**
@@ -252,21 +254,6 @@ function checkBounds(cfg: GatewayConfig): void {
   }
   if (!(Number.isSafeInteger(cfg.maxConnections) && cfg.maxConnections >= 0)) throw new ConfigError('max_connections must be >= 0');
   if (!(Number.isSafeInteger(cfg.maxInFlight) && cfg.maxInFlight >= 0)) throw new ConfigError('max_in_flight must be >= 0');
-}
-
-/** The registration key from --registration-key-file, read once at start; never in an error. */
-function readRegistrationKeyFile(cfg: GatewayConfig): void {
-  const path = cfg.registrationKeyFile;
-  if (path === undefined) return;
-  if (cfg.registrationKey !== undefined) throw new ConfigError('give the registration key once: --registration-key-file, or --registration-key / RLGATE_REGISTRATION_KEY, not both');
-  let key: string;
-  try {
-    key = readFileSync(path, 'utf8').trim();
-  } catch (err) {
-    throw new ConfigError(`cannot read the registration key file ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
-  }
-  if (key === '') throw new ConfigError(`the registration key file ${path} is empty`);
-  cfg.registrationKey = key;
 }
 
 /** The allow-list parses, and every --worker-urls entry passes the rules POST /workers applies. */
