@@ -11,7 +11,7 @@ import { errorResponses, SharedErrorAnswer } from '../api/error-responses.ts';
 import { Healthy, Unhealthy } from '../api/health-schema.ts';
 import { bearerMatches } from './admin-auth.ts';
 import { capConnections, receiveBounds } from './bounds.ts';
-import { isPreflight, writeGuard } from './write-guard.ts';
+import { documentWriteGuard, isPreflight, writeGuard } from './write-guard.ts';
 import { parseAllowedOrigins } from './origin-policy.ts';
 import { checkQueryParams } from './query-params.ts';
 import type { Services } from './services.ts';
@@ -109,6 +109,8 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   // A repeated or malformed query parameter that a route declares is a 400 naming it (on every
   // route registered below).
   checkQueryParams(app);
+  // The write guard's 403 and 415, in the document of every write route registered below.
+  documentWriteGuard(app);
 
   app.setErrorHandler((err: FastifyError | GatewayError, req, reply) => {
     if (err instanceof GatewayError) return reply.code(err.status).send(err.toJSON());

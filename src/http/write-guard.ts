@@ -5,7 +5,8 @@
 // run a refit on a gateway without an admin key. Also answers CORS preflights, and labels
 // answers to allowed origins with `access-control-allow-origin`.
 
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { withErrorCode } from '../api/error-responses.ts';
 import { GatewayError } from '../api/errors.ts';
 import { allowOriginValue, originAllowed, preflightHeaders, type AllowedOrigins } from './origin-policy.ts';
 
@@ -50,6 +51,19 @@ export function writeGuard(policy: AllowedOrigins) {
     }
     done();
   };
+}
+
+/**
+ * Documents the guard's two answers (403 `origin_not_allowed`, 415 `unsupported_media_type`) on
+ * every write route registered after this call, so the API document tells what the door refuses.
+ */
+export function documentWriteGuard(app: FastifyInstance): void {
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    if (!route.schema || !methods.some((m) => WRITES.has(m))) return;
+    const response = (route.schema.response ?? {}) as Record<number, unknown>;
+    route.schema = { ...route.schema, response: withErrorCode(withErrorCode(response, 'origin_not_allowed'), 'unsupported_media_type') };
+  });
 }
 
 function refused(origin: string): GatewayError {

@@ -132,6 +132,12 @@ describe('API document', () => {
         // Without a response schema, @fastify/swagger writes one `Default Response` without content.
         const answers = Object.values<Json>(op.responses ?? {});
         if (answers.every((a) => !a.content && a.description === 'Default Response')) missing.push(`${method} ${route.url}: answers not declared`);
+        // The write guard refuses a browser origin not allowed (403) and a body not JSON (415) on every write.
+        if (['POST', 'PUT', 'PATCH', 'DELETE'].includes(method)) {
+          for (const [status, code] of [['403', 'origin_not_allowed'], ['415', 'unsupported_media_type']]) {
+            if (!String(op.responses?.[status]?.description ?? '').includes(`\`${code}\``)) missing.push(`${method} ${route.url}: ${status} ${code} not documented`);
+          }
+        }
       }
     }
     expect(missing).toEqual([]);
@@ -192,7 +198,7 @@ describe('API document', () => {
     expect(list.json.refits.map((r: { id: string }) => r.id)).toEqual(expect.arrayContaining([ok.json.id, partial.json.id]));
   });
 
-  it('errors (400, 404, 405) are the documented envelope, and a fan-out with one engine dead is a documented 207', async () => {
+  it('errors (400, 403, 404, 405, 415) are the documented envelope, and a fan-out with one engine dead is a documented 207', async () => {
     const cases: Array<[string, string, string, number, string, HttpOpts?]> = [
       ['GET', '/v1/rl/workers/{id}', '/v1/rl/workers/no-such-worker', 404, 'worker_not_found'],
       ['GET', '/workers/{id}', '/workers/no-such-worker', 404, 'worker_not_found'],
@@ -202,6 +208,8 @@ describe('API document', () => {
       ['POST', '/workers', '/workers', 400, 'invalid_request', { body: { url: sims[0]!.url, labels: { a: 1 } } }],
       ['POST', '/v1/rl/refits', '/v1/rl/refits', 400, 'invalid_request', { body: { weight_version: 'x' } }],
       ['PUT', '/v1/rl/refits', '/v1/rl/refits', 405, 'method_not_allowed'],
+      ['POST', '/v1/rl/refits', '/v1/rl/refits', 415, 'unsupported_media_type', { raw: '{}', headers: { 'content-type': 'text/plain' } }],
+      ['POST', '/workers', '/workers', 403, 'origin_not_allowed', { body: { url: sims[0]!.url }, headers: { origin: 'https://elsewhere.example' } }],
       ['DELETE', '/v1/rl/engine/{*}', '/v1/rl/engine/flush_cache', 405, 'method_not_allowed'],
     ];
     for (const [method, template, path, status, error, opts] of cases) {
