@@ -369,8 +369,14 @@ async function terminate(child: ChildProcess, exited: Promise<void>): Promise<vo
 
 function delay(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => clearTimeout(t), { once: true });
+    // The listener goes when the timer fires: waitReady's polls share one signal, and would
+    // otherwise pile one listener each on it (a MaxListenersExceededWarning after 200 ms).
+    const onAbort = () => clearTimeout(t);
+    const t = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
   });
 }
 
