@@ -5,7 +5,7 @@
 
 import type { ServerOptions } from 'node:http';
 import type { Socket } from 'node:net';
-import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { GatewayError } from '../api/errors.ts';
 import type { GatewayConfig } from '../gateway/config.ts';
 
@@ -82,16 +82,25 @@ export function capConnections(app: FastifyInstance, config: GatewayConfig): voi
   const release = () => {
     inFlight--;
   };
-  // Before the body is read: a refused request costs no parsing. 'close' fires once the answer is
-  // written or the caller went away, hijacked (relayed) answers included.
-  app.addHook('onRequest', (req, reply, done) => {
+  const refuse = (reply: FastifyReply) => {
+    const e = new GatewayError('overloaded', `the gateway is handling its most generations at once (${max}); retry after ${RETRY_AFTER_SECS}s`, { limit: max, retryable: true });
+    reply.code(e.status).header('retry-after', String(RETRY_AFTER_SECS)).send(e.toJSON());
+  };
+  const capped = (req: FastifyRequest) => {
     const route = req.routeOptions?.url;
-    if (route === undefined || !CAPPED_ROUTES.has(route)) return done();
-    if (inFlight >= max) {
-      const e = new GatewayError('overloaded', `the gateway is handling its most generations at once (${max}); retry after ${RETRY_AFTER_SECS}s`, { limit: max, retryable: true });
-      reply.code(e.status).header('retry-after', String(RETRY_AFTER_SECS)).send(e.toJSON());
-      return;
-    }
+    return route !== undefined && CAPPED_ROUTES.has(route);
+  };
+  // Refused before the body is read when the cap is already full: a refusal costs no parsing.
+  app.addHook('onRequest', (req, reply, done) => {
+    if (capped(req) && inFlight >= max) return refuse(reply);
+    done();
+  });
+  // Counted only once the body is read: a client that sends its body slowly (or never) holds no
+  // slot, so slow clients cannot fill the cap and starve generations until the body timeout. 'close'
+  // fires once the answer is written or the caller went away, hijacked (relayed) answers included.
+  app.addHook('preHandler', (req, reply, done) => {
+    if (!capped(req)) return done();
+    if (inFlight >= max) return refuse(reply);
     inFlight++;
     reply.raw.once('close', release);
     done();
