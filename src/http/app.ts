@@ -10,7 +10,7 @@ import { GatewayError } from '../api/errors.ts';
 import { errorResponses, SharedErrorAnswer } from '../api/error-responses.ts';
 import { Healthy, Unhealthy } from '../api/health-schema.ts';
 import { bearerMatches } from './admin-auth.ts';
-import { capConnections, receiveBounds } from './bounds.ts';
+import { capConnections, followAnswers, receiveBounds } from './bounds.ts';
 import { documentWriteGuard, isPreflight, writeGuard } from './write-guard.ts';
 import { parseAllowedOrigins } from './origin-policy.ts';
 import { checkQueryParams } from './query-params.ts';
@@ -73,6 +73,7 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
 
   // Connection and in-flight caps, before any other hook: a refused generation costs nothing more.
   capConnections(app, config);
+  followAnswers(app);
 
   // Callback-style hooks: an async hook costs every request (the data plane too) a promise.
   app.addHook('onRequest', (req, reply, done) => {

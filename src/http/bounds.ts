@@ -3,7 +3,7 @@
 // Receiving is bounded by Node's own timers (headersTimeout, requestTimeout), which stop once the
 // request is fully read: an answer, streamed or not, is never cut by them. It never routes.
 
-import type { ServerOptions } from 'node:http';
+import type { IncomingMessage, ServerOptions, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { GatewayError } from '../api/errors.ts';
@@ -37,12 +37,28 @@ export function receiveBounds(config: GatewayConfig): BoundOptions {
   };
 }
 
+/** Each connection's latest request and its answer (followAnswers), read when a request is late. */
+const latest = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
+
+/** Follows which request each connection is on, so that a late request already answered is told apart. */
+export function followAnswers(app: FastifyInstance): void {
+  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => latest.set(req.socket, { req, res }));
+}
+
 /**
  * A request Node could not read (late, malformed, headers too big) gets the catalogue's envelope
  * and the connection is closed: the rest of that request can no longer be told apart from the next.
  */
 function answerClientError(err: NodeJS.ErrnoException, socket: Socket, config: GatewayConfig): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  // A request answered before its body was all received (a 415 or a 503 from a hook, which read no
+  // body) whose body then stalls: the caller has its answer, and a second one would be read as the
+  // answer to its next request. The connection is only closed.
+  const last = latest.get(socket);
+  if (last && !last.req.complete && last.res.headersSent) {
+    socket.destroySoon();
+    return;
+  }
   let status: number;
   let reason: string;
   let body: Record<string, unknown>;
@@ -62,7 +78,7 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Socket, config: G
     reason = 'Bad Request';
     body = { error: 'invalid_request', message: 'the request is not valid HTTP' };
   }
-  // Nothing was written on this socket for this request yet (Node calls this before any answer).
+  // Nothing was written on this socket for this request yet (answered requests are handled above).
   if (socket.writable) {
     const text = JSON.stringify(body);
     socket.write(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
