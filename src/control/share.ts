@@ -4,6 +4,7 @@
 // streams back one reply per leg as each finishes, then the sentinel, and keeps the replies a
 // while for a caller that lost them.
 
+import { GatewayError } from '../api/errors.ts';
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { LegReply, ReplicaCommand } from './dispatch.ts';
@@ -21,7 +22,8 @@ export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; repli
   // A caller that lost the stream in a bus outage asks what its legs came to.
   const outcomes = deps.bus.respond(deps.subjects.replicaOutcomes(deps.replicaId), async (data) => {
     const id = (data as { requestId?: unknown } | null)?.requestId;
-    return typeof id === 'string' ? deps.log.get(id) : null;
+    if (typeof id !== 'string') throw new GatewayError('invalid_request', 'rl.replica.<id>.outcomes payload must be {requestId: string}');
+    return deps.log.get(id);
   });
   return {
     unsubscribe() {

@@ -4,6 +4,7 @@
 
 import { setMaxListeners } from 'node:events';
 import { GatewayError } from '../api/errors.ts';
+import { validateEnginePath } from './engine-path.ts';
 
 /** HEAD is forwarded as HEAD (SMG does): the engine's status and headers, no body. */
 export type ControlMethod = 'GET' | 'HEAD' | 'POST';
@@ -131,6 +132,12 @@ export function controlCallOf(data: unknown, what: string): ControlCall {
   const c = objectOf(data, what);
   if (typeof c.method !== 'string' || !METHODS.has(c.method)) throw refuse(`${what}.method must be GET, HEAD or POST`);
   if (typeof c.path !== 'string') throw refuse(`${what}.path must be a string`);
+  // Anyone on the bus can send this: the route rules of the HTTP door hold here too.
+  try {
+    validateEnginePath(c.path);
+  } catch (err) {
+    throw refuse(`${what}.path: ${(err as Error).message}`);
+  }
   if (typeof c.query !== 'string') throw refuse(`${what}.query must be a string`);
   if (c.body !== undefined && typeof c.body !== 'string') throw refuse(`${what}.body must be base64 text`);
   if (c.contentType !== undefined && typeof c.contentType !== 'string') throw refuse(`${what}.contentType must be a string`);

@@ -1,5 +1,5 @@
-// The command subjects are open to anyone on the bus: `rl.engine.<id>.cmd` and
-// `rl.replica.<id>.cmd` answer a payload they cannot parse with a request error (`invalid_request`
+// The command subjects are open to anyone on the bus: `rl.engine.<id>.cmd`, `rl.replica.<id>.cmd`
+// and `rl.replica.<id>.outcomes` answer a payload they cannot parse with a request error (`invalid_request`
 // naming what is wrong), never `internal_error`, and call no engine; a well-formed command still
 // runs. Judged on the simulator's own request record.
 
@@ -60,6 +60,8 @@ describe('command subjects refuse payloads they cannot parse', () => {
     ['a call without a method', encode({ call: call({ method: undefined }), requestId: 'r1' })],
     ['a call with method DELETE', encode({ call: call({ method: 'DELETE' }), requestId: 'r1' })],
     ['a call whose path is a number', encode({ call: call({ path: 7 }), requestId: 'r1' })],
+    ['a call whose path climbs out (`../..`)', encode({ call: call({ path: '../../etc/passwd' }), requestId: 'r1' })],
+    ['a call whose path carries a query', encode({ call: call({ path: 'flush_cache?x=1' }), requestId: 'r1' })],
     ['a call whose body is an object', encode({ call: call({ body: { a: 1 } }), requestId: 'r1' })],
     ['a call whose trace holds a number', encode({ call: call({ trace: { 'x-request-id': 1 } }), requestId: 'r1' })],
     ['a call without a deadline', encode({ call: call({ deadline: 'soon' }), requestId: 'r1' })],
@@ -90,6 +92,15 @@ describe('command subjects refuse payloads they cannot parse', () => {
     const err = await refused(subj.replicaCmd(t.gw.replicaId), encode(share));
     expect(err.code).toBe('invalid_request');
     expect(await engineCalls()).toEqual([]);
+  });
+
+  it.each([
+    ['null', null],
+    ['no requestId', {}],
+    ['a requestId that is a number', { requestId: 7 }],
+  ])('rl.replica.<id>.outcomes: %s → a request error', async (_name, payload) => {
+    const err = await refused(subj.replicaOutcomes(t.gw.replicaId), encode(payload));
+    expect(err.code).toBe('invalid_request');
   });
 
   it('a well-formed command still runs on the engine', async () => {
