@@ -250,8 +250,13 @@ export function sameWorker(a: Worker, b: Worker): boolean {
   return JSON.stringify(ra) === JSON.stringify(rb);
 }
 
+/** The URL's one spelling (worker-url.ts), so another spelling of a known engine finds it; as given, trimmed, when it does not parse. */
 function normaliseUrl(url: string): string {
-  return url.trim().replace(/\/+$/, '');
+  try {
+    return parseWorkerUrl(url).canonical;
+  } catch {
+    return url.trim().replace(/\/+$/, '');
+  }
 }
 
 /** slime registers bare SGLang URLs without a runtime: HTTP defaults to sglang. */

@@ -36,8 +36,17 @@ LINK_LOCAL.addSubnet('fe80::', 10, 'ipv6');
 
 export interface ParsedWorkerUrl {
   mode: ConnectionMode;
-  /** Lower-case host with IPv4 numbers in dotted form and IPv6 without brackets; '' for ipc://. */
+  /**
+   * Lower-case host with IPv4 numbers in dotted form (an IPv4-mapped IPv6 address too) and IPv6
+   * without brackets; '' for ipc://.
+   */
   host: string;
+  /**
+   * The one spelling of the URL: scheme and host as above, the port without leading zeros, no
+   * trailing slash, the DP rank kept. `HTTP://127.1:8000/` and `http://127.0.0.1:8000` are one
+   * engine; the registry keys workers by it.
+   */
+  canonical: string;
 }
 
 /** `--allowed-worker-hosts`, compiled: exact names, `*.suffix` names, addresses and CIDRs. */
@@ -64,7 +73,7 @@ export function parseWorkerUrl(raw: string): ParsedWorkerUrl {
   // eslint-disable-next-line no-control-regex -- control characters are what is refused
   if (/[\s\u0000-\u001f\u007f\\]/.test(raw)) throw refuse('host', 'url must not contain whitespace, control characters or backslashes');
   // `http://h:1@3` is DP rank 3 of `http://h:1` (SMG's form), not userinfo.
-  const { baseUrl } = baseUrlOf(raw.replace(/\/+$/, ''));
+  const { baseUrl, dpRank } = baseUrlOf(raw.trim().replace(/\/+$/, ''));
   const m = SHAPE.exec(baseUrl);
   if (!m) throw refuse('scheme', 'url must be <scheme>://<host>[:port][/path]');
   const scheme = m[1]!.toLowerCase();
@@ -75,11 +84,14 @@ export function parseWorkerUrl(raw: string): ParsedWorkerUrl {
   const authority = m[2]!;
   if (authority.includes('@')) throw refuse('userinfo', 'url must not carry a user name or password (`user:pass@`): the registry lists URLs to anyone');
   checkPath(m[3]!);
+  const rank = dpRank === null ? '' : `@${dpRank}`;
   if (scheme === 'ipc') {
     if (authority !== '') throw refuse('path', 'a ZMQ url must be ipc://<absolute path>');
-    return { mode, host: '' };
+    return { mode, host: '', canonical: `ipc://${m[3]!}${rank}` };
   }
-  return { mode, host: canonicalHost(authority) };
+  const { host, port } = canonicalHost(authority);
+  const written = isIPv6(host) ? `[${host}]` : host;
+  return { mode, host, canonical: `${scheme}://${written}${port === undefined ? '' : `:${port}`}${m[3]!}${rank}` };
 }
 
 /** No `.`/`..` segment, plain or percent-encoded: a path goes to one engine, never above it. */
@@ -91,7 +103,7 @@ function checkPath(path: string): void {
 }
 
 /** Host syntax and length, the port, and the host as the WHATWG parser reads it. */
-function canonicalHost(authority: string): string {
+function canonicalHost(authority: string): { host: string; port: string | undefined } {
   let host: string;
   let port: string | undefined;
   const v6 = /^\[([^\]]*)\](?::(.*))?$/.exec(authority);
@@ -121,7 +133,17 @@ function canonicalHost(authority: string): string {
   } catch {
     throw refuse('host', 'url host is not valid');
   }
-  return hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase();
+  const canonical = unmapped(hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase());
+  return { host: canonical, port: port === undefined || port === '' ? undefined : String(Number(port)) };
+}
+
+/** `::ffff:7f00:1` (an IPv4-mapped IPv6 address, as WHATWG writes it) → `127.0.0.1`: one host, one spelling. */
+function unmapped(host: string): string {
+  const m = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
+  if (!m) return host;
+  const hi = parseInt(m[1]!, 16);
+  const lo = parseInt(m[2]!, 16);
+  return `${hi >> 8}.${hi & 0xff}.${lo >> 8}.${lo & 0xff}`;
 }
 
 /**

@@ -65,15 +65,17 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
 
   // A worker's api key is sent as a bearer to wherever its `rl.control_url` label points (spec
   // §7.1: the label is trusted). With an admin key configured, whatever can set or redirect those
-  // — a key, an `rl.*` label, any change or removal of a worker — needs the admin bearer. A plain
-  // registration (`{url, worker_type}`, what slime sends) stays open so slime works unchanged.
+  // — a key, an `rl.*` label, any change or removal of a worker — needs the admin bearer. So does
+  // a `weight_version` label: it sets the version routing trusts, and a new engine claiming a
+  // newer one would take every rollout under `latest-only`. A plain registration
+  // (`{url, worker_type}`, what slime sends) stays open so slime works unchanged.
   const guard = (headers: { authorization?: string }, sensitive: boolean) => {
     if (sensitive && services.config.adminKey && !bearerMatches(headers.authorization, services.config.adminKey)) {
-      throw new GatewayError('unauthorized', 'changing worker keys, rl.* labels or existing workers needs the admin bearer token');
+      throw new GatewayError('unauthorized', 'changing worker keys, rl.* or weight_version labels, or existing workers needs the admin bearer token');
     }
   };
-  const touchesSecrets = (b: { api_key?: unknown; labels?: Record<string, string> }) =>
-    b.api_key !== undefined || Object.keys(b.labels ?? {}).some((k) => k.startsWith('rl.'));
+  const needsAdmin = (b: { api_key?: unknown; labels?: Record<string, string> }) =>
+    b.api_key !== undefined || Object.keys(b.labels ?? {}).some((k) => k.startsWith('rl.') || k === 'weight_version');
 
   const TAG = ['workers'];
   const BODY_ERRORS = ['invalid_request', 'payload_too_large', 'unsupported_media_type'] as const;
@@ -81,13 +83,13 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     tags: TAG,
     summary: 'Register a worker',
     description:
-      'Accepts the worker and discovers it in the background (its row turns ready when discovery succeeds). Registering a URL again is idempotent and runs discovery again; with an admin key configured, it changes the worker only with the admin bearer. A key or `rl.*` labels need the admin bearer when the gateway has one; a plain registration needs the registration bearer only when `--registration-key` is set. The URL must pass the worker URL rules (docs/operations.md).',
+      'Accepts the worker and discovers it in the background (its row turns ready when discovery succeeds). Registering a URL again is idempotent and runs discovery again; with an admin key configured, it changes the worker only with the admin bearer. A key, `rl.*` labels or a `weight_version` label need the admin bearer when the gateway has one; a plain registration needs the registration bearer only when `--registration-key` is set. The URL must pass the worker URL rules (docs/operations.md).',
     body: Registration,
     response: { 202: WorkerAccepted, ...errorResponses(...BODY_ERRORS, 'unauthorized') },
   };
   app.post<{ Body: Registration }>('/workers', { schema: registerSchema }, async (req, reply) => {
     checkRegistrationBearer(req.headers.authorization, services.config);
-    guard(req.headers, touchesSecrets(req.body));
+    guard(req.headers, needsAdmin(req.body));
     checkWorkerUrl(req.body.url, allowedHostsOf(services.config.allowedWorkerHosts ?? []));
     checkLabels(req.body.labels);
     // With an admin key, re-registering a known URL without its bearer changes nothing of the

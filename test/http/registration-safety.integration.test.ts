@@ -245,7 +245,7 @@ describe('re-registration without the admin key', () => {
   it('a plain POST /workers answers 202 and keeps the key, labels and version; discovery runs again', async () => {
     const before = (await t.http('GET', `/workers/${id}`)).json;
     await sim.clearRequests();
-    for (const body of [{ url: sim.url }, { url: sim.url, worker_type: 'regular' }, { url: `${sim.url}/`, labels: { team: 'b', weight_version: '0' } }]) {
+    for (const body of [{ url: sim.url }, { url: sim.url, worker_type: 'regular' }, { url: `${sim.url}/`, labels: { team: 'b' } }]) {
       const res = await t.http('POST', '/workers', { body });
       expect(res.status, JSON.stringify(body)).toBe(202);
       expect(res.json).toMatchObject({ id, status: 'accepted' });
@@ -284,13 +284,42 @@ describe('re-registration without the admin key', () => {
     expect(calls.map((r) => r.headers.authorization)).toEqual(['Bearer engine-secret', 'Bearer engine-secret']);
   });
 
-  it('a key or rl.* label without the admin bearer is still 401 and changes nothing', async () => {
-    for (const body of [{ url: sim.url, api_key: '' }, { url: sim.url, labels: { 'rl.control_url': 'http://127.0.0.1:1' } }]) {
+  it('a key, an rl.* label or a weight_version label without the admin bearer is still 401 and changes nothing', async () => {
+    const before = (await t.http('GET', `/workers/${id}`)).json;
+    for (const body of [{ url: sim.url, api_key: '' }, { url: sim.url, labels: { 'rl.control_url': 'http://127.0.0.1:1' } }, { url: sim.url, labels: { weight_version: '0' } }]) {
       const res = await t.http('POST', '/workers', { body });
       expect(res.status).toBe(401);
       expect(res.json.error).toBe('unauthorized');
     }
-    expect((await t.http('GET', `/workers/${id}`)).json.labels['rl.role']).toBe('x');
+    const after = (await t.http('GET', `/workers/${id}`)).json;
+    expect(after.labels).toEqual(before.labels);
+    expect(after.weight_version).toBe(before.weight_version);
+  });
+
+  it('a new engine claiming a weight_version label without the admin bearer is 401 and not registered', async () => {
+    const rogue = await spawnSglangSim(['--token-rate', '0']);
+    try {
+      const res = await t.http('POST', '/workers', { body: { url: rogue.url, labels: { weight_version: '999' } } });
+      expect(res.status).toBe(401);
+      expect(res.json.error).toBe('unauthorized');
+      expect(await listed(t)).not.toContain(rogue.url);
+      await sleep(300);
+      expect((await rogue.requests()).length).toBe(0);
+    } finally {
+      await rogue.stop();
+    }
+  });
+
+  it('another spelling of the known URL is the same worker: same id, one row, nothing changed', async () => {
+    const before = (await t.http('GET', `/workers/${id}`)).json;
+    for (const url of [`HTTP://127.0.0.1:${sim.port}`, `http://127.1:${sim.port}`, `http://0x7f000001:${sim.port}`, `http://[::ffff:127.0.0.1]:${sim.port}/`, `http://127.0.0.1.:${sim.port}//`]) {
+      const res = await t.http('POST', '/workers', { body: { url } });
+      expect(res.status, url).toBe(202);
+      expect(res.json.id, url).toBe(id);
+      expect(res.json.url, url).toBe(sim.url);
+    }
+    expect(await listed(t)).toEqual([sim.url]);
+    expect((await t.http('GET', `/workers/${id}`)).json.labels).toEqual(before.labels);
   });
 
   it('with the admin bearer, a re-registration replaces the labels as before', async () => {
