@@ -317,8 +317,10 @@ export class RefitRunner {
 
     const runPhase = fromCallback<CoordinatorEvent, PhaseInput>(({ input, sendBack }) => {
       const abort = new AbortController();
+      const answered = new Set<string>();
       phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
       const step = input.phase === 'refit' ? (plan.steps[input.stepIndex]?.name ?? null) : null;
+      const phaseStartedAt = Date.now();
       this.publish(id, { type: 'phase', phase: input.phase, step, step_index: input.stepIndex, steps: plan.steps.length, targets: input.targets });
       // Engines given the same spec share one call object, so it crosses the bus once per replica.
       // Each call's deadline starts now, when its phase sends it: stamped when the refit was
@@ -344,25 +346,14 @@ export class RefitRunner {
             legs,
             abort.signal,
             (wid, outcome) => {
+              // The phase is over (a deadline cut it): the coordinator has judged this leg, and
+              // the cleanup below published that verdict; a late answer changes neither.
+              if (abort.signal.aborted) return;
+              answered.add(wid);
               const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
               const result = legResult(input.phase, outcome, req.weight_version, expected);
               sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
-              const finished = Date.now();
-              this.publish(id, {
-                type: 'leg',
-                worker_id: wid,
-                url: byId.get(wid)?.url ?? wid,
-                phase: input.phase,
-                step,
-                step_index: input.stepIndex,
-                outcome: result.ok ? 'ok' : 'failed',
-                ...(result.ok ? {} : { error: result.error }),
-                ...(result.status !== undefined ? { status: result.status } : {}),
-                ...(result.message !== undefined ? { message: result.message } : {}),
-                latency_ms: Math.round(result.latencyMs),
-                started_at: new Date(finished - result.latencyMs).toISOString(),
-                finished_at: new Date(finished).toISOString(),
-              });
+              this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, result, Date.now());
             },
             concurrency,
           )
@@ -378,6 +369,20 @@ export class RefitRunner {
       return () => {
         abort.abort();
         phaseMs[input.phase] = Math.round(performance.now() - (phaseStarted.get(input.phase) ?? performance.now()));
+        // Legs the phase ended without (cut by its deadline, or by a failed collective) get their
+        // event with the coordinator's verdict, read once the transition that ended the phase has
+        // recorded it, so watchers see what the report will say.
+        const unanswered = input.targets.filter((wid) => !answered.has(wid));
+        if (unanswered.length === 0) return;
+        setImmediate(() => {
+          const engines = actor.getSnapshot().context.engines;
+          const now = Date.now();
+          for (const wid of unanswered) {
+            const rec = engines[wid];
+            if (rec?.failedIn !== input.phase || rec.error === undefined) continue;
+            this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, { ok: false, error: rec.error, message: rec.message, latencyMs: now - phaseStartedAt }, now);
+          }
+        });
       };
     });
 
@@ -458,6 +463,25 @@ export class RefitRunner {
 
   private prepareCalls(plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
     return prepareCalls(this.deps.legs, plan, targets, refitId);
+  }
+
+  /** A `leg` event: what one engine's call in a phase came to, as the report will say it. */
+  private publishLeg(id: string, url: string, wid: string, input: PhaseInput, step: string | null, result: LegResult, finished: number): void {
+    this.publish(id, {
+      type: 'leg',
+      worker_id: wid,
+      url,
+      phase: input.phase,
+      step,
+      step_index: input.stepIndex,
+      outcome: result.ok ? 'ok' : 'failed',
+      ...(result.ok ? {} : { error: result.error }),
+      ...(result.status !== undefined ? { status: result.status } : {}),
+      ...(result.message !== undefined ? { message: result.message } : {}),
+      latency_ms: Math.round(result.latencyMs),
+      started_at: new Date(finished - result.latencyMs).toISOString(),
+      finished_at: new Date(finished).toISOString(),
+    });
   }
 
   /** One progress event of a refit, on `<root>.refit.<id>.events` (kept by the refit events stream). */

@@ -172,6 +172,25 @@ describe('refit progress events', () => {
     expect((await sims[0]!.state()).weightVersion).toBe('ev-1');
   });
 
+  it('an engine cut by a phase deadline has one leg event, with the deadline error the report gives, and no late one', async () => {
+    await sims[1]!.setFaults({ route: 'update_weights_from_disk', hang: true, times: 1 });
+    try {
+      const r = await t.http('POST', '/v1/rl/refits', { body: { refit_id: 'ev-cut', weight_version: 'ev-cut', source: { kind: 'disk', model_path: '/m/ev-cut' }, deadlines_ms: { refit: 1500 } } });
+      expect(r.status, r.text).toBe(207);
+      const hung = r.json.failed.find((f: { url: string }) => f.url === sims[1]!.url);
+      expect(hung).toMatchObject({ failed_phase: 'refit', error: 'phase_deadline_exceeded' });
+      // The hung call is cut now: an answer it might still get must not show up as a leg.
+      await sims[1]!.releaseHung();
+      await new Promise((res) => setTimeout(res, 500));
+      const replay = await readSse(`${t.url}/v1/rl/refits/ev-cut/events`);
+      const legs = replay.events.filter((e) => e.event === 'leg' && e.data.url === sims[1]!.url && e.data.phase === 'refit');
+      expect(legs.map((e) => [e.data.outcome, e.data.error])).toEqual([['failed', 'phase_deadline_exceeded']]);
+      expect(legs[0]!.data.latency_ms).toBeGreaterThanOrEqual(1400);
+    } finally {
+      await sims[1]!.clearFaults();
+    }
+  });
+
   it('answers 404 refit_not_found for a refit nobody knows, before any stream opens', async () => {
     const r = await readSse(`${t.url}/v1/rl/refits/nobody-ran-this/events`);
     expect(r.status).toBe(404);
