@@ -6,12 +6,18 @@
 // bytes under random content types; query parameters are random, repeated, or the declared ones
 // with hostile values. Over a real gateway, nats-server and simulator; judged on the simulator's
 // own state and request record.
+// Slow bodies (a second property, over the write routes, on a gateway of its own with a 1 s body
+// timeout): a body that stalls part-way, trickles slower than the timeout allows, or never ends
+// its chunks gets one answer, 408 or an earlier 4xx refusal (415, 403, 413...), within the timeout
+// + Node's one-second check + slack, and its connection is closed; never 2xx or 5xx, and nothing
+// reaches the engine or changes the fleet.
 
+import { connect } from 'node:net';
 import fc from 'fast-check';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { fuzzParams } from '../fixtures/fuzz.ts';
+import { FUZZ_RUNS, FUZZ_SEED, fuzzParams } from '../fixtures/fuzz.ts';
 import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 type Method = 'GET' | 'HEAD' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS';
@@ -45,6 +51,37 @@ const body = fc.oneof(
 const contentType = fc.constantFrom(undefined, 'application/json', 'application/json; charset=utf-8', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/merge-patch+json', 'application/json; charset=latin1', '*/*');
 const token = fc.oneof(fc.string({ maxLength: 40 }), fc.constantFrom('', '..', '%00', '%2e%2e', 'role=actor', 'a&b=c', '\u2028', 'x'.repeat(3_000)));
 
+/** Every route of the gateway's own API document, plus a preflight and a route that does not exist. */
+async function routesOf(t: TestGateway): Promise<Route[]> {
+  const doc = (await t.http('GET', '/openapi.json')).json as { paths: Record<string, Record<string, { parameters?: Array<{ name: string; in: string }> }>> };
+  // The fleet's event stream never ends by design (test/refit/refit-events covers it).
+  const endless = new Set(['/v1/rl/events']);
+  const routes = Object.entries(doc.paths).filter(([path]) => !endless.has(path)).flatMap(([path, ops]) =>
+    Object.entries(ops)
+      .filter(([m]) => ['get', 'head', 'post', 'put', 'patch', 'delete'].includes(m))
+      .map(([m, op]) => ({ method: m.toUpperCase() as Method, path, query: (op.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name) })),
+  );
+  routes.push({ method: 'OPTIONS', path: '/v1/rl/refits', query: [] }, { method: 'POST', path: '/no/such/{route}', query: [] });
+  return routes;
+}
+
+/** What a refused request must not change: the registry as listed, and the engine's own state. */
+async function fleetFacts(t: TestGateway, sim: SimProcess) {
+  const rows = (await t.http('GET', '/v1/rl/workers')).json.workers as Array<Record<string, unknown>>;
+  const st = await sim.state();
+  return {
+    workers: rows.map((r) => ({ id: r.id, url: r.url, labels: r.labels, weight_version: r.weight_version, control: r.control, quarantined: r.quarantined })),
+    paused: st.paused,
+    weightVersion: st.weightVersion,
+  };
+}
+
+/** A route template with its `{param}` placeholders filled from `params`, each percent-encoded. */
+function fillPath(template: string, params: string[]): string {
+  let i = 0;
+  return template.replace(/\{[^}]+\}/g, () => encodeURIComponent(params[i++ % params.length]!));
+}
+
 describe('HTTP routes under random requests', () => {
   let t: TestGateway;
   let sim: SimProcess;
@@ -54,34 +91,15 @@ describe('HTTP routes under random requests', () => {
     sim = await spawnSglangSim(['--token-rate', '0']);
     t = await startTestGateway();
     await t.register([sim.url]);
-    const doc = (await t.http('GET', '/openapi.json')).json as { paths: Record<string, Record<string, { parameters?: Array<{ name: string; in: string }> }>> };
-    // The fleet's event stream never ends by design (test/refit/refit-events covers it).
-    const endless = new Set(['/v1/rl/events']);
-    routes = Object.entries(doc.paths).filter(([path]) => !endless.has(path)).flatMap(([path, ops]) =>
-      Object.entries(ops)
-        .filter(([m]) => ['get', 'head', 'post', 'put', 'patch', 'delete'].includes(m))
-        .map(([m, op]) => ({ method: m.toUpperCase() as Method, path, query: (op.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name) })),
-    );
-    routes.push({ method: 'OPTIONS', path: '/v1/rl/refits', query: [] }, { method: 'POST', path: '/no/such/{route}', query: [] });
+    routes = await routesOf(t);
   });
   afterAll(async () => {
     await t?.close();
     await sim?.stop();
   });
 
-  /** What a refused request must not change: the registry as listed, and the engine's own state. */
-  async function fleetFacts() {
-    const rows = (await t.http('GET', '/v1/rl/workers')).json.workers as Array<Record<string, unknown>>;
-    const st = await sim.state();
-    return {
-      workers: rows.map((r) => ({ id: r.id, url: r.url, labels: r.labels, weight_version: r.weight_version, control: r.control, quarantined: r.quarantined })),
-      paused: st.paused,
-      weightVersion: st.weightVersion,
-    };
-  }
-
   it('no 5xx of the gateway\'s own, and refused input changes nothing', async () => {
-    const before = await fleetFacts();
+    const before = await fleetFacts(t, sim);
     await sim.clearRequests();
     const cases = fc.record({
       route: fc.constantFrom(...routes),
@@ -95,8 +113,7 @@ describe('HTTP routes under random requests', () => {
     const seen: string[] = [];
     await fc.assert(
       fc.asyncProperty(cases, async (c) => {
-        let i = 0;
-        const path = c.route.path.replace(/\{[^}]+\}/g, () => encodeURIComponent(c.params[i++ % c.params.length]!));
+        const path = fillPath(c.route.path, c.params);
         const q = new URLSearchParams();
         for (const [n, v] of c.declared) if (c.route.query.length) q.append(c.route.query[n % c.route.query.length]!, v);
         for (const [k, v] of c.extra) q.append(k, v);
@@ -130,11 +147,196 @@ describe('HTTP routes under random requests', () => {
     );
     // Nothing a random request could do legitimately changes the fleet: every id and URL it names
     // is random, and no random body is a valid registration, write or refit.
-    expect(await fleetFacts()).toEqual(before);
+    expect(await fleetFacts(t, sim)).toEqual(before);
     const control = (await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path) && !DATA_PLANE.has(r.path));
     expect(control.map((r) => `${r.method} ${r.path}`), 'control calls reached the engine').toEqual([]);
     expect((await t.http('GET', '/health')).status).toBe(200);
     // Most routes were tried (each case picks one at random).
     expect(new Set(seen.map((s) => s.split(' → ')[0])).size).toBeGreaterThan(routes.length / 2);
   }, 600_000);
+});
+
+/** The slow-body gateway's timeouts (Node refuses a header timeout past the body's; 1 s is the least). */
+const SLOW_TIMEOUT_MS = 1_000;
+/** Node looks for late requests once a second (src/http/bounds.ts). */
+const CHECK_INTERVAL_MS = 1_000;
+/** How late past timeout + check an answer or close may come: generous, for a loaded CI machine. */
+const SLOW_SLACK_MS = 3_000;
+/** A trickling body sends one byte per tick; bodies are padded so that trickling takes far longer than the timeout. */
+const TRICKLE_MS = 250;
+const MIN_SLOW_BODY = 24;
+/**
+ * How many slow-body cases run: each waits one to two seconds for the timeout, so they are a
+ * twenty-fifth of the other property's count per route (2 per write route in `npm test`: about 150
+ * cases, some 6 s), and at most SLOW_BODY_CAP in all (under `npm run fuzz`, 400 per route would be
+ * about 28,000 cases; 2,000 take under two minutes). Each property run sends a batch of SLOW_BATCH
+ * at once, so their waits overlap.
+ */
+const SLOW_BODY_SHARE = 25;
+const SLOW_BODY_CAP = 2_000;
+const SLOW_BATCH = 50;
+
+type SlowMode = 'stall' | 'trickle' | 'chunked';
+interface SlowBody {
+  route: Route;
+  params: string[];
+  body: Buffer;
+  contentType: string | undefined;
+  origin: string | undefined;
+  mode: SlowMode;
+  /** Where a stall stops, as a share of the body. */
+  cut: number;
+  /** Bytes declared past the body (stall): the rest of the request never comes. */
+  extra: number;
+}
+
+interface SlowAnswer {
+  status: number | null;
+  /** From the first byte sent to the first byte of the answer. */
+  answeredAfterMs: number | null;
+  closedAfterMs: number;
+  /** Bytes after the first answer's end: a second answer on the same connection. */
+  trailing: number;
+  head: string;
+}
+
+/** Sends one request whose body never fully arrives, and reads what comes back until the gateway closes. */
+function sendSlowBody(port: number, path: string, c: SlowBody): Promise<SlowAnswer> {
+  const body = c.body.length >= MIN_SLOW_BODY ? c.body : Buffer.concat([c.body, Buffer.alloc(MIN_SLOW_BODY - c.body.length, 0x20)]);
+  const n = body.length;
+  const lines = [`${c.route.method} ${path} HTTP/1.1`, 'Host: 127.0.0.1'];
+  if (c.contentType !== undefined) lines.push(`Content-Type: ${c.contentType}`);
+  if (c.origin !== undefined) lines.push(`Origin: ${c.origin}`);
+  let first: Buffer;
+  let drip: Buffer | undefined;
+  if (c.mode === 'chunked') {
+    // One chunk, then neither the next one nor the terminating empty chunk.
+    const k = Math.max(1, Math.floor(c.cut * n));
+    lines.push('Transfer-Encoding: chunked');
+    first = Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n${k.toString(16)}\r\n`, 'latin1'), body.subarray(0, k), Buffer.from('\r\n')]);
+  } else if (c.mode === 'trickle') {
+    lines.push(`Content-Length: ${n}`);
+    first = Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), body.subarray(0, 1)]);
+    drip = body.subarray(1);
+  } else {
+    // Part of the body, or all of it under a length that declares more: the rest never comes.
+    const k = c.extra > 0 ? Math.floor(c.cut * (n + 1)) : Math.min(n - 1, Math.floor(c.cut * n));
+    lines.push(`Content-Length: ${n + c.extra}`);
+    first = Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), body.subarray(0, k)]);
+  }
+  return new Promise((resolve) => {
+    let started = 0;
+    let answeredAt: number | null = null;
+    let timer: NodeJS.Timeout | undefined;
+    const chunks: Buffer[] = [];
+    const socket = connect(port, '127.0.0.1', () => {
+      started = Date.now();
+      socket.write(first);
+      if (drip) {
+        let at = 0;
+        timer = setInterval(() => {
+          if (at < drip.length && !socket.destroyed) socket.write(drip.subarray(at, ++at));
+        }, TRICKLE_MS);
+      }
+    });
+    // Never left open: past any bound the test fails on the close time.
+    const giveUp = setTimeout(() => socket.destroy(), SLOW_TIMEOUT_MS + CHECK_INTERVAL_MS + SLOW_SLACK_MS + 10_000);
+    socket.on('data', (d: Buffer) => {
+      answeredAt ??= Date.now();
+      chunks.push(d);
+      clearInterval(timer);
+    });
+    // A reset (the gateway closed while bytes were still coming) ends here too.
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      clearInterval(timer);
+      clearTimeout(giveUp);
+      const raw = Buffer.concat(chunks);
+      const text = raw.toString('latin1');
+      const status = /^HTTP\/1\.1 (\d{3}) /.exec(text);
+      const headEnd = text.indexOf('\r\n\r\n');
+      const length = /\r\ncontent-length: *(\d+)/i.exec(text.slice(0, headEnd));
+      const trailing = headEnd >= 0 && length ? raw.length - (headEnd + 4 + Number(length[1])) : 0;
+      resolve({
+        status: status ? Number(status[1]) : null,
+        answeredAfterMs: answeredAt === null ? null : answeredAt - started,
+        closedAfterMs: Date.now() - started,
+        trailing,
+        head: text.slice(0, Math.max(0, headEnd)).split('\r\n')[0] ?? '',
+      });
+    });
+  });
+}
+
+describe('HTTP write routes under slow bodies', () => {
+  let t: TestGateway;
+  let sim: SimProcess;
+  let writes: Route[];
+
+  beforeAll(async () => {
+    [sim, t] = await Promise.all([
+      spawnSglangSim(['--token-rate', '0']),
+      startTestGateway({ requestBodyTimeoutSecs: SLOW_TIMEOUT_MS / 1000, requestHeaderTimeoutSecs: SLOW_TIMEOUT_MS / 1000 }),
+    ]);
+    await t.register([sim.url]);
+    writes = (await routesOf(t)).filter((r) => ['POST', 'PUT', 'PATCH', 'DELETE'].includes(r.method));
+  });
+  afterAll(async () => {
+    await t?.close();
+    await sim?.stop();
+  });
+
+  it('a body that stalls or trickles past the body timeout gets one 4xx (408, or an earlier refusal) in time, never 2xx or 5xx, and changes nothing', async () => {
+    const before = await fleetFacts(t, sim);
+    await sim.clearRequests();
+    const port = Number(new URL(t.url).port);
+    const slowCase: fc.Arbitrary<SlowBody> = fc.record({
+      route: fc.constantFrom(...writes),
+      params: fc.array(token, { minLength: 4, maxLength: 4 }),
+      body: fc.oneof(
+        { weight: 6, arbitrary: hostileJson.map((v) => Buffer.from(JSON.stringify(v) ?? '')) },
+        { weight: 1, arbitrary: fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)) },
+      ),
+      // Mostly JSON, which the write guard lets through to the body read; the rest are refused earlier.
+      contentType: fc.oneof({ weight: 4, arbitrary: fc.constantFrom('application/json', 'application/json; charset=utf-8') }, { weight: 1, arbitrary: contentType }),
+      origin: fc.oneof({ weight: 6, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom('https://elsewhere.example', 'null') }),
+      mode: fc.constantFrom<SlowMode>('stall', 'trickle', 'chunked'),
+      cut: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+      extra: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 1_000 }), fc.integer({ min: 1, max: 2 ** 31 })),
+    });
+    const total = Math.min(SLOW_BODY_CAP, Math.max(1, Math.ceil(FUZZ_RUNS / SLOW_BODY_SHARE)) * writes.length);
+    const numRuns = Math.ceil(total / SLOW_BATCH);
+    process.stdout.write(`[fuzz] HTTP slow bodies: ${numRuns * SLOW_BATCH} cases in ${numRuns} runs of ${SLOW_BATCH} at once (${writes.length} write routes), seed ${FUZZ_SEED} (RLGATE_FUZZ_SEED to replay)\n`);
+    const bound = SLOW_TIMEOUT_MS + CHECK_INTERVAL_MS + SLOW_SLACK_MS;
+    const statuses = new Map<number | null, number>();
+    await fc.assert(
+      fc.asyncProperty(fc.array(slowCase, { minLength: SLOW_BATCH, maxLength: SLOW_BATCH }), async (batch) => {
+        const answers = await Promise.all(batch.map((c) => sendSlowBody(port, fillPath(c.route.path, c.params), c)));
+        batch.forEach((c, i) => {
+          const a = answers[i]!;
+          statuses.set(a.status, (statuses.get(a.status) ?? 0) + 1);
+          const what = `${c.route.method} ${c.route.path} ${c.mode} (ct=${c.contentType}, origin=${c.origin}, ${c.body.length} bytes, cut ${c.cut.toFixed(2)}, extra ${c.extra}) → ${a.head || 'no answer'} after ${a.answeredAfterMs} ms, closed after ${a.closedAfterMs} ms`;
+          expect(a.status, what).not.toBeNull();
+          // An incomplete request is never acted on, and the gateway never fails on one.
+          expect(a.status! >= 400 && a.status! < 500, what).toBe(true);
+          expect(a.answeredAfterMs!, what).toBeLessThanOrEqual(bound);
+          // A 408 is not given before the timeout (Node counts from the request's first byte).
+          if (a.status === 408) expect(a.answeredAfterMs!, what).toBeGreaterThanOrEqual(SLOW_TIMEOUT_MS - 100);
+          // One answer per request: an early refusal is not followed by a late 408.
+          expect(a.trailing, `${what}: bytes after the answer`).toBe(0);
+          // The connection is closed, not left holding the rest of a request that never comes.
+          expect(a.closedAfterMs, what).toBeLessThanOrEqual(bound);
+        });
+      }),
+      { numRuns, seed: FUZZ_SEED, endOnFailure: true },
+    );
+    process.stdout.write(`[fuzz] HTTP slow bodies: statuses ${JSON.stringify(Object.fromEntries(statuses))}\n`);
+    // No body was ever complete: nothing reached the engine, data plane included, and nothing changed.
+    expect(await fleetFacts(t, sim)).toEqual(before);
+    const reached = (await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path));
+    expect(reached.map((r) => `${r.method} ${r.path}`), 'slow requests reached the engine').toEqual([]);
+    expect((await t.http('GET', '/health')).status).toBe(200);
+    // Both kinds of answer were seen: the 408 and an earlier refusal.
+    expect(statuses.get(408) ?? 0).toBeGreaterThan(0);
+  }, 1_800_000);
 });
