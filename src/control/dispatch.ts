@@ -67,9 +67,23 @@ const SETTLE_POLL_MS = 200;
 const REROUTE_MS = 200;
 /** How long an owner may stay off the bus after the caller is back before its legs are given up. */
 const OWNER_RETURN_MS = 10_000;
+/** How often a share's owner is checked for life while its replies are awaited. */
+const OWNER_CHECK_MS = 500;
 
 export class Dispatcher {
-  constructor(private readonly deps: { bus: Bus; subjects: Subjects; registry: Registry; local?: LocalEngines }) {}
+  constructor(
+    private readonly deps: {
+      bus: Bus;
+      subjects: Subjects;
+      registry: Registry;
+      local?: LocalEngines;
+      /**
+       * Is this replica alive (its heartbeat fresh, ownership.ts)? A share sent to a replica that
+       * dies is given up when its lease runs out, not at its calls' deadline (minutes for a load).
+       */
+      alive?: (replica: string) => Promise<boolean>;
+    },
+  ) {}
 
   async one(workerId: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
     const worker = this.deps.registry.get(workerId);
@@ -101,8 +115,9 @@ export class Dispatcher {
    * `onLeg` as each answers. Resolves when every leg has an outcome (bus failures included).
    */
   async many(legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }): Promise<void> {
-    // A replica that no longer owns an engine (its lease was moving) made no call: the leg goes
-    // again to whoever owns the engine now, while its deadline allows.
+    // A replica that no longer owns an engine (its lease was moving), or no replica at all (the
+    // owner died and its lease has not moved yet), made no call: the leg goes again to whoever
+    // owns the engine now, while its deadline allows.
     let pending = legs;
     for (;;) {
       const byWorker = new Map(pending.map((l) => [l.workerId, l]));
@@ -112,7 +127,8 @@ export class Dispatcher {
         onLeg: (reply) => {
           const leg = byWorker.get(reply.workerId);
           const o = reply.outcome;
-          if (leg && o.kind === 'unreachable' && o.code === 'not_owner' && !opts.signal?.aborted && leg.call.deadline - Date.now() > REROUTE_MS) refused.push(leg);
+          const notMade = o.kind === 'unreachable' && (o.code === 'not_owner' || o.code === 'no_owner');
+          if (leg && notMade && !opts.signal?.aborted && leg.call.deadline - Date.now() > REROUTE_MS) refused.push(leg);
           else opts.onLeg(reply);
         },
       });
@@ -129,7 +145,7 @@ export class Dispatcher {
       if (!owner) {
         const known = this.deps.registry.get(leg.workerId) !== undefined;
         const message = known ? `worker \`${leg.workerId}\` has no owning replica yet (its lease is being claimed)` : `worker \`${leg.workerId}\` was removed`;
-        opts.onLeg({ workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message } });
+        opts.onLeg({ workerId: leg.workerId, outcome: { kind: 'unreachable', latencyMs: 0, message, ...(known ? { code: 'no_owner' as const } : {}) } });
         continue;
       }
       const share = byOwner.get(owner);
@@ -173,6 +189,9 @@ export class Dispatcher {
     const timeoutMs = Math.max(1, latest - Date.now()) * Math.max(1, rounds) + BUS_MARGIN_MS;
     const command = packLegs(randomUUID(), legs, opts.concurrency);
     const stopCancel = this.cancelOnAbort(opts.signal, owner, command.requestId);
+    const sentAt = Date.now();
+    const ownerGone = this.watchOwner(owner);
+    const signal = opts.signal ? AbortSignal.any([opts.signal, ownerGone.signal]) : ownerGone.signal;
     try {
       const stream = this.deps.bus.requestStream(this.deps.subjects.replicaCmd(owner), command, {
         timeoutMs,
@@ -183,21 +202,43 @@ export class Dispatcher {
           opts.onLeg(reply);
         },
       });
-      await (opts.signal ? abortable(stream, opts.signal) : stream);
+      await abortable(stream, signal);
     } catch (err) {
       // The connection dropped under a share that was sent: its calls may well have run. Once the
       // bus is back, the owner says what they came to (its outcome log).
       if (err instanceof BusUnavailable && err.inFlight && !opts.signal?.aborted) {
         await this.settleFromOwner(owner, command.requestId, legs, answered, latest, opts);
       }
+      const lost = ownerGone.signal.aborted && !opts.signal?.aborted;
       for (const leg of legs) {
         if (answered.has(leg.workerId)) continue;
         const url = this.deps.registry.get(leg.workerId)?.url ?? leg.workerId;
-        opts.onLeg({ workerId: leg.workerId, outcome: busFailure(err, url, leg.call) });
+        opts.onLeg({ workerId: leg.workerId, outcome: lost ? ownerLost(url, owner, Date.now() - sentAt) : busFailure(err, url, leg.call) });
       }
     } finally {
+      ownerGone.stop();
       stopCancel();
     }
+  }
+
+  /** Aborts its signal once `owner` is judged dead (its lease ran out); stop() ends the watch. */
+  private watchOwner(owner: string): { signal: AbortSignal; stop: () => void } {
+    const gone = new AbortController();
+    const alive = this.deps.alive;
+    if (!alive) return { signal: gone.signal, stop: () => {} };
+    let checking = false;
+    const timer = setInterval(() => {
+      if (checking || gone.signal.aborted) return;
+      checking = true;
+      alive(owner)
+        .then((yes) => {
+          if (!yes) gone.abort();
+        })
+        .catch(() => {})
+        .finally(() => (checking = false));
+    }, OWNER_CHECK_MS);
+    timer.unref();
+    return { signal: gone.signal, stop: () => clearInterval(timer) };
   }
 
   /** Waits for the bus, then asks the owner for the replies of `requestId` until every leg has one or the deadline passes. */
@@ -252,12 +293,21 @@ function busFailure(err: unknown, url: string, call: ControlCall): ControlOutcom
     return { kind: 'timeout', latencyMs: 0, message: `upstream \`${url}\` timed out after ${call.timeoutSecs}s` };
   }
   if (err instanceof BusNoResponders) {
-    return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${url}\` unreachable: no gateway replica hosts this engine` };
+    return { kind: 'unreachable', code: 'no_owner', latencyMs: 0, message: `upstream \`${url}\` unreachable: no gateway replica hosts this engine` };
   }
   if (err instanceof DOMException && err.name === 'AbortError') {
     return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${url}\` call cancelled: the client went away` };
   }
   return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${url}\` unreachable: ${(err as Error)?.message ?? String(err)}` };
+}
+
+function ownerLost(url: string, owner: string, latencyMs: number): ControlOutcome {
+  return {
+    kind: 'unreachable',
+    code: 'owner_lost',
+    latencyMs,
+    message: `upstream \`${url}\`: gateway replica \`${owner}\`, which ran this call, died before answering; the call may have run`,
+  };
 }
 
 function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {

@@ -47,8 +47,12 @@ export type ControlOutcome =
        * `bus_unavailable`: the gateway's own bus was down, the call may never have left it.
        * `not_owner`: the replica asked no longer owns the engine (ownership was moving); the
        * call was not made, so the dispatcher sends it to the new owner.
+       * `no_owner`: no replica took the call (the owner died and its lease has not moved yet, or
+       * no lease was claimed): it was not made, and the dispatcher sends it again to whoever owns
+       * the engine next.
+       * `owner_lost`: the replica running the call died before answering; the call may have run.
        */
-      code?: 'bus_unavailable' | 'not_owner';
+      code?: 'bus_unavailable' | 'not_owner' | 'no_owner' | 'owner_lost';
     }
   | { kind: 'no_control_endpoint'; latencyMs: 0; message: string; connectionMode: string };
 

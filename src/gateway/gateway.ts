@@ -172,6 +172,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       bus,
       subjects: subj,
       registry,
+      alive: (replica) => ownership.aliveNow(replica),
       local: {
         replicaId,
         runOne: (id, call, signal) => host.run(id, call, signal),

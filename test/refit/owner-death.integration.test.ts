@@ -1,0 +1,79 @@
+// The replica that owns the engines dies (SIGKILL) while another replica's refit waits on its
+// load calls: the refit does not wait out the calls' timeout (minutes for a load), it gives those
+// legs up once the owner's lease runs out (the calls may have run: they fail as such), and the
+// resumes that follow go to the engines' new owner once it has taken them, so no engine is left
+// paused. Judged on the simulators' own state. The owner runs with RL off, so it never runs a
+// refit itself; the runner is in-process.
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGateway, type Gateway } from '../../src/gateway/gateway.ts';
+import { silentLogger } from '../../src/obs/logger.ts';
+import { testConfig } from '../fixtures/gateway.ts';
+import { startGatewayProcess, until, type GatewayProcess } from '../fixtures/gateway-process.ts';
+import { httpJson } from '../fixtures/http-json.ts';
+import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
+import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+
+const LEASE_SECS = 2;
+/** Far longer than the test may wait: a refit that waits out its calls' timeout fails the test. */
+const CONTROL_TIMEOUT_SECS = 300;
+
+describe('the engines\' owner dies while a refit waits on its calls', () => {
+  let nats: TestNats;
+  let sims: SimProcess[] = [];
+  let owner: GatewayProcess;
+  let runner: Gateway;
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    sims = await Promise.all([0, 1].map(() => spawnSglangSim(['--token-rate', '0'])));
+    owner = await startGatewayProcess(['--nats-url', nats.url, '--replica-id', 'owner', '--enable-rl=false', '--lease-secs', String(LEASE_SECS), '--health-check-interval-secs', '1']);
+    for (const s of sims) expect((await owner.http('POST', '/workers', { url: s.url })).status).toBe(202);
+    runner = await startGateway(
+      { ...testConfig({ leaseSecs: LEASE_SECS, rl: { controlTimeoutSecs: CONTROL_TIMEOUT_SECS } }), natsUrl: nats.url, replicaId: 'runner' },
+      { log: silentLogger() },
+    );
+    await until('both engines ready on the runner, owned by the owner', 20_000, async () => {
+      const rows = (await httpJson(runner.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ health: string; owner: string }>;
+      return rows.length === 2 && rows.every((r) => r.health === 'ready' && r.owner === 'owner');
+    });
+  }, 90_000);
+  afterAll(async () => {
+    await runner?.close();
+    await owner?.kill();
+    await Promise.all(sims.map((s) => s.stop()));
+    await nats?.stop();
+  });
+
+  it('ends within a lease and a few seconds of the death, names the lost calls, and leaves no engine paused', async () => {
+    for (const s of sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: 3_000, times: 1 });
+    const answer = httpJson(runner.url, 'POST', '/v1/rl/refits', { refit_id: 'owner-death-1', weight_version: '31', source: { kind: 'disk', model_path: '/m/31' } });
+    await until('both engines received the load', 10_000, async () => {
+      for (const s of sims) if (!(await s.requests()).some((r) => r.path === '/update_weights_from_disk')) return false;
+      return true;
+    });
+    await owner.kill();
+    const killedAt = Date.now();
+    const r = await answer;
+    const tookMs = Date.now() - killedAt;
+    expect(r.status, r.text).toBe(207);
+    // The lease (2 s), the runner's check (every 0.5 s), the takeover and the resumes, on a busy machine.
+    expect(tookMs, 'ms from the owner\'s death to the report').toBeLessThan(LEASE_SECS * 1000 + 10_000);
+    for (const f of r.json.failed) {
+      expect(f).toMatchObject({ failed_phase: 'refit', error: 'upstream_unreachable' });
+      expect(f.message).toMatch(/died before answering; the call may have run/);
+    }
+    expect(r.json.failed).toHaveLength(2);
+    for (const s of sims) expect((await s.state()).paused, s.url).toBeNull();
+
+    // The runner now owns the engines: the next refit brings them up at the new version.
+    for (const s of sims) await s.clearFaults();
+    const next = await httpJson(runner.url, 'POST', '/v1/rl/refits', { refit_id: 'owner-death-2', weight_version: '32', source: { kind: 'disk', model_path: '/m/32' } });
+    expect(next.status, next.text).toBe(200);
+    for (const s of sims) {
+      const st = await s.state();
+      expect(st.paused, s.url).toBeNull();
+      expect(st.weightVersion, s.url).toBe('32');
+    }
+  }, 60_000);
+});
