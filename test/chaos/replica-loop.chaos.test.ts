@@ -45,12 +45,11 @@ const KILL_SPAN_MS = 2_500;
  */
 const REFIT_BOUND_MS = 90_000;
 /**
- * The replicas' control timeout, which is also each refit phase's deadline. A call in flight to a
- * replica that is SIGKILLed gets no answer until that deadline (the caller does not watch the
- * owner's heartbeat), so an owner killed mid-phase holds the refit this long: 10 s, not the
- * default 600 s, keeps that cost bounded here, and the figures show it.
+ * The replicas' control timeout, which is also each refit phase's deadline: the default. A call in
+ * flight to a replica that is SIGKILLed fails once that replica's lease runs out, not at this
+ * deadline, so a refit whose owner dies under it still ends within REFIT_BOUND_MS.
  */
-const CONTROL_TIMEOUT_SECS = 10;
+const CONTROL_TIMEOUT_SECS = 600;
 /** The trainer's pause after a refit that refitted no engine. */
 const BACKOFF_MS = 250;
 
@@ -274,8 +273,8 @@ describe(`chaos: ${SCENARIO}`, () => {
             const held = states.find((x) => x.url === e.url)!.st.weightVersion;
             expect(held, `refit loop-${i}: ${e.url} reported ok`).toBe(`v${i}`);
           }
-          // A refit that reached no engine (its engines' owner just died: no replica hosts them
-          // until the lease runs out) is followed by a short back-off, as a trainer would.
+          // A refit that reached no engine (say every engine was cut by a phase deadline) is
+          // followed by a short back-off, as a trainer would.
           if (!report.engines.some((e) => e.outcome === 'ok')) await sleep(BACKOFF_MS);
         }
       } finally {
