@@ -109,7 +109,7 @@ export const sglangRouterRoutes: FastifyPluginAsync<RouteOptions> = async (app, 
     },
     async (req, reply) => {
       if (config.adminKey && !bearerMatches(req.headers.authorization, config.adminKey)) {
-        throw new GatewayError('unauthorized', 'changing worker keys, rl.* labels or existing workers needs the admin bearer token');
+        throw new GatewayError('unauthorized', 'changing worker keys, rl.* or weight_version labels, or existing workers needs the admin bearer token');
       }
       const url = urlParam(req);
       const exact = registry.findByUrl(url);
