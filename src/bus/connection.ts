@@ -146,6 +146,8 @@ export interface RequestStreamOptions {
   timeoutMs: number;
   /** Called once per reply, in arrival order, awaited before the next one. */
   onMessage(data: unknown): void | Promise<void>;
+  /** Ends the wait (rejecting with an AbortError) and drops the stream's reply route. */
+  signal?: AbortSignal;
 }
 
 /** A change of the connection, as `onStatus` listeners receive it. */
@@ -474,8 +476,9 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
     },
 
     requestStream(subject, payload, streamOpts) {
-      const { timeoutMs, onMessage } = streamOpts;
+      const { timeoutMs, onMessage, signal } = streamOpts;
       if (!connected) return Promise.reject(new BusUnavailable(subject, notConnected()));
+      if (signal?.aborted) return Promise.reject(new DOMException('aborted', 'AbortError'));
       const inbox = streamInbox();
       const id = `${++streamSeq}`;
       return new Promise<void>((resolve, reject) => {
@@ -483,16 +486,19 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
         let chain: Promise<void> = Promise.resolve();
         let done = false;
         const onDrop = (detail: string) => finish(new BusUnavailable(subject, detail, undefined, true));
+        const onAbort = () => finish(new DOMException('aborted', 'AbortError'));
         const finish = (err?: Error) => {
           if (done) return;
           done = true;
           clearTimeout(timer);
           streams.delete(id);
           inFlight.delete(onDrop);
+          signal?.removeEventListener('abort', onAbort);
           if (err) reject(err);
           else resolve();
         };
         inFlight.add(onDrop);
+        signal?.addEventListener('abort', onAbort, { once: true });
         const timer = setTimeout(() => finish(new BusTimeout(subject, timeoutMs, received)), timeoutMs);
         streams.set(id, (msg) => {
           if (msg.data.length === 0) {

@@ -195,6 +195,8 @@ export class Dispatcher {
     try {
       const stream = this.deps.bus.requestStream(this.deps.subjects.replicaCmd(owner), command, {
         timeoutMs,
+        // A caller that went away, or an owner that died: the wait and its reply route end now.
+        signal,
         onMessage: (data) => {
           const reply = data as LegReply;
           if (answered.has(reply.workerId)) return;
@@ -202,7 +204,7 @@ export class Dispatcher {
           opts.onLeg(reply);
         },
       });
-      await abortable(stream, signal);
+      await stream;
     } catch (err) {
       // The connection dropped under a share that was sent: its calls may well have run. Once the
       // bus is back, the owner says what they came to (its outcome log).
