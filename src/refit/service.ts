@@ -90,9 +90,9 @@ export class RefitService {
     const j = cached?.status === 'done' ? cached : ((await this.fresh(id)) ?? cached);
     // Queued here and not yet taken by a runner (no journal yet): a 202's Location must answer.
     const queued = this.accepted.get(id);
-    if (!j && queued) return queuedView(queued);
+    if (!j && queued) return unfinishedView(queued);
     if (!j) throw new GatewayError('refit_not_found', `refit \`${id}\` not found`, { id });
-    return j.report ?? runningView(j);
+    return j.report ?? unfinishedView(j, j);
   }
 
   /**
@@ -125,7 +125,7 @@ export class RefitService {
     const running = [...this.journals.values()].filter((j) => j.status === 'running');
     await Promise.all(running.map((j) => this.fresh(j.id)));
     const all = [...this.journals.values()].reverse();
-    return [...all.filter((j) => j.status === 'running').map(runningView), ...all.filter((j) => j.report).map((j) => j.report!)];
+    return [...all.filter((j) => j.status === 'running').map((j) => unfinishedView(j, j)), ...all.filter((j) => j.report).map((j) => j.report!)];
   }
 
   /** The refit's journal says it runs (it may be between runners after a replica died). */
@@ -352,34 +352,19 @@ export interface RefitPlanView {
   calls: number;
 }
 
-function queuedView(q: QueuedRefit): RunningRefit {
+/** A refit not finished yet: queued (no journal yet), or running as its journal `j` says. */
+function unfinishedView(q: Pick<QueuedRefit, 'id' | 'request' | 'selector' | 'submitted_at' | 'targets'>, j?: RefitJournal): RunningRefit {
   return {
     id: q.id,
-    status: 'queued',
+    status: j ? 'running' : 'queued',
     weight_version: q.request.weight_version,
     source: q.request.source.kind,
     selector: q.selector,
     submitted_at: q.submitted_at,
-    replica: null,
-    phase: null,
-    step_index: 0,
+    replica: j?.holder ?? null,
+    phase: j?.phase ?? null,
+    step_index: j?.step_index ?? 0,
     total: q.targets.length,
-    pending: [],
-  };
-}
-
-function runningView(j: RefitJournal): RunningRefit {
-  return {
-    id: j.id,
-    status: 'running',
-    weight_version: j.request.weight_version,
-    source: j.request.source.kind,
-    selector: j.selector,
-    submitted_at: j.submitted_at,
-    replica: j.holder,
-    phase: j.phase,
-    step_index: j.step_index,
-    total: j.targets.length,
-    pending: j.pending,
+    pending: j?.pending ?? [],
   };
 }
