@@ -10,7 +10,7 @@ import type { CommandOp, CommandResult, EngineActor, EngineCommand } from '../..
 import { DEADLINE, decodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
-import { controlOp, lifecycleOp, validateEnginePath } from '../engines/engine-path.ts';
+import { controlOp, lifecycleOp } from '../engines/engine-path.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { controlUrlFor, noControlEndpoint } from './control-url.ts';
@@ -204,12 +204,6 @@ export class CommandRunner {
   private async execute(id: string, call: ControlCall, signal: AbortSignal | undefined): Promise<CommandResult> {
     const worker = this.deps.registry.get(id);
     if (!worker) return { outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${id}\` was removed` } };
-    // Commands reach this replica over NATS from anyone on the bus: the path rules hold here too.
-    try {
-      validateEnginePath(call.path);
-    } catch (err) {
-      return { outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message } };
-    }
     const controlUrl = controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker));
     if (!controlUrl) {
       const outcome: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpoint(worker), connectionMode: worker.connectionMode };
