@@ -67,9 +67,9 @@ export class Registry extends EventEmitter<RegistryEvents> {
    * Throws GatewayError('invalid_request') for a URL the gateway cannot reach.
    */
   register(reg: WorkerRegistration): { worker: Worker; created: boolean } {
-    const url = normaliseUrl(reg.url);
-    // URL syntax (worker-url.ts); the host policy is the caller's, which knows the allow-list.
-    const { mode } = parseWorkerUrl(url);
+    // URL syntax, and its one spelling (worker-url.ts); the host policy is the caller's, which
+    // knows the allow-list.
+    const { mode, canonical: url } = parseWorkerUrl(reg.url);
     checkLabels(reg.labels);
     if (mode === 'zmq') {
       try {
