@@ -37,12 +37,12 @@ export function receiveBounds(config: GatewayConfig): BoundOptions {
   };
 }
 
-/** Each connection's latest request and its answer (followAnswers), read when a request is late. */
-const latest = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
+/** Each connection's latest answer (its `req` is the request), read when a request is late. */
+const latest = new WeakMap<Socket, ServerResponse>();
 
 /** Follows which request each connection is on, so that a late request already answered is told apart. */
 export function followAnswers(app: FastifyInstance): void {
-  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => latest.set(req.socket, { req, res }));
+  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => latest.set(req.socket, res));
 }
 
 /**
@@ -55,7 +55,7 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Socket, config: G
   // body) whose body then stalls: the caller has its answer, and a second one would be read as the
   // answer to its next request. The connection is only closed.
   const last = latest.get(socket);
-  if (last && !last.req.complete && last.res.headersSent) {
+  if (last && !last.req.complete && last.headersSent) {
     socket.destroySoon();
     return;
   }

@@ -25,15 +25,19 @@ export class RequestTiming {
   private readonly started = performance.now();
   /** When the last streamed event went out; 0 before the first. */
   private last = 0;
-  /** Empty until an attempt is routed: a request refused before routing has no worker or model. */
-  private worker = '';
-  private model = '';
+  /**
+   * The stream series' labels, built once per attempt rather than per event (a streamed answer
+   * has one per token). Empty worker and model until an attempt is routed: a request refused
+   * before routing has neither.
+   */
+  private labels: { route: string; model: string; worker: string };
 
   constructor(
     private readonly series: DataPlaneSeries,
     private readonly route: string,
     res: ServerResponse,
   ) {
+    this.labels = { route, model: '', worker: '' };
     // A module-level listener with the timing on the response: no closure per request.
     (res as TimedResponse)[TIMING] = this;
     res.once('close', onClose);
@@ -41,9 +45,8 @@ export class RequestTiming {
 
   /** An attempt routed to this worker (a retry moves the request's labels to the new worker). */
   attempt(worker: { url: string; modelId: string }): void {
-    this.worker = worker.url;
-    this.model = worker.modelId;
-    this.series.attempts.inc({ worker: this.worker, model: this.model });
+    this.labels = { route: this.route, model: worker.modelId, worker: worker.url };
+    this.series.attempts.inc({ worker: worker.url, model: worker.modelId });
   }
 
   /**
@@ -53,9 +56,8 @@ export class RequestTiming {
    */
   event(tokens: boolean): void {
     const now = performance.now();
-    const labels = { route: this.route, model: this.model, worker: this.worker };
-    if (this.last === 0) this.series.ttft.observe(labels, (now - this.started) / 1000);
-    else if (tokens) this.series.itl.observe(labels, (now - this.last) / 1000);
+    if (this.last === 0) this.series.ttft.observe(this.labels, (now - this.started) / 1000);
+    else if (tokens) this.series.itl.observe(this.labels, (now - this.last) / 1000);
     else return;
     this.last = now;
   }
@@ -63,7 +65,7 @@ export class RequestTiming {
   /** @internal the caller's response closed. */
   closed(res: ServerResponse): void {
     const status = res.headersSent ? String(res.statusCode) : CALLER_GONE_STATUS;
-    this.series.duration.observe({ route: this.route, model: this.model, worker: this.worker, status }, (performance.now() - this.started) / 1000);
+    this.series.duration.observe({ ...this.labels, status }, (performance.now() - this.started) / 1000);
   }
 }
 
