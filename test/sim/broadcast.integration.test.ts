@@ -252,8 +252,11 @@ describe('broadcast', () => {
     } finally {
       clearInterval(sampler);
     }
-    // Holding the tensor whole on either rank alone would add 64 MiB.
-    expect(peak - base).toBeLessThan(48 * MiB);
+    // Holding the tensor whole on either rank alone would add 64 MiB. Chunks already passed on
+    // still count in arrayBuffers until a collection frees them, which a busy machine defers
+    // (CI once saw 48.8 MiB), so the bound sits just under the whole tensor, not at a guess of
+    // the streaming window.
+    expect(peak - base).toBeLessThan(60 * MiB);
   });
 });
 
