@@ -35,9 +35,17 @@ async function openPage(context: BrowserContext, url: string): Promise<{ page: P
 
 // Browser-side expressions are given as source text: they run in the page, not under Node's types.
 
-/** Waits until the expression, evaluated in the page, is true. */
+/**
+ * Waits until the expression, evaluated in the page, is true. Polled with page.evaluate rather
+ * than waitForFunction: the latter's poller evals the string inside the page, which the page's
+ * own CSP (`script-src 'self'`) can refuse (a CI run failed with an EvalError there).
+ */
 async function until(page: Page, expression: string): Promise<void> {
-  await page.waitForFunction(expression, undefined, { timeout: WAIT_MS });
+  const deadline = Date.now() + WAIT_MS;
+  while (!(await page.evaluate(expression))) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${WAIT_MS} ms waiting for ${expression}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 /** Waits until exactly `n` elements match `selector`. */
