@@ -219,6 +219,11 @@ export interface ConnectBusOptions {
   timeoutMs?: number;
   /** Where handler failures that have no one to answer go (default: process.emitWarning). */
   onHandlerError?: (err: unknown, subject: string) => void;
+  /**
+   * Ping period (default nats.js's 2 minutes). Two pings unanswered and the connection is dropped
+   * and redialled: without it a silent cut (packets dropped, no reset) goes unnoticed for minutes.
+   */
+  pingIntervalMs?: number;
 }
 
 // Between reconnect attempts: short, so a restarted server is picked up within about a second
@@ -241,6 +246,7 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
       reconnectTimeWait: RECONNECT_WAIT_MS,
       reconnectJitter: RECONNECT_JITTER_MS,
       waitOnFirstConnect: false,
+      ...(opts.pingIntervalMs !== undefined ? { pingInterval: opts.pingIntervalMs, maxPingOut: 2 } : {}),
       // Every request (each KV write is one) would otherwise build an Error for its async stack
       // trace: a visible share of the gateway's CPU at thousands of engines. Our errors name the
       // subject instead (mapRequestError).

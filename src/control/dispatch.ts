@@ -11,6 +11,7 @@ import { BusNoResponders, BusTimeout, BusUnavailable, type Bus } from '../bus/co
 import type { Subjects } from '../bus/subjects.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
 import type { Registry } from '../fleet/registry.ts';
+import type { LeaseFence } from '../fleet/lease-fence.ts';
 
 export interface Leg {
   workerId: string;
@@ -82,8 +83,17 @@ export class Dispatcher {
        * dies is given up when its lease runs out, not at its calls' deadline (minutes for a load).
        */
       alive?: (replica: string) => Promise<boolean>;
+      /** This replica's lease fence: while it is closed, its own engines are not called. */
+      fence?: LeaseFence;
     },
   ) {}
+
+  /** The outcome of a call to one of this replica's own engines while its fence is closed. */
+  private fenced(url: string): ControlOutcome | undefined {
+    const reason = this.deps.fence?.reason();
+    if (reason == null) return undefined;
+    return { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${url}\` not called: ${reason}` };
+  }
 
   async one(workerId: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
     const worker = this.deps.registry.get(workerId);
@@ -91,6 +101,8 @@ export class Dispatcher {
     if (this.isLocal(worker?.owner)) {
       // Ownership is only as sure as the bus: without it, another replica may have taken over.
       if (!this.deps.bus.connected) return busFailure(new BusUnavailable(this.deps.subjects.engineCmd(workerId)), url, call);
+      const fenced = this.fenced(url);
+      if (fenced) return fenced;
       try {
         return await this.deps.local!.runOne(workerId, call, signal);
       } catch (err) {
@@ -164,6 +176,10 @@ export class Dispatcher {
     if (!this.deps.bus.connected) {
       const err = new BusUnavailable(this.deps.subjects.replicaCmd(owner));
       for (const leg of legs) opts.onLeg({ workerId: leg.workerId, outcome: busFailure(err, this.deps.registry.get(leg.workerId)?.url ?? leg.workerId, leg.call) });
+      return;
+    }
+    if (this.deps.fence?.reason() != null) {
+      for (const leg of legs) opts.onLeg({ workerId: leg.workerId, outcome: this.fenced(this.deps.registry.get(leg.workerId)?.url ?? leg.workerId)! });
       return;
     }
     const command = packLegs(randomUUID(), legs, opts.concurrency);

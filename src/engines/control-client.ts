@@ -80,7 +80,8 @@ export class ControlClient {
       else signal?.addEventListener('abort', onCancel, { once: true });
     }
     const callSignal = ctrl ? ctrl.signal : signal!;
-    const timedOut = () => timedOutHere || (shared && signal!.reason === DEADLINE);
+    // A caller's signal that ends at a share's deadline (itself, or through AbortSignal.any) is a timeout.
+    const timedOut = () => timedOutHere || signal?.reason === DEADLINE;
     const body = decodeBody(call.body);
     const headers: Record<string, string> = {};
     if (call.contentType) headers['content-type'] = call.contentType;

@@ -16,6 +16,7 @@ import type { Metrics } from '../obs/metrics.ts';
 import { controlUrlFor, noControlEndpoint } from './control-url.ts';
 import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
+import type { LeaseFence } from './lease-fence.ts';
 import { mergedLabels } from './worker.ts';
 
 /** One call waiting for, or holding, its engine's lane. */
@@ -62,8 +63,19 @@ export class CommandRunner {
       actorOf: (id: string) => EngineActor | undefined;
       /** The engine's own client, whose connection a control call may share. */
       clientOf: (id: string) => EngineClient | undefined;
+      /** No call goes out while it is closed; calls in flight when it closes are abandoned. */
+      fence: LeaseFence;
     },
-  ) {}
+  ) {
+    deps.fence.onLapse((reason) => {
+      const lapse = this.lapse;
+      this.lapse = new AbortController();
+      lapse.abort(reason);
+    });
+  }
+
+  /** Aborted (with the fence's reason) when the fence closes: every call in flight then is abandoned. */
+  private lapse = new AbortController();
 
   /**
    * Queues one control call on the engine's lane and returns its outcome. Aborting `signal` drops
@@ -214,9 +226,23 @@ export class CommandRunner {
       const message = `worker \`${worker.id}\` has no control endpoint: no HTTP client for the control endpoint: ${clientError}`;
       return { outcome: { kind: 'no_control_endpoint', latencyMs: 0, message, connectionMode: worker.connectionMode } };
     }
+    // Checked last, just before the call goes out: a replica whose lease may have passed to
+    // another commands nothing (its ownership is only as sure as its last confirmed heartbeat).
+    const fence = this.deps.fence;
+    const closed = fence.reason();
+    if (closed !== null) {
+      return { outcome: { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${worker.url}\` not called: ${closed}` } };
+    }
     // An engine without pool settings of its own is called on the connection its probes use.
     const dispatcher = worker.httpPool && Object.keys(worker.httpPool).length > 0 ? undefined : this.deps.clientOf(id)?.poolFor?.(controlUrl);
-    const outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool, dispatcher }, call, signal);
+    const lapse = this.lapse.signal;
+    const fenced = { ...call, trace: { ...call.trace, ...fence.headers(id) } };
+    let outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool, dispatcher }, fenced, signal ? AbortSignal.any([signal, lapse]) : lapse);
+    if (lapse.aborted && !signal?.aborted && outcome.kind !== 'answer') {
+      // Abandoned, and said so: it was sent under a live lease and may still run on the engine;
+      // whoever owns the engine now reads what it holds.
+      outcome = { kind: 'unreachable', code: 'bus_unavailable', latencyMs: outcome.latencyMs, message: `upstream \`${worker.url}\` call abandoned after it was sent (it may have run on the engine): ${String(lapse.reason)}` };
+    }
     this.deps.metrics.controlCall(controlOp(call.path), outcome);
     if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) return { outcome };
     if (call.method === 'HEAD') return { outcome };

@@ -26,6 +26,7 @@ import type { EngineNotice, EngineRecord } from './engine-record.ts';
 import { baseUrlOf, mergedLabels, type Worker } from './worker.ts';
 import { EngineClients, type EngineLink } from './engine-clients.ts';
 import { RemoteEngines } from './remote-engines.ts';
+import type { LeaseFence } from './lease-fence.ts';
 
 export type { EngineStateEvent } from './state-publisher.ts';
 
@@ -99,10 +100,12 @@ export class EngineHost {
       log: Logger;
       /** The shared `engines` bucket: owned engines' records are written there. */
       records?: JsonBucket<EngineRecord>;
+      /** This replica's lease fence: no control call goes out while it is closed. */
+      fence: LeaseFence;
     },
   ) {
-    const { registry, bus, subjects, control, metrics, log, records, replicaId } = deps;
-    this.commands = new CommandRunner({ registry, control, metrics, log, actorOf: (id) => this.owned.get(id)?.actor, clientOf: (id) => this.links.get(id)?.client });
+    const { registry, bus, subjects, control, metrics, log, records, replicaId, fence } = deps;
+    this.commands = new CommandRunner({ registry, control, metrics, log, fence, actorOf: (id) => this.owned.get(id)?.actor, clientOf: (id) => this.links.get(id)?.client });
     this.states = new StatePublisher({ registry, bus, subjects, metrics, log, loadOf: (id) => this.load(id), pausedBy: (id) => this.commands.pausedBy.get(id), records, replicaId });
     registry.on('added', (w) => this.host(w));
     registry.on('replaced', (prev, next) => this.replaced(prev, next));

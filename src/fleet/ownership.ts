@@ -8,6 +8,7 @@
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Registry } from './registry.ts';
+import type { LeaseFence } from './lease-fence.ts';
 
 export interface OwnerLease {
   replica: string;
@@ -42,6 +43,8 @@ export class Ownership {
   private connected = true;
   /** When this replica's own heartbeat was last written. */
   private beatOkAt = 0;
+  /** A re-read of every lease in progress (after the fence lapsed). */
+  private resyncing: Promise<void> | undefined;
 
   constructor(
     private readonly deps: {
@@ -51,6 +54,8 @@ export class Ownership {
       replicas: JsonBucket<Heartbeat>;
       /** A replica silent this long is dead (default 5 s). */
       leaseMs: number;
+      /** Closes before this replica's own lease can lapse in others' eyes; fed by the heartbeats here. */
+      fence: LeaseFence;
       log: Logger;
     },
   ) {
@@ -94,7 +99,12 @@ export class Ownership {
   /** The bus connection of this replica went away or came back (it judges no one meanwhile). */
   busStatus(connected: boolean): void {
     this.connected = connected;
-    if (connected) this.reconnectedAt = Date.now();
+    this.deps.fence.busStatus(connected);
+    if (connected) {
+      this.reconnectedAt = Date.now();
+      // Prove the lease again at once rather than at the next period.
+      void this.beat();
+    }
   }
 
   /** The replica's HTTP address, shown in its heartbeat for operators. */
@@ -139,6 +149,7 @@ export class Ownership {
 
   private async beat(): Promise<void> {
     if (this.closed) return;
+    const sentAt = Date.now();
     try {
       await this.deps.replicas.put(this.deps.replicaId, { replica: this.deps.replicaId, time: new Date().toISOString(), url: this.url });
       // Our own heartbeat could not be written for a while (the stream had no leader, with the
@@ -148,6 +159,8 @@ export class Ownership {
       const now = Date.now();
       if (now - this.beatOkAt > this.beatGapMs()) this.reconnectedAt = Math.max(this.reconnectedAt, now);
       this.beatOkAt = now;
+      this.deps.fence.beatConfirmed(sentAt);
+      if (this.deps.fence.needsResync && this.connected) void this.resync();
     } catch (err) {
       this.deps.log.debug({ err }, 'could not refresh this replica\'s heartbeat');
     }
@@ -165,12 +178,45 @@ export class Ownership {
     return Math.max(50, Math.floor(this.deps.leaseMs / 5));
   }
 
+  /**
+   * After a lapse the leases this replica believes in may have moved while it heard nothing: every
+   * lease is read again from the bucket before the fence opens, so it never acts on a stale view.
+   */
+  private resync(): Promise<void> {
+    this.resyncing ??= (async () => {
+      try {
+        const fresh = new Map<string, { lease: OwnerLease; revision: number }>();
+        for (const id of await this.deps.owners.keys()) {
+          const e = await this.deps.owners.get(id);
+          if (e) fresh.set(id, { lease: e.value, revision: e.revision });
+        }
+        for (const id of [...this.leases.keys()]) if (!fresh.has(id)) this.leaseChanged(id, null, 0);
+        for (const [id, { lease, revision }] of fresh) {
+          const known = this.leases.get(id);
+          if (!known || known.revision < revision) this.leaseChanged(id, lease, revision);
+        }
+        this.deps.fence.resynced();
+        this.deps.log.info({ leases: fresh.size }, 'engine ownership read again after this replica lost its lease; commanding engines again');
+      } catch (err) {
+        this.deps.log.warn({ err }, 'could not read engine ownership again; the next heartbeat retries');
+      } finally {
+        this.resyncing = undefined;
+      }
+    })();
+    return this.resyncing;
+  }
+
   private leaseChanged(id: string, lease: OwnerLease | null, revision: number): void {
     if (lease === null) {
       this.setLease(id, undefined);
+      this.deps.fence.setEpoch(id, undefined);
       return;
     }
+    // A revision older than the one known (a watch delivering late after a re-read) changes nothing.
+    const known = this.leases.get(id);
+    if (known && known.revision > revision) return;
     this.setLease(id, { replica: lease.replica, revision });
+    this.deps.fence.setEpoch(id, lease.replica === this.deps.replicaId ? revision : undefined);
     this.unleased.delete(id);
     this.deps.registry.setOwner(id, lease.replica);
   }
@@ -188,6 +234,7 @@ export class Ownership {
     this.unleased.delete(id);
     if (this.leases.get(id)?.replica !== this.deps.replicaId) return;
     this.setLease(id, undefined);
+    this.deps.fence.setEpoch(id, undefined);
     this.deps.owners.delete(id).catch(() => {});
   }
 
@@ -228,7 +275,7 @@ export class Ownership {
 
   private async sweep(): Promise<void> {
     // Not while our own bus or heartbeat writes fail: we might be the one cut off.
-    if (this.closed || !this.connected || Date.now() - this.beatOkAt > this.beatGapMs()) return;
+    if (this.closed || !this.connected || !this.deps.fence.live() || Date.now() - this.beatOkAt > this.beatGapMs()) return;
     // A heartbeat that looks stale is read once more before anything is taken (aliveNow): a
     // watch that stalled (its server died) must not make a live replica look dead.
     const dead = new Set<string>();

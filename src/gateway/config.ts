@@ -57,6 +57,8 @@ export interface GatewayConfig {
   retryIntervalSecs: number;
   /** A replica whose heartbeat is this old is dead: its engines are taken over. */
   leaseSecs: number;
+  /** NATS ping period: a connection that answers no ping twice in a row is dropped and redialled. */
+  natsPingIntervalSecs: number;
   /** Deadline of one discovery (server and model info) of an engine. */
   discoveryTimeoutSecs: number;
   breakerThreshold: number;
@@ -114,6 +116,7 @@ export const SETTINGS: Setting[] = [
   { flag: 'health-check-max-rate', key: 'probeMaxRate', kind: 'int', help: 'most probes a second per replica: past it each engine is probed less often than the period (default 100; 0: no cap)' },
   { flag: 'health-failure-threshold', key: 'probeFailureThreshold', kind: 'int', help: 'failed probes in a row before an engine is unreachable (default 3)' },
   { flag: 'lease-secs', key: 'leaseSecs', kind: 'int', help: 'ownership lease: a replica silent this long is dead and another takes its engines (default 5)' },
+  { flag: 'nats-ping-interval-secs', key: 'natsPingIntervalSecs', kind: 'int', help: 'NATS ping period; a connection that misses two pings is dropped and redialled, so a silent cut is noticed (default 2)' },
   { flag: 'discovery-timeout-secs', key: 'discoveryTimeoutSecs', kind: 'int', help: 'deadline of one engine discovery; an engine that accepts connections and never answers is unreachable after it (default 10)' },
   { flag: 'retry-interval-secs', key: 'retryIntervalSecs', kind: 'int', help: 'how often an unreachable engine is rediscovered (default 2)' },
   { flag: 'cb-failure-threshold', key: 'breakerThreshold', kind: 'int', help: 'consecutive data-plane failures that open a breaker (default 5)' },
@@ -154,6 +157,7 @@ export function defaultConfig(): GatewayConfig {
     retryIntervalSecs: 2,
     discoveryTimeoutSecs: 10,
     leaseSecs: 5,
+    natsPingIntervalSecs: 2,
     breakerThreshold: 5,
     breakerCooldownSecs: 30,
     replicaId: undefined,
@@ -220,6 +224,7 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   if (!(cfg.shutdownTimeoutSecs >= 1 && cfg.shutdownTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`shutdown_timeout_secs must be 1..${MAX_TIMER_SECS}`);
   // A lease of 0 would make every other replica dead at every sweep.
   if (!(cfg.leaseSecs >= 1 && cfg.leaseSecs <= 3600)) throw new ConfigError('lease_secs must be 1..3600');
+  if (!(cfg.natsPingIntervalSecs >= 1 && cfg.natsPingIntervalSecs <= 600)) throw new ConfigError('nats_ping_interval_secs must be 1..600');
   if (!(cfg.discoveryTimeoutSecs >= 1 && cfg.discoveryTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`discovery_timeout_secs must be 1..${MAX_TIMER_SECS}`);
   if (!METRICS_PREFIX_PATTERN.test(cfg.metricsPrefix)) throw new ConfigError(`metrics_prefix must match ${METRICS_PREFIX_PATTERN.source}, got \`${cfg.metricsPrefix}\``);
   checkNats(cfg);
@@ -396,6 +401,7 @@ const FILE_ALIASES: Record<string, string> = {
   synthesize_logprobs: 'synthesizeLogprobs',
   shutdown_timeout_secs: 'shutdownTimeoutSecs',
   lease_secs: 'leaseSecs',
+  nats_ping_interval_secs: 'natsPingIntervalSecs',
   discovery_timeout_secs: 'discoveryTimeoutSecs',
   metrics_prefix: 'metricsPrefix',
   ...Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [`nats.${f.fileKey}`, `nats.${f.key}`])),

@@ -22,6 +22,7 @@ import { Registry } from '../fleet/registry.ts';
 import { RegistrySync, type StoredWorker } from '../fleet/registry-sync.ts';
 import { FdBudget } from './fd-limit.ts';
 import { Ownership, type Heartbeat, type OwnerLease } from '../fleet/ownership.ts';
+import { LeaseFence } from '../fleet/lease-fence.ts';
 import type { EngineRecord } from '../fleet/engine-record.ts';
 import { runShare, serveReplicaCommands } from '../control/share.ts';
 import { OutcomeLog } from '../control/outcome-log.ts';
@@ -81,6 +82,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const bus: Bus = await connectBus({
       ...natsConnectOptions(natsUrl, config.nats),
       name: `rlgate-gateway-${replicaId}`,
+      pingIntervalMs: config.natsPingIntervalSecs * 1000,
       onHandlerError: (err, subject) => log.warn({ err, subject }, 'bus handler failed'),
     });
     cleanups.push(() => bus.close());
@@ -105,7 +107,11 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(() => cancels.close());
     const control = new ControlClient();
     cleanups.push(() => control.close());
+    // Closed until the first heartbeat lands, and before this replica's lease could lapse in others' eyes.
+    const fence = new LeaseFence({ replicaId, leaseMs: config.leaseSecs * 1000 });
+    cleanups.push(() => fence.close());
     const host = new EngineHost({
+      fence,
       replicaId,
       registry,
       bus,
@@ -134,6 +140,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       owners: buckets.owners as JsonBucket<OwnerLease>,
       replicas: buckets.replicas as JsonBucket<Heartbeat>,
       leaseMs: config.leaseSecs * 1000,
+      fence,
       log: log.child({ component: 'ownership' }),
     });
     const registrySync = new RegistrySync({ replicaId, registry, bucket: buckets.workers as JsonBucket<StoredWorker>, log: log.child({ component: 'registry' }) });
@@ -173,6 +180,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       subjects: subj,
       registry,
       alive: (replica) => ownership.aliveNow(replica),
+      fence,
       local: {
         replicaId,
         runOne: (id, call, signal) => host.run(id, call, signal),
@@ -251,7 +259,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const subs: BusSubscription[] = [];
     const router = new Router({ registry, view, host });
     const feed = new FleetFeed({ bus, subjects: subj, registry, view });
-    const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, refitEvents, feed, router, bus };
+    const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, refitEvents, feed, router, bus, fence };
 
     if (config.rl.enabled) {
       // Trainers on the bus: one replica answers each refit request (queue group).

@@ -142,16 +142,24 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   const healthSchema = {
     tags: ['gateway'],
     summary: 'Health',
-    description: 'Healthy while the gateway is connected to NATS; 503 while it reconnects.',
+    description: 'Healthy while the gateway is connected to NATS and its lease is confirmed; 503 while it reconnects, or while its heartbeats are not confirmed (a silent cut).',
     response: { 200: Healthy, 503: Unhealthy, ...errorResponses() },
   };
   app.get('/health', { schema: healthSchema }, async (_req, reply) => {
-    if (services.bus.connected) return { status: 'ok' };
-    return reply.code(503).send({
-      status: 'unavailable',
-      reason: 'bus_unavailable',
-      message: 'the gateway is not connected to NATS (reconnecting); control calls and refits fail with bus_unavailable until it is back',
-    });
+    if (!services.bus.connected) {
+      return reply.code(503).send({
+        status: 'unavailable',
+        reason: 'bus_unavailable',
+        message: 'the gateway is not connected to NATS (reconnecting); control calls and refits fail with bus_unavailable until it is back',
+      });
+    }
+    // Connected as far as the client knows, yet its heartbeats are not confirmed: a silent cut,
+    // or a bus that cannot write. Its lease may pass to another replica, so it commands nothing.
+    const fenced = services.fence.reason();
+    if (fenced !== null) {
+      return reply.code(503).send({ status: 'unavailable', reason: 'bus_unavailable', message: `${fenced}; control calls and refits fail with bus_unavailable until it is confirmed again` });
+    }
+    return { status: 'ok' };
   });
   await app.register(workerRoutes, { services });
   await app.register(generateRoutes, { services });

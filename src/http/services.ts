@@ -13,6 +13,7 @@ import type { Router } from '../fleet/router.ts';
 import type { Bus } from '../bus/connection.ts';
 import type { RefitEventLog } from '../bus/refit-events.ts';
 import type { FleetFeed } from '../fleet/fleet-feed.ts';
+import type { LeaseFence } from '../fleet/lease-fence.ts';
 
 export interface Services {
   config: GatewayConfig;
@@ -30,6 +31,8 @@ export interface Services {
   router: Router;
   /** Only whether NATS is connected (GET /health); routes never use the bus directly. */
   bus: Pick<Bus, 'connected'>;
+  /** Whether this replica may command engines (GET /health): closed when its lease is not confirmed. */
+  fence: Pick<LeaseFence, 'reason'>;
 }
 
 export interface RouteOptions {
