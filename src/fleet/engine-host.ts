@@ -154,6 +154,12 @@ export class EngineHost {
     return this.owned.has(id);
   }
 
+  /** No control call runs or waits on the engine's lane (only for engines this replica owns). */
+  idle(id: string): boolean {
+    const lane = this.owned.get(id)?.lane;
+    return lane !== undefined && lane.current === undefined && lane.queue.length === 0;
+  }
+
   snapshot(id: string): EngineSnapshot | undefined {
     return this.owned.get(id)?.actor.getSnapshot();
   }

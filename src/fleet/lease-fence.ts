@@ -22,6 +22,7 @@ export class LeaseFence {
   private stale = false;
   private readonly epochs = new Map<string, number>();
   private readonly lapseListeners = new Set<(reason: string) => void>();
+  private readonly resyncListeners = new Set<() => void>();
   private timer: NodeJS.Timeout | undefined;
   /** Whether the lease was within its deadline at the last look: its end is the lapse. */
   private wasWithin = false;
@@ -94,8 +95,16 @@ export class LeaseFence {
 
   /** Ownership was read again after a lapse: the fence may open. */
   resynced(): void {
+    const was = this.stale;
     this.stale = false;
     this.changed();
+    if (was) for (const l of [...this.resyncListeners]) l();
+  }
+
+  /** Called when the fence opens again after a lapse, ownership read afresh. */
+  onResync(listener: () => void): () => void {
+    this.resyncListeners.add(listener);
+    return () => this.resyncListeners.delete(listener);
   }
 
   /** True while the fence waits for ownership to be read again. */
@@ -130,6 +139,7 @@ export class LeaseFence {
     this.timer = undefined;
     this.opts.timers = false;
     this.lapseListeners.clear();
+    this.resyncListeners.clear();
   }
 
   /** Re-checks the state now; unit tests on a stepped clock call it after a step. */

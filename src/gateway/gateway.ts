@@ -23,6 +23,7 @@ import { RegistrySync, type StoredWorker } from '../fleet/registry-sync.ts';
 import { FdBudget } from './fd-limit.ts';
 import { Ownership, type Heartbeat, type OwnerLease } from '../fleet/ownership.ts';
 import { LeaseFence } from '../fleet/lease-fence.ts';
+import { PauseReconciler } from '../fleet/pause-reconciler.ts';
 import type { EngineRecord } from '../fleet/engine-record.ts';
 import { runShare, serveReplicaCommands } from '../control/share.ts';
 import { OutcomeLog } from '../control/outcome-log.ts';
@@ -39,7 +40,7 @@ import { RefitRunner } from '../refit/runner.ts';
 import { RefitQueue } from '../bus/refit-queue.ts';
 import { RefitEventLog } from '../bus/refit-events.ts';
 import { FleetFeed } from '../fleet/fleet-feed.ts';
-import type { RefitJournal } from '../refit/journal.ts';
+import { pausesInDoubt, type RefitJournal } from '../refit/journal.ts';
 import { reportStatus } from '../refit/report.ts';
 import { ResumesOwed, type OwedResume } from '../refit/resumes-owed.ts';
 import type { GatewayConfig } from './config.ts';
@@ -252,6 +253,24 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     refitsRef.current = refits;
     await refits.start();
     cleanups.push(() => refits.close());
+    // A pause that lands after everyone moved on (its sender was cut off, died or gave up) is
+    // found and undone by the engine's owner: engines a late pause may still reach are watched.
+    const leaseMs = config.leaseSecs * 1000;
+    const reconciler = new PauseReconciler({
+      registry,
+      host,
+      fence,
+      holds: { refit: (id) => refits.holds(id), operator: (id) => host.pausedBy(id) === 'operator' },
+      intervalMs: Math.min(1_000, Math.max(200, config.retryIntervalSecs * 1000)),
+      windowMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000) + leaseMs,
+      timeoutSecs: config.rl.controlTimeoutSecs,
+      log: log.child({ component: 'engines' }),
+    });
+    cleanups.push(refits.onJournal((j) => {
+      if (pausesInDoubt(j)) reconciler.watch(j.targets.filter((t) => !j.keep_paused.includes(t)), `refit ${j.id} had pauses in doubt`);
+    }));
+    reconciler.start();
+    cleanups.push(() => reconciler.close());
     if (config.rl.enabled) await runner.start();
     // Shutdown lets running refits finish (and resume what they paused) while this replica still
     // answers its engines' commands: it stops taking refits, drains, and only then lets go.

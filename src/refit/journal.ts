@@ -36,6 +36,15 @@ export interface RefitJournal {
   report?: RefitReport;
 }
 
+/**
+ * A refit some of whose pauses may land late: it was taken over (the old runner's pauses were in
+ * flight, or its replica was cut off), or a pause failed without an answer saying it did not run.
+ */
+export function pausesInDoubt(j: RefitJournal): boolean {
+  if (j.takeovers.length > 0) return true;
+  return Object.values(j.engines).some((e) => e.failedIn === 'pause' && e.status === undefined);
+}
+
 /** Someone else holds the refit now: this replica must stop running it. */
 export class JournalFenced extends Error {
   override readonly name = 'JournalFenced';

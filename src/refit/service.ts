@@ -133,6 +133,21 @@ export class RefitService {
     return this.journals.get(refitId)?.status === 'running';
   }
 
+  /** A refit accepted here, or running anywhere (its journal says so), has this engine among its targets. */
+  holds(workerId: string): boolean {
+    for (const { targets } of this.accepted.values()) if (targets.includes(workerId)) return true;
+    for (const j of this.journals.values()) if (j.status === 'running' && j.targets.includes(workerId)) return true;
+    return false;
+  }
+
+  /** Called with every journal as it changes (any replica's refits). */
+  onJournal(listener: (j: RefitJournal) => void): () => void {
+    this.journalListeners.add(listener);
+    return () => this.journalListeners.delete(listener);
+  }
+
+  private readonly journalListeners = new Set<(j: RefitJournal) => void>();
+
   /** The refit's journal holds its report. */
   done(refitId: string): boolean {
     return this.journals.get(refitId)?.status === 'done';
@@ -313,6 +328,7 @@ export class RefitService {
     this.journals.delete(id); // re-inserted last: the map stays in order of change
     this.journals.set(id, j);
     this.accepted.delete(id);
+    for (const l of this.journalListeners) l(j);
     if (j.status === 'done' && j.report) {
       const waiting = this.waiters.get(id);
       this.waiters.delete(id);
