@@ -1,6 +1,7 @@
-// The names a user gives the NATS client settings: one row per credential or TLS flag, with its
-// environment variable and config-file key, shared by the gateway's settings table and the
-// commands that only talk NATS (`rlgate refit`, `rlgate watch`), so the names cannot drift.
+// The names a user gives the NATS client settings: one row per credential, TLS or inbox-prefix
+// flag, with its environment variable and config-file key, shared by the gateway's settings table
+// and the commands that only talk NATS (`rlgate refit`, `rlgate watch`, `rlgate trainer`), so the
+// names cannot drift.
 
 import type { NatsAuthSettings } from './connect-options.ts';
 
@@ -25,6 +26,7 @@ export const NATS_CLIENT_FLAGS: NatsClientFlag[] = [
   { flag: 'nats-tls-ca', env: 'RLGATE_NATS_TLS_CA', key: 'tlsCa', fileKey: 'tls_ca', help: 'PEM file of the CA that signed the NATS servers\' certificates' },
   { flag: 'nats-tls-cert', env: 'RLGATE_NATS_TLS_CERT', key: 'tlsCert', fileKey: 'tls_cert', help: 'PEM client certificate for NATS servers that verify clients (with --nats-tls-key)' },
   { flag: 'nats-tls-key', env: 'RLGATE_NATS_TLS_KEY', key: 'tlsKey', fileKey: 'tls_key', help: 'PEM private key of --nats-tls-cert' },
+  { flag: 'nats-inbox-prefix', env: 'RLGATE_NATS_INBOX_PREFIX', key: 'inboxPrefix', fileKey: 'inbox_prefix', help: 'prefix of this client\'s reply subjects instead of _INBOX: the one its NATS user may subscribe to (deploy/nats/accounts.conf: _INBOX_<user>)' },
 ];
 
 export const DEFAULT_NATS_URL = 'nats://127.0.0.1:4222';

@@ -1,6 +1,7 @@
-// rlgate's NATS client settings (a server list, one kind of credential, TLS files) translated into
-// nats.js v3 connect options. It reads the files it is pointed at and nothing else; its errors
-// name settings, files and servers with credentials masked, never a credential itself.
+// rlgate's NATS client settings (a server list, one kind of credential, TLS files, the inbox
+// prefix) translated into nats.js v3 connect options. It reads the files it is pointed at and
+// nothing else; its errors name settings, files and servers with credentials masked, never a
+// credential itself.
 
 import { readFileSync } from 'node:fs';
 import {
@@ -14,7 +15,10 @@ import {
 } from '@nats-io/transport-node';
 import { redactUrl } from '../obs/redact-url.ts';
 
-/** How a client proves who it is and checks the server. Files, never secrets (but URL userinfo). */
+/**
+ * How a client proves who it is, checks the server, and where its replies come. Files, never
+ * secrets (but URL userinfo).
+ */
 export interface NatsAuthSettings {
   user: string | undefined;
   passwordFile: string | undefined;
@@ -26,6 +30,12 @@ export interface NatsAuthSettings {
   tlsCa: string | undefined;
   tlsCert: string | undefined;
   tlsKey: string | undefined;
+  /**
+   * First tokens of every reply subject (request inboxes, JetStream and KV deliveries) instead of
+   * `_INBOX`: a server that lets each user subscribe to its own prefix only keeps the replies meant
+   * for one user (the workers bucket's, with API keys) from every other.
+   */
+  inboxPrefix: string | undefined;
 }
 
 export function noNatsAuth(): NatsAuthSettings {
@@ -38,14 +48,16 @@ export function noNatsAuth(): NatsAuthSettings {
     tlsCa: undefined,
     tlsCert: undefined,
     tlsKey: undefined,
+    inboxPrefix: undefined,
   };
 }
 
-/** What `connect()` takes: servers without userinfo, the authenticator, TLS. */
+/** What `connect()` takes: servers without userinfo, the authenticator, TLS, the inbox prefix. */
 export interface NatsConnectOptions {
   servers: string[];
   authenticator?: Authenticator[];
   tls?: TlsOptions;
+  inboxPrefix?: string;
 }
 
 /** Settings that cannot work together, or a file that cannot be used. */
@@ -97,9 +109,13 @@ function urlCredentials(parsed: ParsedServer[]): { user?: string; pass?: string 
   return first ? { user: first.user, pass: first.pass } : {};
 }
 
+// The prefix of a subscription `<prefix>.>`: dot-separated tokens, none empty, no wildcard.
+const INBOX_PREFIX = /^[^\s.*>]+(\.[^\s.*>]+)*$/;
+
 /**
  * The checks that need no file: one kind of credential at most, a password file only with a user,
- * a TLS certificate only with its key. Returns the parsed servers.
+ * a TLS certificate only with its key, an inbox prefix that can start a subject. Returns the
+ * parsed servers.
  */
 export function checkNatsSettings(url: string, auth: Partial<NatsAuthSettings> = {}): ParsedServer[] {
   const list = splitServers(url);
@@ -116,6 +132,9 @@ export function checkNatsSettings(url: string, auth: Partial<NatsAuthSettings> =
   if (kinds.length > 1) throw new NatsSettingsError(`give one kind of NATS credential, not ${kinds.join(' and ')}`);
   if (auth.passwordFile !== undefined && auth.user === undefined) throw new NatsSettingsError('--nats-password-file needs --nats-user');
   if ((auth.tlsCert === undefined) !== (auth.tlsKey === undefined)) throw new NatsSettingsError('--nats-tls-cert and --nats-tls-key go together');
+  if (auth.inboxPrefix !== undefined && !INBOX_PREFIX.test(auth.inboxPrefix)) {
+    throw new NatsSettingsError(`invalid --nats-inbox-prefix \`${auth.inboxPrefix}\`: expected subject tokens without wildcards or white space, e.g. _INBOX_gateway`);
+  }
   return parsed;
 }
 
@@ -209,5 +228,6 @@ export function natsConnectOptions(url: string, auth: Partial<NatsAuthSettings> 
     if (auth.tlsKey !== undefined) tls.keyFile = readable(auth.tlsKey, 'TLS key');
     out.tls = tls;
   }
+  if (auth.inboxPrefix !== undefined) out.inboxPrefix = auth.inboxPrefix;
   return out;
 }

@@ -213,6 +213,11 @@ export interface ConnectBusOptions {
   servers?: string[];
   authenticator?: NatsConnectOptions['authenticator'];
   tls?: NatsConnectOptions['tls'];
+  /**
+   * First tokens of every reply subject of this connection (nats.js's `_INBOX` when absent): its
+   * requests, JetStream and KV deliveries and our streamed requests all answer under it.
+   */
+  inboxPrefix?: NatsConnectOptions['inboxPrefix'];
   /** Connection name shown by the server's /connz (e.g. `rlgate-gateway-<replica>`). */
   name: string;
   /** Deadline for the first connection (default 5 s). */
@@ -239,6 +244,7 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
       servers: opts.servers ?? opts.url,
       authenticator: opts.authenticator,
       tls: opts.tls,
+      inboxPrefix: opts.inboxPrefix,
       name: opts.name,
       timeout: opts.timeoutMs ?? 5_000,
       reconnect: true,
@@ -343,18 +349,20 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
   // so a fan-out costs no SUB/UNSUB round of its own; replies are routed by the last token.
   const streams = new Map<string, (msg: Msg) => void>();
   let streamSeq = 0;
-  let inboxPrefix: string | undefined;
+  let streamBase: string | undefined;
   const streamInbox = (): string => {
-    if (inboxPrefix) return inboxPrefix;
-    inboxPrefix = createInbox();
-    nc.subscribe(`${inboxPrefix}.*`, {
+    if (streamBase) return streamBase;
+    // Under the connection's prefix: a server that lets a user subscribe to its own prefix only
+    // would refuse (and another user could read) a bare `_INBOX`.
+    streamBase = createInbox(opts.inboxPrefix);
+    nc.subscribe(`${streamBase}.*`, {
       callback: (err, msg) => {
-        if (err) return report(err, `${inboxPrefix}.*`);
-        const id = msg.subject.slice(inboxPrefix!.length + 1);
+        if (err) return report(err, `${streamBase}.*`);
+        const id = msg.subject.slice(streamBase!.length + 1);
         streams.get(id)?.(msg);
       },
     });
-    return inboxPrefix;
+    return streamBase;
   };
 
   let closing: Promise<void> | undefined;

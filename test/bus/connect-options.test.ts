@@ -1,6 +1,7 @@
 // natsConnectOptions: the server list reaches nats.js without user info, credentials become one
 // authenticator (URL user:pass, URL token, user + password file, token file, nkey seed, creds),
-// TLS files are checked, and every refusal names files and settings but never a secret. The
+// TLS files are checked, the inbox prefix is passed on, and every refusal names files and
+// settings but never a secret. The
 // logins themselves are tested against real servers in test/gateway/nats-credentials.integration.test.ts.
 
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -111,6 +112,20 @@ describe('credentials', () => {
     const creds = settingsError(() => natsConnectOptions('nats://n1:4222', { credsFile: file('bad.creds', 'secret-text') }));
     expect(creds.message).toContain('bad.creds');
     expect(creds.message).not.toContain('secret-text');
+  });
+});
+
+describe('the inbox prefix', () => {
+  it('reaches nats.js as inboxPrefix, with any kind of credential or none', () => {
+    expect(natsConnectOptions('nats://n1:4222', { inboxPrefix: '_INBOX_gateway' })).toEqual({ servers: ['nats://n1:4222'], inboxPrefix: '_INBOX_gateway' });
+    expect(natsConnectOptions('nats://gw:pw@n1:4222', { inboxPrefix: 'team.a._INBOX' }).inboxPrefix).toBe('team.a._INBOX');
+    expect(natsConnectOptions('nats://n1:4222').inboxPrefix).toBeUndefined();
+  });
+
+  it('one that cannot start a subject (a wildcard, white space, an empty token) is refused', () => {
+    for (const bad of ['', '_INBOX.>', '_INBOX.*', 'a*b', 'has space', 'a..b', '.a', 'a.']) {
+      expect(settingsError(() => natsConnectOptions('nats://n1:4222', { inboxPrefix: bad })).message, bad).toContain('invalid --nats-inbox-prefix');
+    }
   });
 });
 
