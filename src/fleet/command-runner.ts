@@ -241,7 +241,7 @@ export class CommandRunner {
     if (lapse.aborted && !signal?.aborted && outcome.kind !== 'answer') {
       // Abandoned, and said so: it was sent under a live lease and may still run on the engine;
       // whoever owns the engine now reads what it holds.
-      outcome = { kind: 'unreachable', code: 'bus_unavailable', latencyMs: outcome.latencyMs, message: `upstream \`${worker.url}\` call abandoned after it was sent (it may have run on the engine): ${String(lapse.reason)}` };
+      outcome = { kind: 'unreachable', code: 'owner_lost', latencyMs: outcome.latencyMs, message: `upstream \`${worker.url}\` call abandoned after it was sent (it may have run on the engine): ${String(lapse.reason)}` };
     }
     this.deps.metrics.controlCall(controlOp(call.path), outcome);
     if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) return { outcome };

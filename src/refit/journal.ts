@@ -104,7 +104,8 @@ function isWrongRevision(err: unknown): boolean {
 /**
  * Where a refit taken over from a dead replica goes on, from its journal. Legs sent and not
  * answered are in doubt: a pause in doubt is resumed; a disk load in doubt is checked by the
- * version check (it landed or it did not), never sent again; a distributed transfer in doubt
+ * version check (it landed or it did not; the runner sends one that did not again, then checks
+ * again: leg-recovery.ts); a distributed transfer in doubt
  * cannot go on (the trainer's broadcast passed), so its group is torn down and the engines are
  * reported failed (they may hold part of the weights); a verify or resume in doubt is sent again
  * (both change nothing on an engine that already had it).

@@ -24,6 +24,7 @@ import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { JournalFenced, JournalWriter, recoveryOf, type RefitJournal } from './journal.ts';
 import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
+import { answerLost, lostAnswerVerdict, repeatable, versionMismatch } from './leg-recovery.ts';
 import { buildReport, type RefitReport } from './report.ts';
 import type { RefitRequest } from './request.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
@@ -315,9 +316,15 @@ export class RefitRunner {
     this.deps.log.info({ refit_id: id, origin: q.origin, weight_version: req.weight_version, source: req.source.kind, targets: targets.length, quorum, recovered: recovered?.at ?? null }, recovered ? 'refit taken over' : 'refit started');
     this.publish(id, { type: 'started', replica: this.deps.replicaId, targets: targets.map((w) => w.id), quorum, steps: plan.steps.map((st) => st.name), verify: plan.verify !== null, recovered: recovered?.at ?? null });
 
+    // Loads sent by a runner that died, whose answers are lost: the version check after the
+    // takeover finds out which landed, and one that did not is loaded again (leg-recovery.ts).
+    const doubtful = new Set(recovered && j.phase === 'refit' && plan.verify && repeatable(plan.steps, j.step_index) ? j.pending : []);
+    const doubtfulStep = j.step_index;
+
     const runPhase = fromCallback<CoordinatorEvent, PhaseInput>(({ input, sendBack }) => {
       const abort = new AbortController();
       const answered = new Set<string>();
+      const recovering: Array<Promise<void>> = [];
       phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
       const step = input.phase === 'refit' ? (plan.steps[input.stepIndex]?.name ?? null) : null;
       const phaseStartedAt = Date.now();
@@ -349,11 +356,30 @@ export class RefitRunner {
               // The phase is over (a deadline cut it): the coordinator has judged this leg, and
               // the cleanup below published that verdict; a late answer changes neither.
               if (abort.signal.aborted) return;
-              answered.add(wid);
+              const done = (result: LegResult) => {
+                if (abort.signal.aborted) return;
+                answered.add(wid);
+                sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
+                this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, result, Date.now());
+              };
               const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
+              const worker = byId.get(wid)!;
+              // The answer was lost with the replica that made the call: read the engine first.
+              if (input.phase === 'refit' && answerLost(outcome)) {
+                const load = calls.get(callKey('refit', input.stepIndex, wid))!;
+                const canRepeat = repeatable(plan.steps, input.stepIndex);
+                recovering.push(this.recoverLostLoad(worker, load, outcome, req.weight_version, canRepeat, expected, d.verifyMs, abort.signal).then(done));
+                return;
+              }
               const result = legResult(input.phase, outcome, req.weight_version, expected);
-              sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
-              this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, result, Date.now());
+              if (input.phase === 'verify' && doubtful.has(wid) && versionMismatch(result)) {
+                doubtful.delete(wid);
+                const load = calls.get(callKey('refit', doubtfulStep, wid))!;
+                const check = calls.get(callKey('verify', 0, wid))!;
+                recovering.push(this.reloadAndVerify(worker, load, check, result, req.weight_version, abort.signal).then(done));
+                return;
+              }
+              done(result);
             },
             concurrency,
           )
@@ -364,6 +390,7 @@ export class RefitRunner {
               sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: { ok: false, error: 'internal_error', message: 'the gateway failed to run this phase', latencyMs: 0 } });
             }
           });
+        await Promise.all(recovering);
         if (!abort.signal.aborted) sendBack({ type: 'phase.done' });
       })();
       return () => {
@@ -447,6 +474,51 @@ export class RefitRunner {
     });
   }
 
+  /**
+   * A load whose answer was lost with the replica that made it (leg-recovery.ts): once the engine
+   * has a live owner, its version is read; it landed, or it is sent again when that is safe, or
+   * it is reported with what the engine holds.
+   */
+  private async recoverLostLoad(
+    worker: Worker,
+    load: ControlCall,
+    lost: ControlOutcome,
+    target: string,
+    canRepeat: boolean,
+    expected: ReadonlyArray<number | null> | undefined,
+    readMs: number,
+    signal: AbortSignal,
+  ): Promise<LegResult> {
+    await this.deps.ownersSettled([worker.id], '', Math.max(0, load.deadline - Date.now()));
+    const read = await this.callOne(worker, this.versionRead(readMs, load.refitId), signal);
+    const verdict = lostAnswerVerdict(lost, read, target, canRepeat);
+    this.deps.log.warn({ refit_id: load.refitId, worker_id: worker.id, verdict: verdict.kind }, 'a load\'s answer was lost with the replica that made the call; the engine was read');
+    if (verdict.kind === 'landed') return { ok: true, status: 200, message: 'the answer was lost with the replica that made the call; the engine was read afterwards and holds the target version', latencyMs: lost.latencyMs };
+    if (verdict.kind === 'failed') return verdict.result;
+    const again = await this.callOne(worker, fresh(load), signal);
+    return legResult('refit', again, target, expected);
+  }
+
+  /** A load in doubt after a takeover that did not land (its version check failed): loaded again, checked again. */
+  private async reloadAndVerify(worker: Worker, load: ControlCall, check: ControlCall, first: LegResult, target: string, signal: AbortSignal): Promise<LegResult> {
+    this.deps.log.warn({ refit_id: load.refitId, worker_id: worker.id }, 'a load in doubt after a takeover had not landed; sending it again');
+    const loaded = legResult('refit', await this.callOne(worker, fresh(load), signal), target);
+    if (!loaded.ok) return { ...first, message: `${first.message}; the load, in doubt after a takeover, was sent again and failed: ${loaded.message ?? loaded.error}` };
+    return legResult('verify', await this.callOne(worker, fresh(check), signal), target);
+  }
+
+  private async callOne(worker: Worker, call: ControlCall, signal: AbortSignal): Promise<ControlOutcome> {
+    const out = await this.deps.legs.runLegs([{ worker, call }], signal);
+    return out.get(worker.id) ?? { kind: 'unreachable', latencyMs: 0, message: `upstream \`${worker.url}\` was not called` };
+  }
+
+  /** `GET model_info`: the engine's own word on the version it holds. */
+  private versionRead(readMs: number, refitId: string | undefined): ControlCall {
+    const call = this.deps.legs.callFor('model_info', { method: 'GET', rawQuery: '', body: null, contentType: undefined, trace: { 'x-request-id': `refit-${refitId ?? 'unknown'}-read` } });
+    const timeoutSecs = Math.max(1, Math.ceil(readMs / 1000));
+    return { ...call, refitId, timeoutSecs, deadline: Date.now() + timeoutSecs * 1000 };
+  }
+
   /** The report goes to the journal first (the one place a trainer can always read it), then out. */
   private async finish(writer: JournalWriter, report: RefitReport): Promise<void> {
     await retry(() => writer.update({ status: 'done', report, pending: [] }), () => writer.fenced);
@@ -520,6 +592,11 @@ export function prepareCalls(legs: LegRunner, plan: RefitPlan, targets: Worker[]
     put('resume', 0, w, plan.resume);
   }
   return calls;
+}
+
+/** The same call with a deadline that starts now. */
+function fresh(call: ControlCall): ControlCall {
+  return { ...call, deadline: Date.now() + call.timeoutSecs * 1000 };
 }
 
 function callKey(phase: Phase, step: number, workerId: string): string {

@@ -25,6 +25,11 @@ export interface Fault {
   exit?: boolean | number;
   /** The route answers success but does not do the work (weights, version, group). */
   claimSuccessWithoutApplying?: boolean;
+  /**
+   * After its delay the call runs even if its caller went away meanwhile, as SGLang's handlers do
+   * (a pause or a load the gateway gave up on still lands). By default an abandoned call is dropped.
+   */
+  runIfAbandoned?: boolean;
 }
 
 /** What the server does for one matched call, with the canned answer pre-built. */
@@ -39,7 +44,7 @@ export class FaultError extends Error {
 
 const KEYS = new Set([
   'route', 'method', 'delayMs', 'status', 'body', 'bodyBytes', 'contentType', 'headers', 'times',
-  'hang', 'drop', 'exit', 'claimSuccessWithoutApplying',
+  'hang', 'drop', 'exit', 'claimSuccessWithoutApplying', 'runIfAbandoned',
 ]);
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -71,6 +76,7 @@ export function parseFaults(input: unknown): Fault[] {
       throw new FaultError(`fault ${i}: contentType must be a string or null`);
     }
     if (f.headers !== undefined && !isObject(f.headers)) throw new FaultError(`fault ${i}: headers must be an object`);
+    if (f.runIfAbandoned !== undefined && typeof f.runIfAbandoned !== 'boolean') throw new FaultError(`fault ${i}: runIfAbandoned must be a boolean`);
     if (f.exit !== undefined && typeof f.exit !== 'boolean' && !Number.isInteger(f.exit)) {
       throw new FaultError(`fault ${i}: exit must be a boolean or an exit code`);
     }

@@ -159,7 +159,7 @@ export async function startSglangSim(options: SglangSimOptions = {}): Promise<Sg
         delayTimers.add(t);
       });
       engine.delayed--;
-      if (res.destroyed) return;
+      if (res.destroyed && !f.runIfAbandoned) return;
     }
     if (f.exit !== undefined && f.exit !== false) return hooks.exit(f.exit === true ? 1 : f.exit);
     if (f.drop) { req.socket.destroy(); return; }
