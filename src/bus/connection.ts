@@ -261,6 +261,16 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
   } catch (err) {
     throw new Error(`cannot connect to NATS at ${redactUrl(opts.servers?.join(',') ?? opts.url ?? '?')}: ${(err as Error).message}`, { cause: err });
   }
+  // A user that may not read replies under this prefix would see every request refused later,
+  // whichever comes first: say so at connect, naming the setting.
+  const refused = await inboxRefused(nc, opts.inboxPrefix);
+  if (refused) {
+    await nc.close().catch(() => undefined);
+    throw new Error(
+      `cannot use NATS at ${redactUrl(opts.servers?.join(',') ?? opts.url ?? '?')}: this user may not read replies under \`${opts.inboxPrefix ?? '_INBOX'}\` (${refused.message}); set --nats-inbox-prefix to the prefix it may subscribe to (deploy/nats/accounts.conf: _INBOX_<user>)`,
+      { cause: refused },
+    );
+  }
   const report =
     opts.onHandlerError ??
     ((err: unknown, subject: string) =>
@@ -556,6 +566,19 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
     },
   };
   return bus;
+}
+
+/** The server's refusal of a subscription under the inbox prefix, or undefined: a flush waits for its answer. */
+async function inboxRefused(nc: NatsConnection, prefix: string | undefined): Promise<Error | undefined> {
+  let refused: Error | undefined;
+  const probe = nc.subscribe(createInbox(prefix), {
+    callback: (err) => {
+      if (err) refused = err;
+    },
+  });
+  await nc.flush().catch(() => undefined);
+  if (!probe.isClosed()) probe.unsubscribe();
+  return refused;
 }
 
 /** `pending`'s value, or false once `ms` have passed (the timer does not hold the process open). */
