@@ -2,8 +2,9 @@
 // and its normalised form has a 3-node NATS cluster on the shipped config, two gateway replicas
 // on one subject root listing all three nodes, one simulator per engine wire and the trainer over
 // NATS. Every rlgate command in it is parsed by the real flag parsers, so a flag typo fails here,
-// the trainer's entrypoint is run (it writes the password file its command names), and the NATS
-// node config is checked by nats-server itself (`-t`).
+// every NATS client names the inbox prefix deploy/nats/accounts.conf lets its user read, the
+// trainer's entrypoint is run (it writes the password file its command names), and the NATS node
+// config is checked by nats-server itself (`-t`).
 
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -11,7 +12,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { splitServers } from '../../src/bus/connect-options.ts';
+import { readNatsClientFlags } from '../../src/bus/client-flags.ts';
+import { splitServers, type NatsAuthSettings } from '../../src/bus/connect-options.ts';
 import { findNatsServer } from '../../src/bus/server.ts';
 import { loadConfig } from '../../src/gateway/config.ts';
 import { parseArgs as parseSglangArgs } from '../../src/sim/sglang/options.ts';
@@ -60,6 +62,13 @@ const flag = (command: string[], name: string) => {
   const i = command.indexOf(`--${name}`);
   return i >= 0 ? command[i + 1] : undefined;
 };
+
+/** A command's NATS server list and settings, read by its own parser (the gateway's settings, or the NATS-only commands' flags). */
+function natsClientOf(command: string[]): { url: string; auth: Partial<NatsAuthSettings> } {
+  if (command[0] !== 'gateway') return readNatsClientFlags(command.slice(1), {});
+  const cfg = loadConfig(command.slice(1), {});
+  return { url: cfg.natsUrl!, auth: cfg.nats };
+}
 
 describe('docker-compose.yml', () => {
   it('passes `docker-compose config -q`', () => {
@@ -161,6 +170,19 @@ describe('docker-compose.yml', () => {
       expect(statSync(local).mode & 0o077).toBe(0);
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('every NATS client reads its replies under the prefix its user may subscribe to (_INBOX_<user>)', () => {
+    const accounts = readFileSync(join(REPO_ROOT, 'deploy/nats/accounts.conf'), 'utf8');
+    const clients = [...byCommand('gateway'), ...byCommand('trainer'), ...byCommand('watch')];
+    expect(clients.map(([name]) => name).sort()).toEqual(['gateway-1', 'gateway-2', 'trainer', 'watch']);
+    for (const [name, s] of clients) {
+      const nats = natsClientOf(s.command!);
+      const user = nats.auth.user ?? decodeURIComponent(new URL(splitServers(nats.url)[0]!).username);
+      expect(['gateway', 'trainer', 'operator'], name).toContain(user);
+      expect(nats.auth.inboxPrefix, name).toBe(`_INBOX_${user}`);
+      expect(accounts, name).toContain(`"_INBOX_${user}.>"`);
     }
   });
 

@@ -1,18 +1,22 @@
 // The users and permissions of deploy/nats/accounts.conf, loaded into a real single-node
 // nats-server (the file as shipped, after this fixture's loopback listen/monitor/store lines):
 // the trainer may ask for refits, follow their reports and read the refits bucket (its refit's
-// journal) but not command engines or write or read any other bucket, the operator may follow
-// state and read the engines bucket but publish nothing that changes anything, nor read the
-// workers bucket (it holds API keys), and the gateway may do all of it. A denied publish does not throw in nats.js
-// v3: the violation arrives on nc.status(); a request rejects with it as the cause.
+// journal) but not queue a refit past the doors, command engines or write or read any other
+// bucket, the operator may follow state and read the engines bucket but publish nothing that
+// changes anything, nor read the workers bucket (it holds API keys), and the gateway may do all
+// of it. Each user reads replies under its own inbox prefix only (_INBOX_<user>), which every
+// client here gives, and rlgate's connection honours it. A denied publish does not throw in
+// nats.js v3: the violation arrives on nc.status(); a request rejects with it as the cause.
 
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Kvm } from '@nats-io/kv';
 import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { natsConnectOptions } from '../../src/bus/connect-options.ts';
+import { connectBus } from '../../src/bus/connection.ts';
 import { startSecureNats, type SecureNats } from '../fixtures/secure-nats.ts';
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -36,8 +40,19 @@ let gateway: Client;
 let trainer: Client;
 let operator: Client;
 
-async function login(user: keyof typeof PASSWORDS): Promise<Client> {
-  const nc = await connect({ servers: nats.url, user, pass: PASSWORDS[user], name: `perm-${user}` });
+/** The inbox prefix accounts.conf lets each user read. */
+const inbox = (user: keyof typeof PASSWORDS) => `_INBOX_${user}`;
+
+/** A file holding the user's password, for rlgate's own settings. */
+function passwordFile(user: keyof typeof PASSWORDS): string {
+  const path = join(nats.dir, `${user}-password`);
+  writeFileSync(path, PASSWORDS[user]);
+  return path;
+}
+
+/** `inboxPrefix` null: the client's default, `_INBOX`. */
+async function login(user: keyof typeof PASSWORDS, inboxPrefix: string | null = inbox(user)): Promise<Client> {
+  const nc = await connect({ servers: nats.url, user, pass: PASSWORDS[user], name: `perm-${user}`, inboxPrefix: inboxPrefix ?? undefined });
   const seen: Array<Error & { subject?: string; operation?: string }> = [];
   void (async () => {
     for await (const s of nc.status()) if (s.type === 'error') seen.push(s.error as Error & { subject?: string });
@@ -91,15 +106,23 @@ describe('deploy/nats/accounts.conf', () => {
     await expect(connect({ servers: nats.url, user: 'trainer', pass: PASSWORDS.gateway })).rejects.toThrow(/authorization/i);
   });
 
-  it('the trainer can request a refit (request/reply) and submit one; a gateway receives both', async () => {
+  it('the trainer can request a refit (request/reply); a gateway answers on the trainer\'s inbox', async () => {
     const answering = gateway.nc.subscribe('rl.refit.request', { callback: (_e, m) => void m.respond(text.encode('{"status":200}')) });
-    const submits = gateway.nc.subscribe('rl.refit.submit');
     await gateway.nc.flush();
     const reply = await trainer.nc.request('rl.refit.request', text.encode('{}'), { timeout: 5_000 });
     expect(reply.string()).toBe('{"status":200}');
-    trainer.nc.publish('rl.refit.submit', text.encode('{"weight_version":"7"}'));
-    expect((await next(submits)).string()).toBe('{"weight_version":"7"}');
+    expect(reply.subject.startsWith(`${inbox('trainer')}.`)).toBe(true);
     answering.unsubscribe();
+  });
+
+  it('the trainer cannot queue a refit past the doors: rl.refit.submit is a violation and reaches no gateway', async () => {
+    const submits = gateway.nc.subscribe('rl.refit.submit');
+    await gateway.nc.flush();
+    trainer.nc.publish('rl.refit.submit', text.encode('{"weight_version":"FORGEDQ"}'));
+    await trainer.violation('rl.refit.submit', 'publish');
+    gateway.nc.publish('rl.refit.submit', text.encode('{"from":"gateway"}'));
+    // Messages arrive in order: the gateway's own is the first one it sees.
+    expect((await next(submits)).string()).toBe('{"from":"gateway"}');
     submits.unsubscribe();
   });
 
@@ -155,6 +178,54 @@ describe('deploy/nats/accounts.conf', () => {
     expect((await next(states)).string()).toBe('paused');
     cmds.unsubscribe();
     states.unsubscribe();
+  });
+
+  describe('inboxes', () => {
+    it('each user may read its own inbox prefix only: not _INBOX.>, not another user\'s', async () => {
+      for (const [me, client] of [['gateway', gateway], ['trainer', trainer], ['operator', operator]] as const) {
+        for (const other of ['_INBOX', ...(['gateway', 'trainer', 'operator'] as const).filter((u) => u !== me).map(inbox)]) {
+          client.nc.subscribe(`${other}.>`);
+          await client.violation(`${other}.>`, 'subscription');
+        }
+      }
+    });
+
+    it('a client that does not give its prefix gets no reply: the shared _INBOX is nobody\'s', async () => {
+      const bare = await login('operator', null);
+      await expect(bare.nc.request('$JS.API.STREAM.INFO.KV_rlgate_rl_engines', text.encode(''), { timeout: 2_000 })).rejects.toThrow();
+      await bare.violation(/^_INBOX\./, 'subscription');
+      // rlgate's connection says so at once, naming the setting, instead of failing its first request.
+      const settings = { user: 'operator', passwordFile: passwordFile('operator') };
+      await expect(connectBus({ ...natsConnectOptions(nats.url, settings), name: 'perm-bare' })).rejects.toThrow(/may not read replies under `_INBOX`.*--nats-inbox-prefix/);
+      await expect(connectBus({ ...natsConnectOptions(nats.url, { ...settings, inboxPrefix: inbox('gateway') }), name: 'perm-other' })).rejects.toThrow(/under `_INBOX_gateway`/);
+    });
+
+    it('rlgate\'s connection answers under --nats-inbox-prefix: requests, streamed requests and KV reads', async () => {
+      const settings = { user: 'gateway', passwordFile: passwordFile('gateway'), inboxPrefix: inbox('gateway') };
+      const [a, b] = await Promise.all(['a', 'b'].map((n) => connectBus({ ...natsConnectOptions(nats.url, settings), name: `perm-bus-${n}` })));
+      try {
+        const stream = b!.respondStream('rl.replica.b.cmd', async (_req, send) => {
+          send({ leg: 1 });
+          send({ leg: 2 });
+        });
+        const single = b!.respond('rl.engine.x.cmd', async () => ({ ok: true }));
+        await b!.nc.flush();
+        const replies: unknown[] = [];
+        await a!.requestStream('rl.replica.b.cmd', {}, { timeoutMs: 5_000, onMessage: (r) => void replies.push(r) });
+        expect(replies).toEqual([{ leg: 1 }, { leg: 2 }]);
+        expect(await a!.request('rl.engine.x.cmd', {}, 5_000)).toEqual({ ok: true });
+        const kv = await new Kvm(a!.nc).create('rlgate_rl_owners', { history: 1 });
+        await kv.put('w1', '{"replica":"a"}');
+        expect((await kv.get('w1'))?.string()).toBe('{"replica":"a"}');
+        const watch = await kv.watch();
+        expect(((await next(watch as unknown as AsyncIterable<Msg>)) as unknown as { key: string }).key).toBe('w1');
+        watch.stop();
+        stream.unsubscribe();
+        single.unsubscribe();
+      } finally {
+        await Promise.all([a!.close(), b!.close()]);
+      }
+    });
   });
 
   describe('KV buckets', () => {
