@@ -2,7 +2,9 @@
 // whichever gateway replica takes it, with the per-engine report on stdout. Its events
 // (`<root>.refit.<id>.events`, subscribed before the request goes out, under an id chosen here when
 // the request has none) are shown on stderr while it runs: a live view on a terminal, one line per
-// event otherwise. Exit codes are REFIT_EXIT.
+// event otherwise. The report is the first of the reply, the report event, the report subject and
+// the journal (src/bus/refit-report.ts), so a replica dying with the request costs no wait.
+// Exit codes are REFIT_EXIT.
 
 import { redactUrl } from '../obs/redact-url.ts';
 import { randomUUID } from 'node:crypto';
@@ -12,6 +14,7 @@ import { ErrorStatus } from '../api/errors.ts';
 import { natsClientFlagsHelp, natsClientParseOptions, readNatsClientFlags } from '../bus/client-flags.ts';
 import { checkNatsSettings, natsConnectOptions } from '../bus/connect-options.ts';
 import { BusNoResponders, BusRemoteError, BusTimeout, BusUnavailable, connectBus, type Bus } from '../bus/connection.ts';
+import { watchRefitReport, type RefitReportWatch } from '../bus/refit-report.ts';
 import { DEFAULT_ROOT, subjects, type Subjects } from '../bus/subjects.ts';
 import { refitDisplay, type RefitDisplay } from './refit-display.ts';
 
@@ -136,47 +139,45 @@ export async function refitCommand(argv: string[]): Promise<number> {
     return REFIT_EXIT.failed;
   }
   let display: RefitDisplay | undefined;
+  let watch: RefitReportWatch | undefined;
   try {
     if (refitId !== undefined && !dryRun) {
       const shown = refitDisplay(refitId, process.stderr, { quiet: args.quiet });
       display = shown;
-      bus.subscribe(subj.refitEvents(refitId), (data) => shown.event(data));
-      // The subscription is in place on the server before the request goes out.
-      await bus.nc.flush();
+      const version = request.weight_version;
+      // Subscribed (events, report) before the request goes out; the journal is read while waiting.
+      watch = await watchRefitReport(bus, {
+        root: args.root, refitId, ...(typeof version === 'string' ? { weightVersion: version } : {}),
+        onEvent: (data) => shown.event(data), log: (line) => shown.note(`refit: ${line}`),
+      });
       bus.onStatus((s) => {
         if (s.event === 'disconnect') shown.note(`NATS disconnected (${s.server ?? '?'}); reconnecting…`);
         else if (s.event === 'reconnect') shown.note(`NATS reconnected (${s.server ?? '?'})`);
       });
     }
-    return await ask(bus, subj, args, refitId, display);
+    return await ask(bus, subj, args, refitId, display, watch);
   } finally {
+    await watch?.close();
     display?.close();
     await bus.close();
   }
 }
 
 /** Sends the request, prints what came back, and says how it went (REFIT_EXIT). */
-async function ask(bus: Bus, subj: Subjects, args: RefitArgs, refitId: string | undefined, display: RefitDisplay | undefined): Promise<number> {
+async function ask(bus: Bus, subj: Subjects, args: RefitArgs, refitId: string | undefined, display: RefitDisplay | undefined, watch: RefitReportWatch | undefined): Promise<number> {
   const subject = subj.refitRequest();
   const named = refitId ? `refit ${refitId}` : 'refit';
   let answer: { status: number; report?: unknown; plan?: unknown };
   try {
-    answer = await bus.request(subject, args.request, args.timeoutMs);
+    // A dry run, or an id the gateway will refuse, has no report to wait for: its reply is all.
+    answer = watch ? await watch.ask(args.request, args.timeoutMs) : await bus.request(subject, args.request, args.timeoutMs);
   } catch (err) {
-    // The reply is lost (NATS dropped under it, or the deadline came) but the report event came.
-    const seen = display?.progress.report;
-    if (seen && (err instanceof BusUnavailable || err instanceof BusTimeout)) {
-      answer = { status: Array.isArray(seen.failed) && seen.failed.length === 0 ? 200 : 207, report: seen };
-    } else {
-      display?.close(); // its last frame first, then why there is no report
-      return failure(err, named, subject, args.timeoutMs, refitId);
-    }
+    await watch?.close();
+    display?.close(); // its last frame first, then why there is no report
+    return failure(err, named, subject, args.timeoutMs, refitId);
   }
-  if (display && answer.report && !display.progress.report) {
-    // The reply overtook the refit's last events: let the ones already on their way land.
-    await bus.nc.flush().catch(() => {});
-    await new Promise((resolve) => setImmediate(resolve));
-  }
+  // The reply may overtake the refit's last events: closing the watch lets the ones on their way land.
+  await watch?.close();
   display?.close(answer.report);
   // A dry run answers the plan instead of a report.
   process.stdout.write(`${JSON.stringify(answer.report ?? answer.plan, null, 2)}\n`);

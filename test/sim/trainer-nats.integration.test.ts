@@ -96,7 +96,7 @@ describe('rlgate trainer over NATS', () => {
     const report = JSON.parse(run.stdout);
     expect(report).toMatchObject({ id: 'trainer-nats-1', status: 'succeeded', weight_version: '1', total: 2, succeeded: 2, world_size: 3, failed: [] });
     expect(report.engines.map((e: { url: string }) => e.url).sort()).toEqual(sims.map((s) => s.url).sort());
-    expect(run.stderr).toMatch(/refit trainer-nats-1 to version 1: 200, report from the (NATS reply|report subject|refit journal), world_size 3, 3\/3 chunks, 12 tensors broadcast\n/);
+    expect(run.stderr).toMatch(/refit trainer-nats-1 to version 1: 200, report from the (NATS reply|report event|report subject|refit journal), world_size 3, 3\/3 chunks, 12 tensors broadcast\n/);
 
     const sent = JSON.parse(readFileSync(sentFile, 'utf8')) as Loaded;
     expect(sent.map((x) => x.name)).toEqual(Array.from({ length: 12 }, (_, i) => `model.layers.${i}.mlp.weight`));
@@ -239,7 +239,7 @@ describe('rlgate trainer over NATS when the replica it asked dies', () => {
     await nats?.stop();
   });
 
-  it('takes the report from the report subject or the journal: one refit, exit 0', async () => {
+  it('takes the report from the report event, the report subject or the journal: one refit, exit 0', async () => {
     // Replica a is alone when the trainer asks, so a answers it and runs the refit.
     const a = await launch('a');
     expect((await a.http('POST', '/workers', { url: sim.url })).status).toBe(202);
@@ -266,7 +266,7 @@ describe('rlgate trainer over NATS when the replica it asked dies', () => {
     const out = await run.done;
     sub.unsubscribe();
     expect(out.code, out.stderr).toBe(0);
-    expect(out.stderr).toMatch(/refit trainer-failover to version 7: 200, report from the (report subject|refit journal), /);
+    expect(out.stderr).toMatch(/refit trainer-failover to version 7: 200, report from the (report event|report subject|refit journal), /);
     const report = JSON.parse(out.stdout);
     expect(report).toMatchObject({ id: refitId, status: 'succeeded', failed: [] });
     expect(reports).toHaveLength(1);

@@ -312,6 +312,7 @@ function origin(from: DistributedRefitResult['from']): string {
   switch (from) {
     case 'http': return 'the HTTP answer';
     case 'reply': return 'the NATS reply';
+    case 'event': return 'the report event';
     case 'report_subject': return 'the report subject';
     case 'journal': return 'the refit journal';
   }

@@ -77,8 +77,8 @@ export interface DistributedRefitOptions extends RefitOptions {
   httpTimeoutMs?: number;
 }
 
-/** Where the report came from: the HTTP answer, the NATS reply, `rl.refit.<id>.report`, or the refit's journal. */
-export type ReportOrigin = 'http' | 'reply' | 'report_subject' | 'journal';
+/** Where the report came from: the HTTP answer, the NATS reply, the `report` event, `rl.refit.<id>.report`, or the refit's journal. */
+export type ReportOrigin = 'http' | 'reply' | 'event' | 'report_subject' | 'journal';
 
 export interface DistributedRefitResult {
   /** HTTP status of `POST /v1/rl/refits` (over NATS: the reply's, or 200/207 from the report). */
