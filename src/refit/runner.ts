@@ -9,7 +9,6 @@ import { createActor, fromCallback, toPromise } from 'xstate';
 import type { JsMsg } from '@nats-io/jetstream';
 import { coordinatorMachine, type CoordinatorEvent, type LegResult, type Phase, type PhaseInput, type Recovered } from '../../actors/coordinator.ts';
 import type { JsonBucket } from '../bus/buckets.ts';
-import { decode } from '../bus/codec.ts';
 import type { Bus } from '../bus/connection.ts';
 import type { RefitQueue } from '../bus/refit-queue.ts';
 import type { Subjects } from '../bus/subjects.ts';
@@ -24,6 +23,7 @@ import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { JournalFenced, JournalWriter, recoveryOf, type RefitJournal } from './journal.ts';
 import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
+import { readQueuedRefit, takeVerdict, type Clash } from './queue-verdict.ts';
 import { answerLost, lostAnswerVerdict, repeatable, versionMismatch } from './leg-recovery.ts';
 import { buildReport, type RefitReport } from './report.ts';
 import type { RefitRequest } from './request.ts';
@@ -76,8 +76,8 @@ export class RefitRunner {
       log: Logger;
       deadlines: RefitDefaults;
       owed: ResumesOwed;
-      /** Another running refit already holds one of these engines. */
-      clashes: (refitId: string, targets: string[]) => Promise<string | undefined>;
+      /** Another refit (running, or queued by this replica) already holds one of these engines. */
+      clashes: (refitId: string, targets: string[]) => Promise<Clash | undefined>;
       /**
        * Resolves when every engine has a live owner other than `dead` (or the time is up): a
        * refit taken over from a replica that also owned engines waits for their new owner.
@@ -113,15 +113,14 @@ export class RefitRunner {
   }
 
   private async handle(msg: JsMsg): Promise<void> {
-    let q: QueuedRefit;
-    try {
-      q = decode(msg.data) as QueuedRefit;
-      if (!isQueuedRefit(q)) throw new Error('not a queued refit');
-    } catch (err) {
-      // Handing it back would bring it back for the stream's whole max age: drop it, say so.
-      this.deps.log.warn({ err, subject: msg.subject, seq: msg.seq }, 'dropped a refit queue message that is not a refit this gateway queued');
-      return msg.term('malformed');
+    const read = readQueuedRefit(msg.data, msg.headers?.get('Nats-Msg-Id') || undefined);
+    if (!read.ok) {
+      // Handing it back would bring it back for the stream's whole max age: drop it, say so. (No
+      // reason in the term: nats-server 2.9 ignores a `+TERM <reason>`, and redelivers.)
+      this.deps.log.warn({ reason: read.reason, subject: msg.subject, seq: msg.seq }, 'dropped a refit queue message that is not a refit this gateway queued');
+      return msg.term();
     }
+    const q = read.refit;
     if (this.closing) return msg.nak();
     // Held while it runs: a replica that dies stops extending it, and another takes it.
     const keep = setInterval(() => msg.working(), Math.max(200, Math.floor(this.deps.queue.ackWaitMs / 3)));
@@ -133,10 +132,10 @@ export class RefitRunner {
       // again shortly: the runner acks it when it finishes, or its heartbeat goes stale.
       const holder = existing?.value.holder;
       if (existing && (this.active.has(q.id) || (holder !== this.deps.replicaId && (await this.deps.alive(holder!))))) {
-        return msg.info.deliveryCount > 1 ? msg.nak(RETRY_MS * 4) : msg.term('duplicate');
+        return msg.info.deliveryCount > 1 ? msg.nak(RETRY_MS * 4) : msg.term();
       }
-      const clash = await this.deps.clashes(q.id, q.targets);
-      if (clash) return msg.nak(RETRY_MS * 4); // its turn comes when the other refit is over
+      const take = takeVerdict(q, { takeover: Boolean(existing), clash: await this.deps.clashes(q.id, q.targets), known: (id) => this.deps.registry.get(id) !== undefined });
+      if (take.take === 'later') return msg.nak(RETRY_MS * 4); // its turn comes when the other refit is over
       let writer: JournalWriter;
       let recovered: Recovered | undefined;
       let actorStop: () => void = () => {};
@@ -165,8 +164,9 @@ export class RefitRunner {
       }
       // The fleet may have changed since the refit was accepted (a distributed refit's world size
       // no longer matches): it is refused whole, nothing is paused, and the trainer hears why.
-      const refusal = this.planRefusal(writer.journal, targets);
+      const refusal = take.take === 'refuse' ? take.reason : this.planRefusal(writer.journal, targets);
       if (refusal && !recovered) {
+        this.deps.log.warn({ refit_id: q.id, reason: refusal }, 'refused a queued refit when it was taken; no engine was touched');
         await this.finish(writer, this.refusedReport(q, writer.journal, targets, refusal));
         return msg.ack();
       }
@@ -601,23 +601,6 @@ function fresh(call: ControlCall): ControlCall {
 
 function callKey(phase: Phase, step: number, workerId: string): string {
   return `${phase}|${step}|${workerId}`;
-}
-
-/** The shape this gateway queues (service.ts); anything else on the subject is refused. */
-function isQueuedRefit(q: unknown): q is QueuedRefit {
-  const v = q as Partial<QueuedRefit> | null;
-  return (
-    typeof v === 'object' &&
-    v !== null &&
-    typeof v.id === 'string' &&
-    /^[A-Za-z0-9_-]{1,128}$/.test(v.id) &&
-    typeof v.request === 'object' &&
-    v.request !== null &&
-    typeof v.request.weight_version === 'string' &&
-    typeof v.request.source === 'object' &&
-    Array.isArray(v.targets) &&
-    v.targets.every((t) => typeof t === 'string')
-  );
 }
 
 /** A target removed from the registry after the refit was accepted: its legs fail as unreachable. */

@@ -15,6 +15,7 @@ import type { Logger } from '../obs/logger.ts';
 import type { RefitJournal } from './journal.ts';
 import { planRefit } from './plan.ts';
 import type { RefitReport } from './report.ts';
+import type { Clash } from './queue-verdict.ts';
 import { parseRefitRequest } from './request.ts';
 import { prepareCalls, quorumOf, type QueuedRefit, type RefitRunner } from './runner.ts';
 import { splitTargets, type SkippedEngine } from './targets.ts';
@@ -154,21 +155,22 @@ export class RefitService {
   }
 
   /**
-   * A running refit other than `refitId` that holds one of these engines. A journal the local copy
-   * shows running is read afresh before it refuses anything: it may have ended meanwhile.
+   * A refit other than `refitId` that holds one of these engines: one this replica queued that
+   * has no journal yet, or a running one. A journal the local copy shows running is read afresh
+   * before it refuses anything: it may have ended meanwhile.
    */
-  async clashes(refitId: string, targets: string[]): Promise<string | undefined> {
+  async clashes(refitId: string, targets: string[]): Promise<Clash | undefined> {
     for (const [id, { targets: held }] of this.accepted) {
       if (id === refitId) continue;
       const hit = targets.find((t) => held.includes(t));
-      if (hit) return hit;
+      if (hit) return { worker: hit, refit: id, running: false };
     }
     for (const j of [...this.journals.values()]) {
       if (j.status !== 'running' || j.id === refitId) continue;
       const hit = targets.find((t) => j.targets.includes(t));
       if (!hit) continue;
       const now = (await this.fresh(j.id)) ?? j;
-      if (now.status === 'running') return hit;
+      if (now.status === 'running') return { worker: hit, refit: j.id, running: true };
     }
     return undefined;
   }
@@ -228,7 +230,7 @@ export class RefitService {
     if (known) return { id, report: this.waitFor(id) };
     const { selectorText, targets, skipped } = this.resolve(req);
     if (!known) {
-      const clash = await this.clashes(id, targets.map((w) => w.id));
+      const clash = (await this.clashes(id, targets.map((w) => w.id)))?.worker;
       if (clash) throw new GatewayError('refit_in_progress', `worker \`${clash}\` is already part of a running refit`, { worker_id: clash });
     }
     // Every call of every phase is built (and size-checked) before anything is queued, so a bad
