@@ -70,7 +70,12 @@ export class RefitQueue {
   async consume(handler: (msg: JsMsg) => void): Promise<void> {
     const js = jetstream(this.nc);
     const consumer = await js.consumers.get(this.stream, RUNNERS);
-    const messages = await consumer.consume({ max_messages: 8 });
+    // A pull request lives at the server until it expires, whether or not its client can still be
+    // reached: a redelivered refit would go to a replica that was cut off (nats.js's default is
+    // 30 s, so a takeover took up to 30 s). Pulls that expire well within the ack wait leave a
+    // redelivery only live replicas to go to.
+    const expires = Math.max(1_000, Math.min(5_000, Math.floor(this.ackWaitMs / 2)));
+    const messages = await consumer.consume({ max_messages: 8, expires });
     this.iter = messages;
     void (async () => {
       for await (const m of messages) {
