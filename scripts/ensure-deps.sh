@@ -79,6 +79,19 @@ if ! command -v docker-compose >/dev/null 2>&1; then
     || echo "ensure-deps: the deployment test needs docker-compose: apt-get install --no-install-recommends docker-compose" >&2
 fi
 
+# The partition fixtures (test/fixtures/netns.ts) run gateway replicas in network namespaces and
+# cut them off with `ip` (iproute2) and iptables. Installed when missing and allowed, like nats-server.
+if ! command -v ip >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: installing the partition scenario's network tools: iproute2 iptables" >&2
+    apt-get update >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y iproute2 iptables >&2
+  fi
+  # Only the partition scenario needs them (as root); it says what is missing.
+  { command -v ip >/dev/null 2>&1 && command -v iptables >/dev/null 2>&1; } \
+    || echo "ensure-deps: the partition scenario needs iproute2 and iptables: apt-get install iproute2 iptables" >&2
+fi
+
 # The data-plane benchmark compares the gateway with nginx `proxy_pass` and loads it with wrk.
 # Only `npm run bench` asks; without them the benchmark reports the gap instead of failing.
 if [[ "${1:-}" == bench ]] && { ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]] || ! command -v wrk >/dev/null 2>&1; }; then
