@@ -33,5 +33,10 @@ export interface EngineClient {
    * HTTP engine's control calls then share its probes' connection: one socket per engine, not two).
    */
   poolFor?(url: string): Dispatcher | undefined;
+  /**
+   * Whether the engine is paused, read now on a connection no probe holds (undefined: the wire
+   * cannot tell). A paused engine holds a generating probe, and with it the probes' connection.
+   */
+  pauseState?(signal: AbortSignal): Promise<boolean | undefined>;
   close(): Promise<void>;
 }

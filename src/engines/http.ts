@@ -70,7 +70,18 @@ export class HttpEngineClient implements EngineClient {
   }
 
   poolFor(url: string): Dispatcher | undefined {
+    // A probe holding the connection (a paused engine holds a generating /health until it is
+    // resumed) would hold the call behind it: the call then goes on a connection of its own.
+    if (this.control.stats.size > 0) return undefined;
     return url.startsWith(this.origin) && (url.length === this.origin.length || url[this.origin.length] === '/') ? this.control : undefined;
+  }
+
+  async pauseState(signal: AbortSignal): Promise<boolean | undefined> {
+    const res = await this.pool.request({ path: '/ready', method: 'GET', headers: this.authHeader, signal });
+    await res.body.dump();
+    if (res.statusCode === 200) return false;
+    if (res.statusCode === 503) return true;
+    return undefined;
   }
 
   async close(): Promise<void> {

@@ -116,12 +116,10 @@ export class PauseReconciler {
     this.busy.add(id);
     try {
       const client = host.client(id);
-      if (!client) return;
+      if (!client?.pauseState) return; // the wire cannot tell
       let paused: boolean | undefined;
       try {
-        const seen = await client.probe(AbortSignal.timeout(Math.max(1_000, this.deps.intervalMs)), true);
-        if (seen && seen.skipped) return;
-        paused = seen ? seen.paused : undefined;
+        paused = await client.pauseState(AbortSignal.timeout(Math.max(1_000, this.deps.intervalMs)));
       } catch {
         return; // unreachable: its probes deal with that
       }

@@ -261,7 +261,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       host,
       fence,
       holds: { refit: (id) => refits.holds(id), operator: (id) => host.pausedBy(id) === 'operator' },
-      intervalMs: Math.min(1_000, Math.max(200, config.retryIntervalSecs * 1000)),
+      intervalMs: Math.min(500, Math.max(200, config.retryIntervalSecs * 1000)),
       windowMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000) + leaseMs,
       timeoutSecs: config.rl.controlTimeoutSecs,
       log: log.child({ component: 'engines' }),

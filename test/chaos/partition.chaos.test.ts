@@ -1,0 +1,506 @@
+// Chaos scenario `partition` (issue 15, item 8): gateway replicas are cut off by the network, not
+// killed. Each replica runs in its own network namespace (test/fixtures/netns.ts); nats-server and
+// the SGLang simulators stay in the root namespace (test/fixtures/partition-fleet.ts). Three cuts:
+// the NATS port alone dropped both ways (the connection goes silent, no reset), the replica's link
+// down, every packet on its link dropped. Both replicas have a 2 s lease, so the refit queue's ack
+// wait is max(5 s, 2 × lease) = 5 s. Asserted, on the simulators' own state and request records:
+//
+// 1. A late pause leaves no engine paused: the runner (which owns the engines) is cut from NATS
+//    0.3 s after every engine received its pause, which the engines hold 7 s and then apply even
+//    though their caller gave up (as SGLang does); the other replica takes the refit over and
+//    resumes, and the late pauses land after that. No engine may stay paused longer than lease + 2 s
+//    past the later of the cut and its pause's landing (sampled every 75 ms until well after the late
+//    pauses land), every late pause does land and is undone, and the refit ends with one report.
+// 2. A silent cut is detected: during a NATS-port cut the replica's /health answers 503
+//    `bus_unavailable` within the lease + 0.5 s; a per-worker pause sent to it after its lease
+//    lapsed is refused with `bus_unavailable` and reaches no engine; after the heal both replicas
+//    name the same owner for every engine within 5 s.
+// 3. Takeover bounded: a running refit's runner is cut (each shape in turn) and another replica
+//    takes the refit over (the journal's `takeovers` entry) within the ack wait + 1 s of the cut.
+// 4. Loads that landed are reported as they are: the engines' owner (not the runner) is cut from
+//    NATS 0.3 s after every engine received its load, which the engines finish 1.5 s later. No
+//    engine is reported `upstream_unreachable`, each outcome is `ok` exactly when the engine holds
+//    the new version, and no engine holding it is quarantined.
+// After each: no engine control call (a path the gateway does not use for its own probes and
+// discovery) reached a simulator from a replica whose lease had lapsed: every such call must name
+// its replica and lease epoch (`x-rlgate-replica`, `x-rlgate-lease-epoch`), and none may come from a
+// cut replica later than one lease after its cut and before its heal, or at the epoch it held when
+// cut once one lease has passed.
+//
+// Which replica takes a queued refit is the oldest waiting pull of the queue's consumer: where the
+// runner matters, probe refits steer the next one to it (steerNextRefit), and the test checks the
+// journal's holder before cutting.
+// Short form: one trial of 1, 2 and 4, one of 3 per cut; `npm run chaos`: 5 of each. Needs root
+// (namespaces, iptables). RLGATE_PARTITION_LOGS=<dir> keeps every replica's output there.
+
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { bucketName } from '../../src/bus/buckets.ts';
+import { refitStreamName, RUNNERS } from '../../src/bus/refit-queue.ts';
+import { subjects } from '../../src/bus/subjects.ts';
+import { chaosRandom, chaosSize, chaosTimeout, percentile, reportFigures } from '../fixtures/chaos.ts';
+import { until } from '../fixtures/gateway-process.ts';
+import { CUT_SHAPES, type CutShape } from '../fixtures/netns.ts';
+import { startPartitionFleet, type NsReplica, type PartitionFleet, type Round } from '../fixtures/partition-fleet.ts';
+import { GATEWAY_OWN_PATHS } from '../fixtures/sglang-sim.ts';
+
+const SCENARIO = 'partition';
+const TRIALS = chaosSize(1, 5);
+const LEASE_SECS = 2;
+const LEASE_MS = LEASE_SECS * 1_000;
+/** The refit queue's ack wait (docs/nats.md): twice the lease, at least 5 s. */
+const ACK_WAIT_MS = Math.max(5_000, 2 * LEASE_MS);
+const REPLICA_FLAGS = [
+  '--lease-secs', String(LEASE_SECS), '--health-check-interval-secs', '2', '--retry-interval-secs', '1',
+  '--rl-control-timeout-secs', '30', '--log-level', 'info',
+];
+/**
+ * Scenario 1: how long each engine holds its pause before applying it. Longer than a takeover (one
+ * ack wait after the cut at most, when it goes well), so that a held pause that is not abandoned
+ * lands after the new runner's resume, or before it but past the bound: either way it is seen.
+ */
+const PAUSE_DELAY_MS = 7_000;
+const CUT_AFTER_CALLS_MS = 300;
+/** Scenario 1: how long past the cut, or past a pause that lands later, an engine may stay paused. */
+const PAUSED_BOUND_MS = LEASE_MS + 2_000;
+const SAMPLE_MS = 75;
+/** Scenario 2. */
+const HEALTH_BOUND_MS = LEASE_MS + 500;
+const AGREE_BOUND_MS = 5_000;
+/** Scenario 3: the load is slowed so that a random moment within CUT_SPAN_MS of the start is inside the refit. */
+const TAKEOVER_LOAD_DELAY_MS = 3_000;
+const CUT_SPAN_MS = 1_500;
+const TAKEOVER_BOUND_MS = ACK_WAIT_MS + 1_000;
+/** Scenario 4. */
+const LOAD_DELAY_MS = 1_500;
+/** How long a refit may take to end once cut: a liveness bound, several takeovers long. */
+const REPORT_BOUND_MS = 40_000;
+
+type Journal = {
+  id: string;
+  status: string;
+  holder: string;
+  phase: string | null;
+  takeovers?: Array<{ from: string; to: string; at: string; phase: string | null }>;
+  report?: Report;
+};
+type Report = {
+  id: string;
+  status: string;
+  aborted?: string;
+  engines: Array<{ worker_id: string; url: string; outcome: string; error?: string; failed_phase?: string; message?: string }>;
+};
+type Row = { id: string; url: string; health: string; owner: string | null; quarantined: boolean; quarantine_reason: string | null };
+/** A cut of one replica: when, until when, and the lease epochs (owners-bucket revisions) it held. */
+type CutWindow = { replica: string; shape: CutShape; at: number; healedAt: number; epochs: Map<string, number> };
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const since = (t0: number) => Date.now() - t0;
+const random = chaosRandom(SCENARIO);
+const figures: Record<string, unknown> = {};
+
+describe(`chaos: ${SCENARIO}`, () => {
+  let fleet: PartitionFleet;
+  let round: Round | undefined;
+  let n = 0;
+
+  beforeAll(async () => {
+    fleet = await startPartitionFleet({ sims: [['--token-rate', '0'], ['--token-rate', '0']] });
+  }, 60_000);
+  afterAll(async () => {
+    await round?.close();
+    await fleet?.close();
+    if (Object.keys(figures).length === 4) reportFigures(SCENARIO, figures);
+  });
+
+  /** A fresh bus and two replicas, started together. */
+  const startScenario = async (tag: string, ids: [string, string]) => {
+    await round?.close();
+    await fleet.resetSims();
+    round = await fleet.startRound();
+    const r = round;
+    onTestFinished((ctx) => keepOutputs(tag, r.replicas, ctx.task.result?.state === 'fail'));
+    const [first, second] = await Promise.all(ids.map((id) => r.startReplica(id, REPLICA_FLAGS)));
+    return { round: r, first: first!, second: second! };
+  };
+
+  /**
+   * Makes `want` the replica that takes the next queued refit. The queue's consumer hands a
+   * message to the oldest waiting pull and puts that pull last; each replica has one pull waiting
+   * (up to 8 messages) until it has taken two. So once both pull, a probe refit taken by the other
+   * replica leaves `want` first; one taken by `want` needs a second probe. Probes are plain refits
+   * with no fault; the caller checks the journal's holder of the refit that matters.
+   */
+  const steerNextRefit = async (r: Round, want: NsReplica, other: NsReplica, tag: string) => {
+    for (let k = 0; k < 3; k++) {
+      await until('both replicas pull from the refit queue', 10_000, async () => (await queueInfo(r)).num_waiting >= 2);
+      const id = `${tag}-probe-${k}-${n++}`;
+      const { holder } = await submit(r, other, id, id);
+      await doneJournal(r, id);
+      if (holder !== want.id) return;
+    }
+    throw new Error(`harness: ${want.id} took three probe refits in a row; the queue does not rotate as assumed`);
+  };
+
+  /** Registers every simulator through `owner` and waits until both replicas list them ready, owned by it. */
+  const register = async (owner: NsReplica, other: NsReplica): Promise<Map<string, string>> => {
+    for (const s of fleet.sims) {
+      const res = await owner.http('POST', '/workers', { url: s.url });
+      expect(res.status, res.text).toBe(202);
+    }
+    let ids = new Map<string, string>();
+    await until(`${fleet.sims.length} engines ready on both replicas, owned by ${owner.id}`, 30_000, async () => {
+      for (const g of [owner, other]) {
+        const list = await rows(g);
+        if (list.length !== fleet.sims.length || list.some((w) => w.health !== 'ready' || w.owner !== owner.id)) return false;
+        ids = new Map(list.map((w) => [w.url, w.id]));
+      }
+      return true;
+    });
+    return ids;
+  };
+
+  const rows = async (g: NsReplica): Promise<Row[]> => (await g.http('GET', '/v1/rl/workers')).json.workers as Row[];
+
+  const kv = async (r: Round, name: string) => new Kvm(r.bus.nc).open(bucketName('rl', name));
+  const journal = async (r: Round, id: string): Promise<Journal | null> => {
+    const e = await (await kv(r, 'refits')).get(id);
+    return e && e.operation === 'PUT' && e.length > 0 ? (e.json() as Journal) : null;
+  };
+  /** The owners bucket: worker id → holder and revision (the lease epoch). */
+  const leases = async (r: Round): Promise<Map<string, { replica: string; revision: number }>> => {
+    const bucket = await kv(r, 'owners');
+    const out = new Map<string, { replica: string; revision: number }>();
+    for await (const key of await bucket.keys()) {
+      const e = await bucket.get(key);
+      if (e && e.operation === 'PUT' && e.length > 0) out.set(key, { replica: (e.json() as { replica: string }).replica, revision: e.revision });
+    }
+    return out;
+  };
+  const epochsOf = async (r: Round, replica: string) =>
+    new Map([...(await leases(r))].filter(([, l]) => l.replica === replica).map(([id, l]) => [id, l.revision]));
+
+  const queueInfo = async (r: Round) => (await jetstreamManager(r.bus.nc)).consumers.info(refitStreamName('rl'), RUNNERS);
+  /** How many messages the refit queue's consumer has handed out so far, redeliveries included. */
+  const deliveries = async (r: Round): Promise<number> => (await queueInfo(r)).delivered.consumer_seq;
+
+  /** Every report event of a refit, as the test's trainer connection hears them. */
+  const reportEvents = (r: Round, id: string) => {
+    const seen: number[] = [];
+    const sub = r.bus.subscribe(subjects('rl').refitEvents(id), (e) => {
+      if ((e as { type?: string }).type === 'report') seen.push(Date.now());
+    });
+    return { seen, stop: () => sub.unsubscribe() };
+  };
+
+  /** Queues a refit on `g` (answered once queued) and returns once the journal names its holder. */
+  const submit = async (r: Round, g: NsReplica, id: string, version: string): Promise<{ holder: string; at: number }> => {
+    const res = await g.http('POST', '/v1/rl/refits', { refit_id: id, weight_version: version, source: { kind: 'disk', model_path: `/m/${version}` } }, { headers: { prefer: 'respond-async' } });
+    expect(res.status, res.text).toBe(202);
+    const j = await until(`the journal of ${id} names a holder`, 10_000, async () => journal(r, id));
+    return { holder: j.holder, at: Date.now() };
+  };
+
+  /** Resolves with the latest arrival time once every simulator has recorded `POST /<path>` after `after`. */
+  const received = (path: string, after: number) =>
+    until(`every engine received ${path}`, 15_000, async () => {
+      const times = await Promise.all(fleet.sims.map(async (s) => {
+        const hit = (await s.requests()).filter((q) => q.method === 'POST' && q.path === `/${path}` && Date.parse(q.time) >= after);
+        return hit.length ? Date.parse(hit[0]!.time) : undefined;
+      }));
+      return times.every((t) => t !== undefined) ? Math.max(...(times as number[])) : undefined;
+    });
+
+  const doneJournal = (r: Round, id: string) =>
+    until(`refit ${id} done`, REPORT_BOUND_MS, async () => {
+      const j = await journal(r, id);
+      return j?.status === 'done' ? j : undefined;
+    });
+
+  /** Both replicas name the same live owner for every engine. */
+  const ownersAgree = async (a: NsReplica, b: NsReplica): Promise<boolean> => {
+    const [ra, rb] = await Promise.all([rows(a), rows(b)]);
+    const ob = new Map(rb.map((w) => [w.id, w.owner]));
+    return ra.length === fleet.sims.length && rb.length === ra.length && ra.every((w) => w.owner !== null && ob.get(w.id) === w.owner && (w.owner === a.id || w.owner === b.id));
+  };
+
+  /**
+   * The engine control calls that reached a simulator from a replica whose lease had lapsed, and
+   * those that name no replica (which cannot be told apart): each as `url path replica epoch +ms`.
+   */
+  const lapsedCalls = async (windows: CutWindow[], ids: Map<string, string>, from: number) => {
+    const unnamed: string[] = [];
+    const lapsed: string[] = [];
+    for (const s of fleet.sims) {
+      const worker = ids.get(s.url)!;
+      for (const q of await s.requests()) {
+        const t = Date.parse(q.time);
+        if (t < from || GATEWAY_OWN_PATHS.has(q.path) || q.path === '/generate' || q.path.startsWith('/v1/')) continue;
+        const replica = q.headers['x-rlgate-replica'];
+        const epoch = Number(q.headers['x-rlgate-lease-epoch'] ?? Number.NaN);
+        if (typeof replica !== 'string') {
+          unnamed.push(`${s.url} ${q.method} ${q.path}`);
+          continue;
+        }
+        for (const w of windows) {
+          if (w.replica !== replica || t <= w.at + LEASE_MS) continue;
+          if (t < w.healedAt || !Number.isFinite(epoch) || epoch === w.epochs.get(worker)) {
+            lapsed.push(`${s.url} ${q.method} ${q.path} from ${replica} epoch ${String(epoch)} at cut+${t - w.at}ms`);
+          }
+        }
+      }
+    }
+    return { unnamed, lapsed };
+  };
+
+  const expectNoLapsedCalls = async (windows: CutWindow[], ids: Map<string, string>, from: number) => {
+    const { unnamed, lapsed } = await lapsedCalls(windows, ids, from);
+    expect.soft(unnamed, 'engine control calls that name no replica (x-rlgate-replica)').toEqual([]);
+    expect.soft(lapsed, 'engine control calls from a replica whose lease had lapsed').toEqual([]);
+    return { unnamed: unnamed.length, lapsed };
+  };
+
+  /** Samples every simulator's pause state until `stop()`: [time, url, paused][] */
+  const sampler = () => {
+    const samples: Array<{ t: number; url: string; paused: string | null }> = [];
+    let running = true;
+    const loop = (async () => {
+      while (running) {
+        const t = Date.now();
+        const states = await Promise.all(fleet.sims.map((s) => s.state().catch(() => null)));
+        states.forEach((st, i) => st && samples.push({ t, url: fleet.sims[i]!.url, paused: st.paused }));
+        await sleep(Math.max(0, SAMPLE_MS - since(t)));
+      }
+    })();
+    return { samples, stop: async () => ((running = false), await loop) };
+  };
+
+  it('1. a late pause: the runner cut from NATS while its pauses are held leaves no engine paused past lease + 2 s', async () => {
+    const trials: Array<Record<string, unknown>> = [];
+    for (let trial = 0; trial < TRIALS; trial++) {
+      const { round: r, first: runner, second: other } = await startScenario('late-pause', [`lp${trial}a`, `lp${trial}b`]);
+      const ids = await register(runner, other);
+      await steerNextRefit(r, runner, other, 'late-pause');
+      // The engine applies a held pause even after its caller gave up on it, as SGLang does.
+      for (const s of fleet.sims) await s.setFaults({ route: 'pause_generation', delayMs: PAUSE_DELAY_MS, times: 1, runIfAbandoned: true });
+      const id = `late-pause-${trial}-${n++}`;
+      const events = reportEvents(r, id);
+      const from = Date.now();
+      const { holder } = await submit(r, runner, id, `lp-${trial}`);
+      if (holder !== runner.id) throw new Error(`harness: ${holder} took the refit, not ${runner.id} (the queue's next pull)`);
+      const lastPause = await received('pause_generation', from);
+      await sleep(Math.max(0, lastPause + CUT_AFTER_CALLS_MS - Date.now()));
+      const epochs = await epochsOf(r, runner.id);
+      const sampling = sampler();
+      const cutAt = await runner.ns.cutPort(r.natsPort);
+      // Until the report is in and the held pauses would have landed for a while.
+      const j = await doneJournal(r, id);
+      await sleep(Math.max(0, lastPause + PAUSE_DELAY_MS + 1_000 - Date.now()));
+      await sampling.stop();
+      const healedAt = await runner.ns.heal();
+      await sleep(1_000); // a second report, from the cut replica once back, would come now
+      events.stop();
+
+      // A pause that lands after the cut can only be undone after it lands: each run of paused
+      // samples of an engine is bounded from the later of the cut and the run's first sample.
+      const late: typeof sampling.samples = [];
+      for (const sim of fleet.sims) {
+        let runStart: number | undefined;
+        for (const x of sampling.samples.filter((y) => y.url === sim.url).sort((p, q) => p.t - q.t)) {
+          if (x.paused === null) {
+            runStart = undefined;
+            continue;
+          }
+          runStart ??= x.t;
+          if (x.t > Math.max(cutAt, runStart) + PAUSED_BOUND_MS) late.push(x);
+        }
+      }
+      const pausedSpans = Object.fromEntries(fleet.sims.map((s) => {
+        const p = sampling.samples.filter((x) => x.url === s.url && x.paused !== null).map((x) => x.t - cutAt);
+        return [s.url, p.length ? { first_ms: Math.min(...p), last_ms: Math.max(...p), samples: p.length } : null];
+      }));
+      const takeover = j.takeovers?.find((t) => t.from === runner.id);
+      const calls = await expectNoLapsedCalls([{ replica: runner.id, shape: 'nats-port', at: cutAt, healedAt, epochs }], ids, from);
+      const stillPaused = (await Promise.all(fleet.sims.map((s) => s.state()))).filter((st) => st.paused !== null).length;
+      trials.push({
+        paused_after_cut_ms: pausedSpans,
+        samples_paused_past_bound: late.length,
+        engines_paused_at_end: stillPaused,
+        takeover: takeover ? { to: takeover.to, phase: takeover.phase, after_cut_ms: Date.parse(takeover.at) - cutAt } : null,
+        report: j.report ? { status: j.report.status, aborted: j.report.aborted ?? null, errors: j.report.engines.map((e) => e.error ?? 'ok') } : null,
+        report_events: events.seen.length,
+        control_calls_unnamed: calls.unnamed,
+        control_calls_after_lapse: calls.lapsed,
+      });
+      expect.soft(takeover?.to, `${other.id} took the refit over`).toBe(other.id);
+      expect.soft(events.seen.length, 'report events published').toBe(1);
+      expect.soft(late.map((s) => `${s.url} paused at cut+${s.t - cutAt}ms`), `engines paused longer than ${PAUSED_BOUND_MS} ms past the cut or the pause's landing`).toEqual([]);
+      // The held pauses did land (the scenario is the late pause), and were undone.
+      expect.soft(Object.values(pausedSpans).filter((p) => p !== null && p.last_ms > PAUSE_DELAY_MS - CUT_AFTER_CALLS_MS - 1_000).length, 'engines whose held pause landed after the takeover').toBe(fleet.sims.length);
+      expect.soft(stillPaused, 'engines paused at the end').toBe(0);
+    }
+    figures.late_pause = { trials: TRIALS, pause_delay_ms: PAUSE_DELAY_MS, cut_after_last_pause_ms: CUT_AFTER_CALLS_MS, bound_ms: PAUSED_BOUND_MS, runs: trials };
+    process.stdout.write(`[chaos] ${SCENARIO}/late-pause ${JSON.stringify(figures.late_pause)}\n`);
+  }, chaosTimeout(90_000));
+
+  it('2. a silent cut: /health 503 bus_unavailable within the lease, a per-worker call refused, owners agreed within 5 s of the heal', async () => {
+    const trials: Array<Record<string, unknown>> = [];
+    for (let trial = 0; trial < TRIALS; trial++) {
+      const { round: r, first: cutOff, second: other } = await startScenario('silent-cut', [`sc${trial}a`, `sc${trial}b`]);
+      const ids = await register(cutOff, other);
+      const worker = ids.get(fleet.sims[0]!.url)!;
+      const from = Date.now();
+      const epochs = await epochsOf(r, cutOff.id);
+      const cutAt = await cutOff.ns.cutPort(r.natsPort);
+
+      // /health every 100 ms until it says bus_unavailable, or long past the bound.
+      const health = (async () => {
+        const seen: Array<{ ms: number; status: number | string }> = [];
+        while (since(cutAt) < HEALTH_BOUND_MS + 1_000) {
+          const t = Date.now();
+          const res = await cutOff.http('GET', '/health', undefined, { timeoutMs: 1_000 }).catch((err: Error) => ({ status: err.name, json: undefined }));
+          seen.push({ ms: t - cutAt, status: res.status });
+          if (res.status === 503 && res.json?.reason === 'bus_unavailable') return { at_ms: t - cutAt, body: res.json, polls: seen.length };
+          await sleep(Math.max(0, 100 - since(t)));
+        }
+        return { at_ms: null, last: seen.slice(-3), polls: seen.length };
+      })();
+      // A per-worker pause once the lease has lapsed (the other replica may already have taken the engine).
+      const call = (async () => {
+        await sleep(Math.max(0, cutAt + LEASE_MS + 200 - Date.now()));
+        const sentMs = since(cutAt);
+        const res = await cutOff.http('POST', `/v1/rl/workers/${worker}/engine/pause_generation`, {}, { timeoutMs: 5_000 }).catch((err: Error) => ({ status: `no answer (${err.name})`, json: undefined, text: '' }));
+        return { sent_ms: sentMs, answered_ms: since(cutAt), status: res.status, error: res.json?.error ?? null };
+      })();
+      const [h, c] = await Promise.all([health, call]);
+      // Heal once the other replica has had time to take the engines, so that the views differ.
+      await sleep(Math.max(0, cutAt + LEASE_MS + 1_000 - Date.now()));
+      const before = { cut: await rows(cutOff).then((x) => x.map((w) => w.owner)).catch(() => null), other: await rows(other).then((x) => x.map((w) => w.owner)) };
+      const healedAt = await cutOff.ns.heal();
+      let agreedMs: number | null = null;
+      await until('owners agree', AGREE_BOUND_MS + 5_000, async () => {
+        if (await ownersAgree(cutOff, other)) return (agreedMs = since(healedAt)), true;
+        return false;
+      }).catch(() => {});
+      const pauses = (await Promise.all(fleet.sims.map((s) => s.requests()))).flat().filter((q) => q.path === '/pause_generation' && Date.parse(q.time) >= from);
+      const calls = await expectNoLapsedCalls([{ replica: cutOff.id, shape: 'nats-port', at: cutAt, healedAt, epochs }], ids, from);
+      trials.push({ health: h, per_worker_call: c, pauses_reaching_engines: pauses.length, owners_before_heal: before, owners_agreed_after_heal_ms: agreedMs, control_calls_unnamed: calls.unnamed, control_calls_after_lapse: calls.lapsed });
+
+      expect.soft(h.at_ms, `/health 503 bus_unavailable within ${HEALTH_BOUND_MS} ms of the cut (null: never, polls ${h.polls})`).not.toBeNull();
+      expect.soft(h.at_ms ?? Infinity, '/health 503 bus_unavailable, ms after the cut').toBeLessThanOrEqual(HEALTH_BOUND_MS);
+      expect.soft({ status: c.status, error: c.error }, 'the per-worker call after the lapse').toEqual({ status: 503, error: 'bus_unavailable' });
+      expect.soft(pauses.map((q) => `${q.time} ${q.path}`), 'pauses that reached an engine').toEqual([]);
+      expect.soft(agreedMs ?? Infinity, `owners agree within ${AGREE_BOUND_MS} ms of the heal`).toBeLessThanOrEqual(AGREE_BOUND_MS);
+    }
+    figures.silent_cut = { trials: TRIALS, health_bound_ms: HEALTH_BOUND_MS, agree_bound_ms: AGREE_BOUND_MS, runs: trials };
+    process.stdout.write(`[chaos] ${SCENARIO}/silent-cut ${JSON.stringify(figures.silent_cut)}\n`);
+  }, chaosTimeout(60_000));
+
+  it(`3. takeover bounded: a running refit moves to a live replica within the ack wait + 1 s of its runner's cut, whatever the cut`, async () => {
+    const { round: r, first: a, second: b } = await startScenario('takeover', ['tk-a', 'tk-b']);
+    const ids = await register(a, b);
+    for (const s of fleet.sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: TAKEOVER_LOAD_DELAY_MS });
+    const windows: CutWindow[] = [];
+    const runs: Array<Record<string, unknown>> = [];
+    const from = Date.now();
+    // Interleaved: where a trial falls in the run matters as much as its shape (the queue's pulls rotate).
+    const shapes = Array.from({ length: TRIALS }, () => CUT_SHAPES).flat();
+    for (const [k, shape] of shapes.entries()) {
+      const id = `takeover-${k}-${n++}`;
+      // Any live replica takes the request; whichever runs the refit is cut.
+      const front = k % 2 === 0 ? a : b;
+      const delivered = await deliveries(r);
+      const { holder, at } = await submit(r, front, id, `tk-${k}`);
+      const runner = holder === a.id ? a : b;
+      const survivor = runner === a ? b : a;
+      await sleep(Math.max(0, at + 100 + Math.floor(random() * CUT_SPAN_MS) - Date.now()));
+      const epochs = await epochsOf(r, runner.id);
+      const phaseAtCut = (await journal(r, id))?.phase ?? null;
+      const cutAt = await runner.ns.cutBy(shape, r.natsPort);
+      const j = await doneJournal(r, id).catch(() => null);
+      const takeover = (j ?? (await journal(r, id)))?.takeovers?.find((t) => t.from === runner.id);
+      const healedAt = await runner.ns.heal();
+      windows.push({ replica: runner.id, shape, at: cutAt, healedAt, epochs });
+      const ms = takeover ? Date.parse(takeover.at) - cutAt : null;
+      // Two deliveries: the first and the survivor's. More: one went to the cut replica's pull (the
+      // server keeps it while it believes the client is there) or was handed back by a replica
+      // that still saw the holder alive.
+      runs.push({ shape, runner: runner.id, deliveries: (await deliveries(r)) - delivered, phase_at_cut: phaseAtCut, takeover_to: takeover?.to ?? null, takeover_phase: takeover?.phase ?? null, cut_to_takeover_ms: ms, report: j?.report ? { status: j.report.status, aborted: j.report.aborted ?? null, errors: j.report.engines.map((e) => e.error ?? 'ok') } : null });
+      expect.soft(takeover?.to, `${shape}: the refit taken over by ${survivor.id}`).toBe(survivor.id);
+      expect.soft(ms ?? Infinity, `${shape}: cut → takeover, ms`).toBeLessThanOrEqual(TAKEOVER_BOUND_MS);
+      // The next trial needs both replicas back and agreeing on the engines' owners.
+      await until(`both replicas healthy after healing ${runner.id} (${shape})`, 30_000, async () => {
+        for (const g of [a, b]) if ((await g.http('GET', '/health', undefined, { timeoutMs: 1_000 })).status !== 200) return false;
+        return ownersAgree(a, b);
+      });
+    }
+    const calls = await expectNoLapsedCalls(windows, ids, from);
+    const byShape = Object.fromEntries(CUT_SHAPES.map((s) => {
+      const xs = runs.filter((x) => x.shape === s && typeof x.cut_to_takeover_ms === 'number').map((x) => x.cut_to_takeover_ms as number);
+      return [s, { trials: runs.filter((x) => x.shape === s).length, taken_over: xs.length, p50_ms: percentile(xs, 50), max_ms: xs.length ? Math.max(...xs) : null }];
+    }));
+    figures.takeover = { bound_ms: TAKEOVER_BOUND_MS, load_delay_ms: TAKEOVER_LOAD_DELAY_MS, by_shape: byShape, runs, control_calls_unnamed: calls.unnamed, control_calls_after_lapse: calls.lapsed };
+    process.stdout.write(`[chaos] ${SCENARIO}/takeover ${JSON.stringify(figures.takeover)}\n`);
+  }, chaosTimeout(150_000));
+
+  it('4. loads that landed: the owner cut from NATS during the load, the report says what the engines hold', async () => {
+    const trials: Array<Record<string, unknown>> = [];
+    for (let trial = 0; trial < TRIALS; trial++) {
+      // The engines are registered through one replica, and the refit goes to the other.
+      const { round: r, first: runner, second: owner } = await startScenario('landed-loads', [`ll${trial}run`, `ll${trial}own`]);
+      const ids = await register(owner, runner);
+      await steerNextRefit(r, runner, owner, 'landed-loads');
+      for (const s of fleet.sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: LOAD_DELAY_MS, times: 1 });
+      const id = `landed-${trial}-${n++}`;
+      const version = `ll-${trial}`;
+      const from = Date.now();
+      const { holder } = await submit(r, runner, id, version);
+      if (holder !== runner.id) throw new Error(`harness: ${holder} took the refit, not ${runner.id} (the queue's next pull)`);
+      const lastLoad = await received('update_weights_from_disk', from);
+      await sleep(Math.max(0, lastLoad + CUT_AFTER_CALLS_MS - Date.now()));
+      const epochs = await epochsOf(r, owner.id);
+      const cutAt = await owner.ns.cutPort(r.natsPort);
+      const j = await doneJournal(r, id);
+      const states = await Promise.all(fleet.sims.map(async (s) => ({ url: s.url, version: (await s.state()).weightVersion as string })));
+      const quarantined = (await rows(runner)).filter((w) => w.quarantined);
+      const healedAt = await owner.ns.heal();
+      const report = j.report!;
+      const mismatched = report.engines.flatMap((e) => {
+        const held = states.find((s) => s.url === e.url)?.version;
+        return (e.outcome === 'ok') !== (held === version) ? [`${e.url}: ${e.outcome}${e.error ? ` (${e.error} in ${e.failed_phase}: ${e.message})` : ''}, holds ${held}`] : [];
+      });
+      const unreachable = report.engines.filter((e) => e.error === 'upstream_unreachable').map((e) => `${e.url} in ${e.failed_phase}: ${e.message}`);
+      const wronglyQuarantined = quarantined.filter((w) => states.find((s) => s.url === w.url)?.version === version).map((w) => `${w.url} (${w.quarantine_reason})`);
+      const calls = await expectNoLapsedCalls([{ replica: owner.id, shape: 'nats-port', at: cutAt, healedAt, epochs }], ids, from);
+      trials.push({
+        report: { status: report.status, engines: report.engines.map((e) => ({ outcome: e.outcome, error: e.error ?? null, phase: e.failed_phase ?? null })) },
+        report_after_cut_ms: Date.parse((j as { report: { finished_at?: string } }).report.finished_at ?? '') - cutAt,
+        engines_holding_new_version: states.filter((s) => s.version === version).length,
+        outcome_not_what_engine_holds: mismatched,
+        reported_upstream_unreachable: unreachable,
+        quarantined_holding_new_version: wronglyQuarantined,
+        control_calls_unnamed: calls.unnamed,
+        control_calls_after_lapse: calls.lapsed,
+      });
+      expect.soft(states.filter((s) => s.version === version).length, 'engines holding the new version (the loads landed)').toBe(fleet.sims.length);
+      expect.soft(unreachable, 'engines reported upstream_unreachable').toEqual([]);
+      expect.soft(mismatched, 'outcomes that are not what the engine holds').toEqual([]);
+      expect.soft(wronglyQuarantined, 'quarantined engines that hold the new version').toEqual([]);
+    }
+    figures.landed_loads = { trials: TRIALS, load_delay_ms: LOAD_DELAY_MS, cut_after_last_load_ms: CUT_AFTER_CALLS_MS, runs: trials };
+    process.stdout.write(`[chaos] ${SCENARIO}/landed-loads ${JSON.stringify(figures.landed_loads)}\n`);
+  }, chaosTimeout(60_000));
+});
+
+/** Writes the replicas' output to RLGATE_PARTITION_LOGS, and on a failure prints its last lines. */
+function keepOutputs(tag: string, replicas: readonly NsReplica[], failed: boolean): void {
+  const dir = process.env.RLGATE_PARTITION_LOGS;
+  if (dir) {
+    mkdirSync(dir, { recursive: true });
+    for (const g of replicas) writeFileSync(join(dir, `${tag}-${g.id}.log`), `${g.output()}\n`);
+  }
+  if (failed && !dir) for (const g of replicas) process.stdout.write(`[chaos] ${SCENARIO}/${tag} ${g.id} (${g.ns.name}) last lines:\n${g.output().split('\n').slice(-25).join('\n')}\n`);
+}
