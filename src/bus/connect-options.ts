@@ -110,7 +110,9 @@ function urlCredentials(parsed: ParsedServer[]): { user?: string; pass?: string 
 }
 
 // The prefix of a subscription `<prefix>.>`: dot-separated tokens, none empty, no wildcard.
-const INBOX_PREFIX = /^[^\s.*>]+(\.[^\s.*>]+)*$/;
+// Gateways answer only on subjects under `_INBOX…` (connection.ts): a reply subject is the
+// requester's to choose, and an answer goes out with the gateway's rights.
+const INBOX_PREFIX = /^_INBOX[A-Za-z0-9_-]*(\.[^\s.*>]+)*$/;
 
 /**
  * The checks that need no file: one kind of credential at most, a password file only with a user,
@@ -133,7 +135,7 @@ export function checkNatsSettings(url: string, auth: Partial<NatsAuthSettings> =
   if (auth.passwordFile !== undefined && auth.user === undefined) throw new NatsSettingsError('--nats-password-file needs --nats-user');
   if ((auth.tlsCert === undefined) !== (auth.tlsKey === undefined)) throw new NatsSettingsError('--nats-tls-cert and --nats-tls-key go together');
   if (auth.inboxPrefix !== undefined && !INBOX_PREFIX.test(auth.inboxPrefix)) {
-    throw new NatsSettingsError(`invalid --nats-inbox-prefix \`${auth.inboxPrefix}\`: expected subject tokens without wildcards or white space, e.g. _INBOX_gateway`);
+    throw new NatsSettingsError(`invalid --nats-inbox-prefix \`${auth.inboxPrefix}\`: expected subject tokens without wildcards or white space, the first starting with _INBOX (gateways answer only inboxes), e.g. _INBOX_gateway`);
   }
   return parsed;
 }

@@ -237,6 +237,14 @@ const RECONNECT_WAIT_MS = 250;
 const RECONNECT_JITTER_MS = 250;
 const CLOSE_DRAIN_MS = 5_000;
 
+/**
+ * A reply subject an answer may go to: under an inbox (`_INBOX.` or a per-user prefix such as
+ * `_INBOX_trainer.`), as every NATS client makes them.
+ */
+export function isInboxSubject(subject: string | undefined): boolean {
+  return subject !== undefined && /^_INBOX[A-Za-z0-9_-]*\.[^\s]+$/.test(subject);
+}
+
 export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
   let nc: NatsConnection;
   try {
@@ -276,6 +284,13 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
     ((err: unknown, subject: string) =>
       process.emitWarning(`bus handler on ${subject} failed: ${(err as Error)?.stack ?? err}`));
   const safeRespond = (msg: Msg, data: Uint8Array, headers?: MsgHdrs) => {
+    // The requester names the reply subject, and the answer goes out with this connection's
+    // rights: a gateway answering on `$KV.…` or `rl.refit.<id>.report` would write a bucket or
+    // forge a report for whoever may send a request. Replies go to inboxes only.
+    if (!isInboxSubject(msg.reply)) {
+      report(new Error(`refused to answer on \`${msg.reply ?? ''}\`: replies go only to inbox subjects (_INBOX…)`), msg.subject);
+      return;
+    }
     try {
       msg.respond(data, headers ? { headers } : undefined);
     } catch (err) {

@@ -118,12 +118,13 @@ describe('credentials', () => {
 describe('the inbox prefix', () => {
   it('reaches nats.js as inboxPrefix, with any kind of credential or none', () => {
     expect(natsConnectOptions('nats://n1:4222', { inboxPrefix: '_INBOX_gateway' })).toEqual({ servers: ['nats://n1:4222'], inboxPrefix: '_INBOX_gateway' });
-    expect(natsConnectOptions('nats://gw:pw@n1:4222', { inboxPrefix: 'team.a._INBOX' }).inboxPrefix).toBe('team.a._INBOX');
+    expect(natsConnectOptions('nats://gw:pw@n1:4222', { inboxPrefix: '_INBOX_team.a' }).inboxPrefix).toBe('_INBOX_team.a');
     expect(natsConnectOptions('nats://n1:4222').inboxPrefix).toBeUndefined();
   });
 
   it('one that cannot start a subject (a wildcard, white space, an empty token) is refused', () => {
-    for (const bad of ['', '_INBOX.>', '_INBOX.*', 'a*b', 'has space', 'a..b', '.a', 'a.']) {
+    // A prefix outside `_INBOX…` would get no answer from a gateway (it answers inboxes only).
+    for (const bad of ['', '_INBOX.>', '_INBOX.*', 'a*b', 'has space', 'a..b', '.a', 'a.', 'team.a._INBOX', '$KV.x', 'rl.refit']) {
       expect(settingsError(() => natsConnectOptions('nats://n1:4222', { inboxPrefix: bad })).message, bad).toContain('invalid --nats-inbox-prefix');
     }
   });

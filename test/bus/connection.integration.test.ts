@@ -325,3 +325,42 @@ describe('codec', () => {
     expect(() => decode(new Uint8Array([0xff, 0xfe]))).toThrow(PayloadDecodeError);
   });
 });
+
+describe('reply subjects', () => {
+  // The requester names the reply subject and the answer goes out with the answerer's rights: a
+  // gateway must not answer on a bucket's or a report's subject for whoever may send a request.
+  it('answers inboxes only: a reply subject outside _INBOX… gets nothing, and the refusal is reported', async () => {
+    const refused: string[] = [];
+    const answerer = await connectBus({ url: nats.url, name: 'test-reply-guard', onHandlerError: (err) => refused.push((err as Error).message) });
+    const subject = fresh();
+    const handled: unknown[] = [];
+    const sub = answerer.respond(subject, async (data) => {
+      handled.push(data);
+      return { answered: true };
+    });
+    const stream = answerer.respondStream(`${subject}.stream`, async (_data, send) => send({ item: 1 }));
+    await answerer.nc.flush();
+    const seen: string[] = [];
+    const targets = ['rl.refit.forged.report', '$KV.rlgate_rl_refits.forged', 'not_an_inbox.x'];
+    const watchers = targets.map((t) => client.nc.subscribe(t, { callback: (_e, m) => void seen.push(m.subject) }));
+    await client.nc.flush();
+    for (const t of targets) {
+      client.nc.publish(subject, encode({ n: 1 }), { reply: t });
+      client.nc.publish(`${subject}.stream`, encode({ n: 1 }), { reply: t });
+    }
+    await client.nc.flush();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(seen).toEqual([]);
+    expect(handled).toHaveLength(targets.length);
+    expect(refused.filter((m) => m.includes('replies go only to inbox subjects')).length).toBeGreaterThanOrEqual(2 * targets.length);
+    // An inbox, default or per-user, is answered as before.
+    await expect(client.request(subject, 'ok', 2_000)).resolves.toEqual({ answered: true });
+    const prefixed = await connectBus({ url: nats.url, name: 'test-reply-prefixed', inboxPrefix: '_INBOX_trainer' });
+    await expect(prefixed.request(subject, 'ok', 2_000)).resolves.toEqual({ answered: true });
+    for (const w of watchers) w.unsubscribe();
+    sub.unsubscribe();
+    stream.unsubscribe();
+    await prefixed.close();
+    await answerer.close();
+  });
+});
