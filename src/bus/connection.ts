@@ -242,7 +242,7 @@ const CLOSE_DRAIN_MS = 5_000;
  * `_INBOX_trainer.`), as every NATS client makes them.
  */
 export function isInboxSubject(subject: string | undefined): boolean {
-  return subject !== undefined && /^_INBOX[A-Za-z0-9_-]*\.[^\s]+$/.test(subject);
+  return subject !== undefined && /^_INBOX[A-Za-z0-9_-]*(\.[^\s.*>]+)+$/.test(subject);
 }
 
 export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {

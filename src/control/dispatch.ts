@@ -92,7 +92,7 @@ export class Dispatcher {
   private fenced(url: string): ControlOutcome | undefined {
     const reason = this.deps.fence?.reason();
     if (reason == null) return undefined;
-    return { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${url}\` not called: ${reason}` };
+    return { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${url}\` not called: ${reason}` };
   }
 
   async one(workerId: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {

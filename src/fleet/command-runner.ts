@@ -19,6 +19,11 @@ import type { Registry } from './registry.ts';
 import type { LeaseFence } from './lease-fence.ts';
 import { mergedLabels } from './worker.ts';
 
+/** The reason a call in flight was aborted when this replica's lease lapsed. */
+class LeaseLapsed extends Error {
+  override readonly name = 'LeaseLapsed';
+}
+
 /** One call waiting for, or holding, its engine's lane. */
 interface Job {
   op: CommandOp;
@@ -68,14 +73,12 @@ export class CommandRunner {
     },
   ) {
     deps.fence.onLapse((reason) => {
-      const lapse = this.lapse;
-      this.lapse = new AbortController();
-      lapse.abort(reason);
+      for (const ctrl of [...this.inFlight]) ctrl.abort(new LeaseLapsed(reason));
     });
   }
 
-  /** Aborted (with the fence's reason) when the fence closes: every call in flight then is abandoned. */
-  private lapse = new AbortController();
+  /** One controller per call in flight: the lease's lapse aborts them all (abandoned, and said so). */
+  private readonly inFlight = new Set<AbortController>();
 
   /**
    * Queues one control call on the engine's lane and returns its outcome. Aborting `signal` drops
@@ -231,17 +234,31 @@ export class CommandRunner {
     const fence = this.deps.fence;
     const closed = fence.reason();
     if (closed !== null) {
-      return { outcome: { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${worker.url}\` not called: ${closed}` } };
+      return { outcome: { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${worker.url}\` not called: ${closed}` } };
     }
     // An engine without pool settings of its own is called on the connection its probes use.
     const dispatcher = worker.httpPool && Object.keys(worker.httpPool).length > 0 ? undefined : this.deps.clientOf(id)?.poolFor?.(controlUrl);
-    const lapse = this.lapse.signal;
     const fenced = { ...call, trace: { ...call.trace, ...fence.headers(id) } };
-    let outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool, dispatcher }, fenced, signal ? AbortSignal.any([signal, lapse]) : lapse);
-    if (lapse.aborted && !signal?.aborted && outcome.kind !== 'answer') {
+    // The caller's signal is forwarded (its reason kept: a share's deadline stays a timeout), and
+    // the lapse aborts the same controller. No AbortSignal.any: on Node 20 each one stays listed
+    // on its sources until they abort, which a lease's lapse may never do.
+    const ctrl = new AbortController();
+    const forward = () => ctrl.abort(signal!.reason);
+    if (signal?.aborted) forward();
+    else signal?.addEventListener('abort', forward, { once: true });
+    this.inFlight.add(ctrl);
+    let outcome: ControlOutcome;
+    try {
+      outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool, dispatcher }, fenced, ctrl.signal);
+    } finally {
+      this.inFlight.delete(ctrl);
+      signal?.removeEventListener('abort', forward);
+    }
+    const lapse = ctrl.signal.reason;
+    if (lapse instanceof LeaseLapsed && outcome.kind !== 'answer') {
       // Abandoned, and said so: it was sent under a live lease and may still run on the engine;
       // whoever owns the engine now reads what it holds.
-      outcome = { kind: 'unreachable', code: 'owner_lost', latencyMs: outcome.latencyMs, message: `upstream \`${worker.url}\` call abandoned after it was sent (it may have run on the engine): ${String(lapse.reason)}` };
+      outcome = { kind: 'unreachable', code: 'owner_lost', latencyMs: outcome.latencyMs, message: `upstream \`${worker.url}\` call abandoned after it was sent (it may have run on the engine): ${lapse.message}` };
     }
     this.deps.metrics.controlCall(controlOp(call.path), outcome);
     if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) return { outcome };

@@ -20,6 +20,7 @@ export class LeaseFence {
   private connected = true;
   /** After a lapse, the fence stays closed until ownership has been read again. */
   private stale = false;
+  private lapseCount = 0;
   private readonly epochs = new Map<string, number>();
   private readonly lapseListeners = new Set<(reason: string) => void>();
   private readonly resyncListeners = new Set<() => void>();
@@ -93,12 +94,22 @@ export class LeaseFence {
     this.connected = connected;
   }
 
-  /** Ownership was read again after a lapse: the fence may open. */
-  resynced(): void {
+  /**
+   * Ownership was read again after a lapse: the fence may open, unless the lease lapsed again
+   * since the read began (`generation`: `lapses` when it began). Returns whether it counted.
+   */
+  resynced(generation = this.lapses): boolean {
+    if (generation !== this.lapses) return false;
     const was = this.stale;
     this.stale = false;
     this.changed();
     if (was) for (const l of [...this.resyncListeners]) l();
+    return true;
+  }
+
+  /** How many times the lease has lapsed (a re-read that began before the last one is stale). */
+  get lapses(): number {
+    return this.lapseCount;
   }
 
   /** Called when the fence opens again after a lapse, ownership read afresh. */
@@ -152,6 +163,7 @@ export class LeaseFence {
     if (this.wasWithin && !within) {
       // The lease may move from now on: it stays closed until ownership is read again.
       this.stale = true;
+      this.lapseCount++;
       const reason = this.reason() ?? 'lease lapsed';
       for (const l of [...this.lapseListeners]) l(reason);
     }

@@ -185,17 +185,30 @@ export class Ownership {
   private resync(): Promise<void> {
     this.resyncing ??= (async () => {
       try {
+        // What the watch held when the read began: a lease it delivers meanwhile is newer than
+        // the read and stays (this replica's own claim of a worker registered meanwhile, say).
+        const before = new Map([...this.leases].map(([id, l]) => [id, l.revision]));
+        const generation = this.deps.fence.lapses;
         const fresh = new Map<string, { lease: OwnerLease; revision: number }>();
-        for (const id of await this.deps.owners.keys()) {
-          const e = await this.deps.owners.get(id);
-          if (e) fresh.set(id, { lease: e.value, revision: e.revision });
+        const ids = await this.deps.owners.keys();
+        // A few dozen reads at a time: the fence stays closed until they are all in.
+        for (let i = 0; i < ids.length; i += 64) {
+          await Promise.all(
+            ids.slice(i, i + 64).map(async (id) => {
+              const e = await this.deps.owners.get(id);
+              if (e) fresh.set(id, { lease: e.value, revision: e.revision });
+            }),
+          );
         }
-        for (const id of [...this.leases.keys()]) if (!fresh.has(id)) this.leaseChanged(id, null, 0);
+        for (const [id, revision] of before) {
+          if (!fresh.has(id) && this.leases.get(id)?.revision === revision) this.leaseChanged(id, null, 0);
+        }
         for (const [id, { lease, revision }] of fresh) {
           const known = this.leases.get(id);
           if (!known || known.revision < revision) this.leaseChanged(id, lease, revision);
         }
-        this.deps.fence.resynced();
+        // A lapse during the read makes it stale in turn: the next heartbeat reads again.
+        if (!this.deps.fence.resynced(generation)) return;
         this.deps.log.info({ leases: fresh.size }, 'engine ownership read again after this replica lost its lease; commanding engines again');
       } catch (err) {
         this.deps.log.warn({ err }, 'could not read engine ownership again; the next heartbeat retries');

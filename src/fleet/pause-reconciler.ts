@@ -16,6 +16,8 @@ import type { LeaseFence } from './lease-fence.ts';
 import type { Registry } from './registry.ts';
 
 const EMPTY_JSON = Buffer.from('{}').toString('base64');
+/** How long an engine must stay paused with nothing holding it before it is resumed. */
+const SUSPECT_MS = 1_000;
 /** At most this many engines are read at once per look. */
 const READS_AT_ONCE = 32;
 
@@ -30,8 +32,9 @@ export class PauseReconciler {
   /** Watched engines and until when (ms, this replica's clock). */
   private readonly watched = new Map<string, { until: number; why: string }>();
   private readonly busy = new Set<string>();
-  /** Engines found paused with nothing holding them at the last look: resumed if still so at the next. */
-  private readonly suspect = new Set<string>();
+  /** Engines found paused with nothing holding them, and when first: resumed if still so a while later. */
+  private readonly suspect = new Map<string, number>();
+  private looking = false;
   private timer: NodeJS.Timeout | undefined;
   private readonly stops: Array<() => void> = [];
   /** Engines resumed here because nothing held their pause (for metrics and tests). */
@@ -63,6 +66,8 @@ export class PauseReconciler {
   }
 
   start(): void {
+    // Engines taken over before this started (at start-up) are watched too: it cannot tell which.
+    this.watch(this.deps.registry.all().filter((w) => this.deps.host.owns(w.id)).map((w) => w.id), 'owned when this replica started');
     this.timer = setInterval(() => void this.look(), this.deps.intervalMs);
     this.timer.unref();
   }
@@ -88,6 +93,17 @@ export class PauseReconciler {
 
   /** One look at every watched engine this replica owns. */
   async look(): Promise<void> {
+    // One look at a time: overlapping looks would shrink the wait between two sightings.
+    if (this.looking) return;
+    this.looking = true;
+    try {
+      await this.lookOnce();
+    } finally {
+      this.looking = false;
+    }
+  }
+
+  private async lookOnce(): Promise<void> {
     const now = Date.now();
     const due: Array<[string, string]> = [];
     for (const [id, { until, why }] of this.watched) {
@@ -105,12 +121,27 @@ export class PauseReconciler {
     }
   }
 
+  /**
+   * Whether anything holds the engine's pause: DP ranks share one engine (one pause, one resume),
+   * so a hold on any rank, or a call on any rank's lane here, holds them all.
+   */
+  private held(id: string): boolean {
+    const { registry, host, holds } = this.deps;
+    const w = registry.get(id);
+    const ranks = w ? registry.siblings(w.baseUrl) : [];
+    for (const r of ranks.length > 0 ? ranks : [{ id }]) {
+      if (holds.refit(r.id) || holds.operator(r.id)) return true;
+      if (host.owns(r.id) && !host.idle(r.id)) return true;
+    }
+    return false;
+  }
+
   private async reconcile(id: string, why: string): Promise<void> {
-    const { host, holds } = this.deps;
-    if (holds.refit(id) || holds.operator(id)) return void this.suspect.delete(id);
+    const { host } = this.deps;
+    if (this.held(id)) return void this.suspect.delete(id);
     const snap = host.snapshot(id);
     // Only a resting engine is read: a call running or queued on it (a pause, a load) is someone's.
-    if (!snap || snap.context.current !== undefined || !host.idle(id)) return;
+    if (!snap || snap.context.current !== undefined) return;
     const lifecycle = lifecycleOf(snap);
     if (lifecycle !== 'serving' && lifecycle !== 'paused') return;
     this.busy.add(id);
@@ -124,14 +155,17 @@ export class PauseReconciler {
         return; // unreachable: its probes deal with that
       }
       if (paused !== true) return void this.suspect.delete(id);
-      // Two looks in a row: a refit that has just paused the engine through another replica may
-      // not have reached this replica's copy of the journals yet.
-      if (!this.suspect.has(id)) return void this.suspect.add(id);
+      // Seen paused with nothing holding it at two looks at least a second apart: a refit that
+      // has just paused the engine through another replica may not be in this replica's copy of
+      // the journals yet.
+      const since = this.suspect.get(id);
+      if (since === undefined) return void this.suspect.set(id, Date.now());
+      if (Date.now() - since < SUSPECT_MS) return;
       this.suspect.delete(id);
       // Read again after the await: a refit may have started, or an operator paused it, meanwhile.
       // The resume joins the lane at once after this check, so no pause queued on the lane can
       // come before it and be undone by it.
-      if (holds.refit(id) || holds.operator(id) || !host.owns(id) || !host.idle(id) || !this.deps.fence.live()) return;
+      if (this.held(id) || !host.owns(id) || !this.deps.fence.live()) return;
       const call: ControlCall = {
         method: 'POST',
         path: 'continue_generation',

@@ -260,7 +260,15 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       registry,
       host,
       fence,
-      holds: { refit: (id) => refits.holds(id), operator: (id) => host.pausedBy(id) === 'operator' },
+      holds: {
+        // A refit's journal says it runs, or the owner paused the engine for a refit whose report
+        // this replica has not seen (its copy of the journals may lag).
+        refit: (id) => {
+          const by = host.pausedBy(id);
+          return refits.holds(id) || (by !== undefined && by.startsWith('refit:') && !refits.done(by.slice('refit:'.length)));
+        },
+        operator: (id) => host.pausedBy(id) === 'operator',
+      },
       intervalMs: Math.min(500, Math.max(200, config.retryIntervalSecs * 1000)),
       windowMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000) + leaseMs,
       timeoutSecs: config.rl.controlTimeoutSecs,

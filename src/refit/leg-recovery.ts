@@ -17,6 +17,15 @@ export function answerLost(o: ControlOutcome): boolean {
   return o.kind === 'unreachable' && o.code === 'owner_lost';
 }
 
+/**
+ * The call was not made at all, so sending it again is safe whatever it is: the engine's owner
+ * had its lease fence closed, no replica owned the engine yet, or the one asked no longer did.
+ */
+export function notMade(o: ControlOutcome): boolean {
+  if (o.kind !== 'unreachable') return false;
+  return o.fenced === true || o.code === 'no_owner' || o.code === 'not_owner';
+}
+
 /** Whether this refit step may be sent again to an engine whose first answer was lost. */
 export function repeatable(steps: readonly RefitStepPlan[], stepIndex: number): boolean {
   const step = steps[stepIndex];

@@ -24,7 +24,7 @@ import type { Metrics } from '../obs/metrics.ts';
 import { JournalFenced, JournalWriter, recoveryOf, type RefitJournal } from './journal.ts';
 import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
 import { readQueuedRefit, takeVerdict, type Clash } from './queue-verdict.ts';
-import { answerLost, lostAnswerVerdict, repeatable, versionMismatch } from './leg-recovery.ts';
+import { answerLost, lostAnswerVerdict, notMade, repeatable, versionMismatch } from './leg-recovery.ts';
 import { buildReport, type RefitReport } from './report.ts';
 import type { RefitRequest } from './request.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
@@ -320,6 +320,8 @@ export class RefitRunner {
     // takeover finds out which landed, and one that did not is loaded again (leg-recovery.ts).
     const doubtful = new Set(recovered && j.phase === 'refit' && plan.verify && repeatable(plan.steps, j.step_index) ? j.pending : []);
     const doubtfulStep = j.step_index;
+    /** Engines loaded again during the version check: one whose check still fails is quarantined. */
+    const reloaded = new Set<string>();
 
     const runPhase = fromCallback<CoordinatorEvent, PhaseInput>(({ input, sendBack }) => {
       const abort = new AbortController();
@@ -348,38 +350,64 @@ export class RefitRunner {
         // engine is in it: all its legs go at once, whatever the fan-out concurrency.
         const collective = input.phase === 'refit' && plan.steps[input.stepIndex]?.collective === true;
         const concurrency = collective ? legs.length : undefined;
+        // What one leg's outcome comes to: the coordinator hears it, watchers see it.
+        const settle = (wid: string, outcome: ControlOutcome): void => {
+          if (abort.signal.aborted) return;
+          const done = (result: LegResult) => {
+            if (abort.signal.aborted) return;
+            answered.add(wid);
+            sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
+            this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, result, Date.now());
+          };
+          const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
+          const worker = byId.get(wid)!;
+          // The answer was lost with the replica that made the call: read the engine first.
+          // A collective step cannot be taken again by one engine, and the others wait on it:
+          // it fails at once, as it did. (The version check, or the next owner, reads it.)
+          if (input.phase === 'refit' && answerLost(outcome) && repeatable(plan.steps, input.stepIndex)) {
+            const load = stamp(calls.get(callKey('refit', input.stepIndex, wid))!);
+            recovering.push(
+              this.recoverLostLoad(worker, load, outcome, req.weight_version, expected, d.verifyMs, abort.signal)
+                .catch((err: unknown) => recoveryFailed(err, outcome.latencyMs))
+                .then(done),
+            );
+            return;
+          }
+          const result = legResult(input.phase, outcome, req.weight_version, expected);
+          if (input.phase === 'verify' && doubtful.has(wid) && versionMismatch(result)) {
+            doubtful.delete(wid);
+            const load = calls.get(callKey('refit', doubtfulStep, wid))!;
+            const check = calls.get(callKey('verify', 0, wid))!;
+            reloaded.add(wid);
+            recovering.push(
+              this.reloadAndVerify(worker, load, check, result, req.weight_version, abort.signal)
+                .catch((err: unknown) => recoveryFailed(err, result.latencyMs))
+                .then(done),
+            );
+            return;
+          }
+          done(result);
+        };
         await this.deps.legs
           .runLegs(
             legs,
             abort.signal,
-            (wid, outcome) => {
+            (wid, first) => {
               // The phase is over (a deadline cut it): the coordinator has judged this leg, and
               // the cleanup below published that verdict; a late answer changes neither.
               if (abort.signal.aborted) return;
-              const done = (result: LegResult) => {
-                if (abort.signal.aborted) return;
-                answered.add(wid);
-                sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
-                this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, result, Date.now());
-              };
-              const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
-              const worker = byId.get(wid)!;
-              // The answer was lost with the replica that made the call: read the engine first.
-              if (input.phase === 'refit' && answerLost(outcome)) {
-                const load = calls.get(callKey('refit', input.stepIndex, wid))!;
-                const canRepeat = repeatable(plan.steps, input.stepIndex);
-                recovering.push(this.recoverLostLoad(worker, load, outcome, req.weight_version, canRepeat, expected, d.verifyMs, abort.signal).then(done));
+              // Refused without being sent while the owner's lease fence was closed (a NATS
+              // stall, a replica proving its lease again): sent again until its deadline.
+              if (notMade(first)) {
+                const call = stamp(calls.get(callKey(input.phase, input.stepIndex, wid))!);
+                recovering.push(
+                  this.callMade(byId.get(wid)!, () => call, call.deadline, abort.signal)
+                    .catch((err: unknown): ControlOutcome => ({ kind: 'unreachable', latencyMs: 0, message: String((err as Error)?.message ?? err) }))
+                    .then((outcome) => settle(wid, outcome)),
+                );
                 return;
               }
-              const result = legResult(input.phase, outcome, req.weight_version, expected);
-              if (input.phase === 'verify' && doubtful.has(wid) && versionMismatch(result)) {
-                doubtful.delete(wid);
-                const load = calls.get(callKey('refit', doubtfulStep, wid))!;
-                const check = calls.get(callKey('verify', 0, wid))!;
-                recovering.push(this.reloadAndVerify(worker, load, check, result, req.weight_version, abort.signal).then(done));
-                return;
-              }
-              done(result);
+              settle(wid, first);
             },
             concurrency,
           )
@@ -390,8 +418,10 @@ export class RefitRunner {
               sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: { ok: false, error: 'internal_error', message: 'the gateway failed to run this phase', latencyMs: 0 } });
             }
           });
-        await Promise.all(recovering);
+        // A leg sent again may need its engine read in turn: wait until none is left in flight.
+        while (recovering.length > 0) await Promise.all(recovering.splice(0));
         if (!abort.signal.aborted) sendBack({ type: 'phase.done' });
+
       })();
       return () => {
         abort.abort();
@@ -455,6 +485,8 @@ export class RefitRunner {
     for (const w of targets) {
       const rec = result.engines[w.id];
       if (rec?.failedIn === 'refit' || (rec?.error !== undefined && QUARANTINING.has(rec.error))) this.deps.quarantine(w.id, rec.error ?? 'refit_failed');
+      // Loaded again in the version check and not verified (its deadline may have cut the load): partial weights, perhaps.
+      else if (reloaded.has(w.id) && rec?.failedIn !== undefined) this.deps.quarantine(w.id, 'verify_failed');
       // Only an engine whose version check passed leaves quarantine (a refit cut by its deadline skips the check).
       else if (plan.verify && !result.abortReason && rec?.phases.verify !== undefined && rec.failedIn === undefined) this.deps.quarantine(w.id, null);
     }
@@ -484,27 +516,42 @@ export class RefitRunner {
     load: ControlCall,
     lost: ControlOutcome,
     target: string,
-    canRepeat: boolean,
     expected: ReadonlyArray<number | null> | undefined,
     readMs: number,
     signal: AbortSignal,
   ): Promise<LegResult> {
-    await this.deps.ownersSettled([worker.id], '', Math.max(0, load.deadline - Date.now()));
-    const read = await this.callOne(worker, this.versionRead(readMs, load.refitId), signal);
-    const verdict = lostAnswerVerdict(lost, read, target, canRepeat);
+    const read = await this.callMade(worker, () => this.versionRead(readMs, load.refitId), load.deadline, signal);
+    const verdict = lostAnswerVerdict(lost, read, target, true);
     this.deps.log.warn({ refit_id: load.refitId, worker_id: worker.id, verdict: verdict.kind }, 'a load\'s answer was lost with the replica that made the call; the engine was read');
     if (verdict.kind === 'landed') return { ok: true, status: 200, message: 'the answer was lost with the replica that made the call; the engine was read afterwards and holds the target version', latencyMs: lost.latencyMs };
     if (verdict.kind === 'failed') return verdict.result;
-    const again = await this.callOne(worker, fresh(load), signal);
+    const again = await this.callMade(worker, () => fresh(load), load.deadline, signal);
     return legResult('refit', again, target, expected);
+  }
+
+  /**
+   * One call, made once the engine can be called: while its owner is being replaced, or this
+   * replica's own fence is closed (its lease lapsed and is being proven again), a call is not made
+   * at all (`bus_unavailable`, `no_owner`, `not_owner`), and is tried again every 250 ms until the
+   * deadline. What was made is the answer, whatever it says.
+   */
+  private async callMade(worker: Worker, call: () => ControlCall, deadline: number, signal: AbortSignal): Promise<ControlOutcome> {
+    for (;;) {
+      const out = await this.callOne(worker, call(), signal);
+      const notMade = out.kind === 'unreachable' && (out.code === 'bus_unavailable' || out.code === 'no_owner' || out.code === 'not_owner');
+      if (!notMade || signal.aborted || Date.now() + 250 >= deadline) return out;
+      await new Promise((r) => setTimeout(r, 250));
+    }
   }
 
   /** A load in doubt after a takeover that did not land (its version check failed): loaded again, checked again. */
   private async reloadAndVerify(worker: Worker, load: ControlCall, check: ControlCall, first: LegResult, target: string, signal: AbortSignal): Promise<LegResult> {
     this.deps.log.warn({ refit_id: load.refitId, worker_id: worker.id }, 'a load in doubt after a takeover had not landed; sending it again');
-    const loaded = legResult('refit', await this.callOne(worker, fresh(load), signal), target);
+    const reload = fresh(load);
+    const loaded = legResult('refit', await this.callMade(worker, () => reload, reload.deadline, signal), target);
     if (!loaded.ok) return { ...first, message: `${first.message}; the load, in doubt after a takeover, was sent again and failed: ${loaded.message ?? loaded.error}` };
-    return legResult('verify', await this.callOne(worker, fresh(check), signal), target);
+    const recheck = fresh(check);
+    return legResult('verify', await this.callMade(worker, () => recheck, recheck.deadline, signal), target);
   }
 
   private async callOne(worker: Worker, call: ControlCall, signal: AbortSignal): Promise<ControlOutcome> {
@@ -592,6 +639,11 @@ export function prepareCalls(legs: LegRunner, plan: RefitPlan, targets: Worker[]
     put('resume', 0, w, plan.resume);
   }
   return calls;
+}
+
+/** A recovery that threw: the leg fails, the phase goes on. */
+function recoveryFailed(err: unknown, latencyMs: number): LegResult {
+  return { ok: false, error: 'internal_error', message: `the gateway failed to read the engine after a lost answer: ${String((err as Error)?.message ?? err)}`, latencyMs };
 }
 
 /** The same call with a deadline that starts now. */

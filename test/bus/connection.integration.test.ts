@@ -11,6 +11,7 @@ import {
   BusRemoteError,
   BusTimeout,
   connectBus,
+  isInboxSubject,
   mapRequestError,
   type Bus,
 } from '../../src/bus/connection.ts';
@@ -362,5 +363,12 @@ describe('reply subjects', () => {
     stream.unsubscribe();
     await prefixed.close();
     await answerer.close();
+  });
+
+  it('counts as an inbox only `_INBOX…` followed by literal tokens', () => {
+    for (const ok of ['_INBOX.abc.1', '_INBOX_trainer.x7', '_INBOX_team-a.b.c']) expect(isInboxSubject(ok), ok).toBe(true);
+    for (const bad of [undefined, '', '_INBOX', '_INBOX.', '_INBOX.>', '_INBOX.*.y', '_INBOX_x.a.>', 'x._INBOX.a', '$KV.b.k', 'rl.refit.a.report', '_INBOX.a b']) {
+      expect(isInboxSubject(bad), String(bad)).toBe(false);
+    }
   });
 });

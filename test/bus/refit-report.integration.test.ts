@@ -31,11 +31,14 @@ describe('the wait for a refit report', () => {
   });
 
   /** A responder that takes every request and never answers (a replica that died holding it). */
-  function silentResponder(root: string, onRequest: () => void): BusSubscription {
-    return gateway.respond(subjects(root).refitRequest(), () => {
+  async function silentResponder(root: string, onRequest: () => void): Promise<BusSubscription> {
+    const sub = gateway.respond(subjects(root).refitRequest(), () => {
       onRequest();
       return new Promise(() => {});
     }, { queue: 'rlgate-refits' });
+    // The subscription is on the server before anyone asks (another connection asks).
+    await gateway.nc.flush();
+    return sub;
   }
 
   it('ignores reports of other refit ids and of earlier versions of its id; takes its own from the report subject', async () => {
@@ -51,7 +54,7 @@ describe('the wait for a refit report', () => {
       await buckets.refits.put('other', { id: 'other', status: 'done', report: report('other', '2') });
     };
     let asked = 0;
-    const sub = silentResponder('rl', () => void asked++);
+    const sub = await silentResponder('rl', () => void asked++);
     try {
       await strays();
       // Nothing of this refit came, and the journal holds an earlier version's report: the deadline ends the wait.
@@ -73,7 +76,7 @@ describe('the wait for a refit report', () => {
     const s = subjects('rl');
     const seen: unknown[] = [];
     const watch = await watchRefitReport(trainer, { root: 'rl', refitId: 'by-event', weightVersion: '3', onEvent: (e) => void seen.push(e) });
-    const sub = silentResponder('rl', () => {
+    const sub = await silentResponder('rl', () => {
       gateway.publish(s.refitEvents('by-event'), { refit_id: 'by-event', type: 'accepted' });
       gateway.publish(s.refitEvents('by-event'), event('by-event', report('by-event', '3')));
     });
@@ -111,6 +114,7 @@ describe('the wait for a refit report', () => {
       if (version === 'refused') throw Object.assign(new Error('no engine matches'), { code: 'no_workers_match' });
       return { status: 200, report: report('answered', version) };
     });
+    await gateway.nc.flush();
     const ok = await watchRefitReport(trainer, { root, refitId: 'answered', weightVersion: '6' });
     const no = await watchRefitReport(trainer, { root, refitId: 'answered', weightVersion: 'refused' });
     try {

@@ -58,16 +58,18 @@ describe('credential and TLS settings', () => {
     for (const f of NATS_CLIENT_FLAGS.filter((x) => !x.flag.startsWith('nats-tls'))) {
       // One credential kind at a time (user and password file together).
       const extra = f.key === 'passwordFile' ? { user: 'u' } : {};
-      const fromFlag = loadConfig([...url, `--${f.flag}`, '/x/file', ...(f.key === 'passwordFile' ? ['--nats-user', 'u'] : [])], {});
-      expect(fromFlag.nats[f.key], f.flag).toBe('/x/file');
-      const fromEnv = loadConfig(url, { [f.env]: '/x/env', ...(f.key === 'passwordFile' ? { RLGATE_NATS_USER: 'u' } : {}) });
-      expect(fromEnv.nats[f.key], f.env).toBe('/x/env');
+      // File paths for the file flags; an inbox prefix must start with _INBOX.
+      const val = (path: string) => (f.key === 'inboxPrefix' ? `_INBOX${path.replace(/\//g, '_')}` : path);
+      const fromFlag = loadConfig([...url, `--${f.flag}`, val('/x/file'), ...(f.key === 'passwordFile' ? ['--nats-user', 'u'] : [])], {});
+      expect(fromFlag.nats[f.key], f.flag).toBe(val('/x/file'));
+      const fromEnv = loadConfig(url, { [f.env]: val('/x/env'), ...(f.key === 'passwordFile' ? { RLGATE_NATS_USER: 'u' } : {}) });
+      expect(fromEnv.nats[f.key], f.env).toBe(val('/x/env'));
       for (const key of [f.key, f.fileKey]) {
-        const nested = loadConfig(['--config', configFile({ nats_url: 'nats://n1:4222', nats: { [key]: '/x/cfg', ...extra } })], {});
-        expect(nested.nats[f.key], `nats.${key}`).toBe('/x/cfg');
+        const nested = loadConfig(['--config', configFile({ nats_url: 'nats://n1:4222', nats: { [key]: val('/x/cfg'), ...extra } })], {});
+        expect(nested.nats[f.key], `nats.${key}`).toBe(val('/x/cfg'));
       }
-      const dotted = loadConfig(['--config', configFile({ natsUrl: 'nats://n1:4222', [`nats.${f.fileKey}`]: '/x/dot', ...(f.key === 'passwordFile' ? { 'nats.user': 'u' } : {}) })], {});
-      expect(dotted.nats[f.key]).toBe('/x/dot');
+      const dotted = loadConfig(['--config', configFile({ natsUrl: 'nats://n1:4222', [`nats.${f.fileKey}`]: val('/x/dot'), ...(f.key === 'passwordFile' ? { 'nats.user': 'u' } : {}) })], {});
+      expect(dotted.nats[f.key]).toBe(val('/x/dot'));
     }
     const tls = loadConfig([...url, '--nats-tls-ca', 'ca.pem', '--nats-tls-cert=c.pem'], { RLGATE_NATS_TLS_KEY: 'c.key' });
     expect(tls.nats).toMatchObject({ tlsCa: 'ca.pem', tlsCert: 'c.pem', tlsKey: 'c.key' });
