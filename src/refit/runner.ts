@@ -530,16 +530,16 @@ export class RefitRunner {
   }
 
   /**
-   * One call, made once the engine can be called: while its owner is being replaced, or this
-   * replica's own fence is closed (its lease lapsed and is being proven again), a call is not made
-   * at all (`bus_unavailable`, `no_owner`, `not_owner`), and is tried again every 250 ms until the
+   * One call, made once the engine can be called: while its owner is being replaced, or its
+   * owner's fence is closed (the lease lapsed and is being proven again), a call is not made at
+   * all (notMade: fenced, `no_owner`, `not_owner`), and is tried again every 250 ms until the
    * deadline. What was made is the answer, whatever it says.
    */
   private async callMade(worker: Worker, call: () => ControlCall, deadline: number, signal: AbortSignal): Promise<ControlOutcome> {
     for (;;) {
       const out = await this.callOne(worker, call(), signal);
-      const notMade = out.kind === 'unreachable' && (out.code === 'bus_unavailable' || out.code === 'no_owner' || out.code === 'not_owner');
-      if (!notMade || signal.aborted || Date.now() + 250 >= deadline) return out;
+      // A replica shutting down does not wait for a fence to reopen: the refit ends with what it has.
+      if (!notMade(out) || signal.aborted || this.closing || Date.now() + 250 >= deadline) return out;
       await new Promise((r) => setTimeout(r, 250));
     }
   }

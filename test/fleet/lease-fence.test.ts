@@ -103,3 +103,22 @@ describe('LeaseFence', () => {
     fence.close();
   });
 });
+
+describe('LeaseFence re-reads', () => {
+  it('a re-read that began before another lapse does not open the fence', () => {
+    const clock = { t: 0 };
+    const fence = new LeaseFence({ replicaId: 'gw-a', leaseMs: 2_000, now: () => clock.t, timers: false });
+    fence.beatConfirmed(0);
+    clock.t = 2_000;
+    fence.check(); // lapse 1
+    fence.beatConfirmed(2_000);
+    const began = fence.lapses;
+    clock.t = 4_000;
+    fence.check(); // lapse 2, during the re-read
+    fence.beatConfirmed(4_000);
+    expect(fence.resynced(began)).toBe(false);
+    expect(fence.state()).toBe('resyncing');
+    expect(fence.resynced(fence.lapses)).toBe(true);
+    expect(fence.live()).toBe(true);
+  });
+});
