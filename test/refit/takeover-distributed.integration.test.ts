@@ -61,7 +61,10 @@ describe('SIGKILL of the replica running a distributed refit', () => {
       const st = await s.state();
       expect(st.paused, `${s.url} paused`).toBeNull();
       expect(st.weights.groups, `${s.url} groups`).toEqual([]);
-      expect(st.weightVersion).not.toBe(`d${chunk}-${trial}`);
+      // Before the last chunk no engine can hold the new version. In the last one, an engine whose
+      // owner lived runs its chunk to the end and may take it: it is still failed and quarantined
+      // below (the transfer was abandoned), as an engine that may hold anything is.
+      if (chunk < CHUNKS) expect(st.weightVersion).not.toBe(`d${chunk}-${trial}`);
       const seen = await s.requests();
       const count = (p: string) => seen.filter((q) => q.path === p).length;
       expect(count('/pause_generation'), `${s.url} pauses`).toBeLessThanOrEqual(1);
