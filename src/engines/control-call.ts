@@ -164,3 +164,19 @@ function objectOf(data: unknown, what: string): Record<string, unknown> {
 function refuse(message: string): GatewayError {
   return new GatewayError('invalid_request', message);
 }
+
+const EMPTY_JSON_BODY = Buffer.from('{}').toString('base64');
+
+/** `POST continue_generation {}`: the resume an owner sends by itself (a resume owed, a late pause undone). */
+export function continueGenerationCall(requestId: string, timeoutSecs: number): ControlCall {
+  return {
+    method: 'POST',
+    path: 'continue_generation',
+    query: '',
+    body: EMPTY_JSON_BODY,
+    contentType: 'application/json',
+    trace: { 'x-request-id': requestId },
+    deadline: Date.now() + timeoutSecs * 1000,
+    timeoutSecs,
+  };
+}

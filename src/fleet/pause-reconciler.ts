@@ -9,13 +9,12 @@
 // resumes-owed ledger stays the fast path, this is the guard that needs no memory.
 
 import { lifecycleOf } from '../../actors/engine.ts';
-import type { ControlCall } from '../engines/control-call.ts';
+import { continueGenerationCall } from '../engines/control-call.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { EngineHost } from './engine-host.ts';
 import type { LeaseFence } from './lease-fence.ts';
 import type { Registry } from './registry.ts';
 
-const EMPTY_JSON = Buffer.from('{}').toString('base64');
 /** How long an engine must stay paused with nothing holding it before it is resumed. */
 const SUSPECT_MS = 1_000;
 /** At most this many engines are read at once per look. */
@@ -166,16 +165,7 @@ export class PauseReconciler {
       // The resume joins the lane at once after this check, so no pause queued on the lane can
       // come before it and be undone by it.
       if (this.held(id) || !host.owns(id) || !this.deps.fence.live()) return;
-      const call: ControlCall = {
-        method: 'POST',
-        path: 'continue_generation',
-        query: '',
-        body: EMPTY_JSON,
-        contentType: 'application/json',
-        trace: { 'x-request-id': `rlgate-reconcile-${id}` },
-        deadline: Date.now() + this.deps.timeoutSecs * 1000,
-        timeoutSecs: this.deps.timeoutSecs,
-      };
+      const call = continueGenerationCall(`rlgate-reconcile-${id}`, this.deps.timeoutSecs);
       const outcome = await host.run(id, call).catch(() => undefined);
       if (outcome?.kind === 'answer' && outcome.status >= 200 && outcome.status < 300) {
         this.resumed++;

@@ -6,7 +6,7 @@
 
 import type { JsonBucket } from '../bus/buckets.ts';
 import { lifecycleOf } from '../../actors/engine.ts';
-import type { ControlCall } from '../engines/control-call.ts';
+import { continueGenerationCall } from '../engines/control-call.ts';
 import type { EngineHost } from '../fleet/engine-host.ts';
 import type { Logger } from '../obs/logger.ts';
 
@@ -20,7 +20,6 @@ export interface OwedResume {
 }
 
 const RESTING = new Set(['serving', 'paused']);
-const EMPTY_JSON = Buffer.from('{}').toString('base64');
 
 export class ResumesOwed {
   private readonly owed = new Map<string, { value: OwedResume; revision: number }>();
@@ -112,16 +111,7 @@ export class ResumesOwed {
   }
 
   private async pay(id: string, debt: OwedResume, revision: number): Promise<void> {
-    const call: ControlCall = {
-      method: 'POST',
-      path: 'continue_generation',
-      query: '',
-      body: EMPTY_JSON,
-      contentType: 'application/json',
-      trace: { 'x-request-id': `refit-${debt.refit_id}-resume-owed` },
-      deadline: Date.now() + this.deps.timeoutSecs * 1000,
-      timeoutSecs: this.deps.timeoutSecs,
-    };
+    const call = continueGenerationCall(`refit-${debt.refit_id}-resume-owed`, this.deps.timeoutSecs);
     let outcome;
     try {
       outcome = await this.deps.host.run(id, call);

@@ -5,7 +5,7 @@
 // is within 10% of its peak over the second quarter (the first is V8 growing its heap to its
 // working size; RSS swings by a third between collections, so peaks, sampled every 250 requests,
 // are compared, not single readings). Read from the kernel (/proc/<pid>/status), never from the
-// gateway's own metrics. Short form: 5,000 requests and 5 refits; full: 100,000 and 200.
+// gateway's own metrics. Short form: 4,000 requests and 4 refits; full: 100,000 and 200.
 
 import { readFileSync } from 'node:fs';
 import { Pool } from 'undici';
@@ -15,8 +15,8 @@ import { startGatewayProcess, until, type GatewayProcess } from '../fixtures/gat
 import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
-const REQUESTS = chaosSize(5_000, 100_000);
-const REFITS = chaosSize(5, 200);
+const REQUESTS = chaosSize(4_000, 100_000);
+const REFITS = chaosSize(4, 200);
 const CONCURRENCY = 32;
 const RSS_GROWTH_BOUND = 1.1;
 

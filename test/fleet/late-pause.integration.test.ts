@@ -12,20 +12,10 @@ import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { startStallProxy, type StallProxy } from '../fixtures/stall-proxy.ts';
 import { until } from '../fixtures/gateway-process.ts';
+import { httpJson } from '../fixtures/http-json.ts';
 
 const LEASE_MS = 2_000;
 
-async function http(url: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; json: any }> {
-  const res = await fetch(`${url}${path}`, { method, headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers }, body: body === undefined ? undefined : JSON.stringify(body) });
-  const text = await res.text();
-  let json: unknown;
-  try {
-    json = text ? JSON.parse(text) : undefined;
-  } catch {
-    json = text;
-  }
-  return { status: res.status, json };
-}
 
 describe('a pause that lands after its sender lost the engine', () => {
   let nats: TestNats;
@@ -50,10 +40,10 @@ describe('a pause that lands after its sender lost the engine', () => {
     await nats?.stop();
   });
 
-  const rows = async (g: Gateway) => (await http(g.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ id: string; url: string; owner: string | null; state: string }>;
+  const rows = async (g: Gateway) => (await httpJson(g.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ id: string; url: string; owner: string | null; state: string }>;
 
   it('is resumed by the new owner, while an operator pause through it is kept', async () => {
-    for (const s of sims) expect((await http(a.url, 'POST', '/workers', { url: s.url })).status).toBe(202);
+    for (const s of sims) expect((await httpJson(a.url, 'POST', '/workers', { url: s.url })).status).toBe(202);
     await until('both engines owned by late-a and serving', 15_000, async () => {
       const r = await rows(b);
       return r.length === 2 && r.every((w) => w.owner === 'late-a' && w.state === 'serving');
@@ -63,9 +53,9 @@ describe('a pause that lands after its sender lost the engine', () => {
     const [late, held] = sims as [SimProcess, SimProcess];
     const heldId = (await rows(b)).find((w) => w.url === held.url)!.id;
     // The operator pauses one engine through its owner: that pause is meant, and held.
-    expect((await http(b.url, 'POST', `/v1/rl/workers/${heldId}/engine/pause_generation`, {})).status).toBe(200);
+    expect((await httpJson(b.url, 'POST', `/v1/rl/workers/${heldId}/engine/pause_generation`, {})).status).toBe(200);
     // The cut-off replica's pause lands on the other one now, straight on the engine.
-    expect((await http(late.url, 'POST', '/pause_generation', {}, { [REPLICA_HEADER]: 'late-a', [LEASE_EPOCH_HEADER]: '1' })).status).toBe(200);
+    expect((await httpJson(late.url, 'POST', '/pause_generation', {}, { [REPLICA_HEADER]: 'late-a', [LEASE_EPOCH_HEADER]: '1' })).status).toBe(200);
     const landedAt = Date.now();
     expect((await late.state()).paused).not.toBeNull();
     // Lease + 2 s: the acceptance bound for a pause no one holds, from the moment it landed.

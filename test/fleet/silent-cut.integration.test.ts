@@ -14,14 +14,10 @@ import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { startStallProxy, type StallProxy } from '../fixtures/stall-proxy.ts';
 import { until } from '../fixtures/gateway-process.ts';
+import { httpJson } from '../fixtures/http-json.ts';
 
 const LEASE_MS = 2_000;
 
-async function http(g: Gateway, method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
-  const res = await fetch(`${g.url}${path}`, { method, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
-  const text = await res.text();
-  return { status: res.status, json: text ? JSON.parse(text) : undefined };
-}
 
 describe('a replica cut off from NATS without a reset', () => {
   let nats: TestNats;
@@ -47,44 +43,44 @@ describe('a replica cut off from NATS without a reset', () => {
   });
 
   const ownerSeenBy = async (g: Gateway): Promise<string | null> => {
-    const rows = (await http(g, 'GET', '/v1/rl/workers')).json.workers as Array<{ url: string; owner: string | null }>;
+    const rows = (await httpJson(g.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ url: string; owner: string | null }>;
     return rows.find((w) => w.url === sim.url)?.owner ?? null;
   };
 
   it('is unhealthy within the lease, commands nothing during the cut, and agrees on ownership within 5 s of the heal', async () => {
-    expect((await http(a, 'POST', '/workers', { url: sim.url })).status).toBe(202);
+    expect((await httpJson(a.url, 'POST', '/workers', { url: sim.url })).status).toBe(202);
     await until('the engine owned by cut-a and serving on both', 15_000, async () => (await ownerSeenBy(a)) === 'cut-a' && (await ownerSeenBy(b)) === 'cut-a');
-    const id = (await http(a, 'GET', '/v1/rl/workers')).json.workers[0].id as string;
+    const id = (await httpJson(a.url, 'GET', '/v1/rl/workers')).json.workers[0].id as string;
     // A control call before the cut carries the replica and its lease epoch.
     await sim.clearRequests();
-    expect((await http(a, 'POST', `/v1/rl/workers/${id}/engine/flush_cache`, {})).status).toBe(200);
+    expect((await httpJson(a.url, 'POST', `/v1/rl/workers/${id}/engine/flush_cache`, {})).status).toBe(200);
     const before = (await sim.requests()).filter((r) => r.path === '/flush_cache');
     expect(before).toHaveLength(1);
     expect(before[0]!.headers[REPLICA_HEADER]).toBe('cut-a');
     expect(Number(before[0]!.headers[LEASE_EPOCH_HEADER])).toBeGreaterThan(0);
-    expect((await http(a, 'GET', '/health')).status).toBe(200);
+    expect((await httpJson(a.url, 'GET', '/health')).status).toBe(200);
 
     proxy.cut();
     const cutAt = Date.now();
     // The behaviour is the deadline: unhealthy before another replica may take the lease.
     await until('cut-a unhealthy', LEASE_MS + 1_000, async () => {
-      const h = await http(a, 'GET', '/health');
+      const h = await httpJson(a.url, 'GET', '/health');
       return h.status === 503 && h.json.reason === 'bus_unavailable';
     });
     expect(Date.now() - cutAt).toBeLessThanOrEqual(LEASE_MS);
 
-    const refused = await http(a, 'POST', `/v1/rl/workers/${id}/engine/pause_generation`, {});
+    const refused = await httpJson(a.url, 'POST', `/v1/rl/workers/${id}/engine/pause_generation`, {});
     expect(refused.status).toBe(503);
     expect(refused.json.error).toBe('bus_unavailable');
 
     await until('cut-b owns the engine', LEASE_MS * 4, async () => (await ownerSeenBy(b)) === 'cut-b');
     // The new owner's own control calls go out under its own name and a newer epoch.
-    expect((await http(b, 'POST', `/v1/rl/workers/${id}/engine/flush_cache`, {})).status).toBe(200);
+    expect((await httpJson(b.url, 'POST', `/v1/rl/workers/${id}/engine/flush_cache`, {})).status).toBe(200);
     proxy.heal();
     const healedAt = Date.now();
     await until('cut-a sees cut-b as the owner', 5_000, async () => (await ownerSeenBy(a)) === 'cut-b');
     expect(Date.now() - healedAt).toBeLessThanOrEqual(5_000);
-    await until('cut-a healthy again', 5_000, async () => (await http(a, 'GET', '/health')).status === 200);
+    await until('cut-a healthy again', 5_000, async () => (await httpJson(a.url, 'GET', '/health')).status === 200);
 
     const records = await sim.requests();
     const control = records.filter((r) => r.method === 'POST');

@@ -10,16 +10,12 @@ import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { startStallProxy, type StallProxy } from '../fixtures/stall-proxy.ts';
 import { until } from '../fixtures/gateway-process.ts';
+import { httpJson } from '../fixtures/http-json.ts';
 
 const LEASE_MS = 2_000;
 /** The refit queue's ack wait: twice the lease, at least 5 s (docs/nats.md). */
 const ACK_WAIT_MS = Math.max(5_000, 2 * LEASE_MS);
 
-async function http(g: Gateway, method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
-  const res = await fetch(`${g.url}${path}`, { method, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
-  const text = await res.text();
-  return { status: res.status, json: text ? JSON.parse(text) : undefined };
-}
 
 describe('the replica running a refit, cut off from NATS mid-load', () => {
   let nats: TestNats;
@@ -49,11 +45,11 @@ describe('the replica running a refit, cut off from NATS mid-load', () => {
 
   it('moves to the other replica within the ack wait + 1 s and finishes with every engine on the new version', async () => {
     const [a, b] = gws as [Gateway, Gateway];
-    expect((await http(a, 'POST', '/workers', { url: sims[0]!.url })).status).toBe(202);
-    expect((await http(b, 'POST', '/workers', { url: sims[1]!.url })).status).toBe(202);
+    expect((await httpJson(a.url, 'POST', '/workers', { url: sims[0]!.url })).status).toBe(202);
+    expect((await httpJson(b.url, 'POST', '/workers', { url: sims[1]!.url })).status).toBe(202);
     await until('both engines serving on both replicas', 15_000, async () => {
       for (const g of gws) {
-        const rows = (await http(g, 'GET', '/v1/rl/workers')).json.workers as Array<{ state: string }>;
+        const rows = (await httpJson(g.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ state: string }>;
         if (rows.length !== 2 || !rows.every((w) => w.state === 'serving')) return false;
       }
       return true;
@@ -61,9 +57,9 @@ describe('the replica running a refit, cut off from NATS mid-load', () => {
     for (const s of sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: 3_000, runIfAbandoned: true, times: 1 });
     const refitId = 'cut-runner-1';
     const sentAt = Date.now();
-    const answer = http(a, 'POST', '/v1/rl/refits', { refit_id: refitId, weight_version: '9', source: { kind: 'disk', model_path: '/m/9' } }).then((r) => ({ ...r, at: Date.now() - sentAt }));
+    const answer = httpJson(a.url, 'POST', '/v1/rl/refits', { refit_id: refitId, weight_version: '9', source: { kind: 'disk', model_path: '/m/9' } }).then((r) => ({ ...r, at: Date.now() - sentAt }));
     const holder = await until('the refit in its load phase', 10_000, async () => {
-      const r = await http(a, 'GET', `/v1/rl/refits/${refitId}`);
+      const r = await httpJson(a.url, 'GET', `/v1/rl/refits/${refitId}`);
       return r.status === 200 && r.json.status === 'running' && r.json.phase === 'refit' ? (r.json.replica as string) : null;
     });
     const cutIndex = holder === 'cr-a' ? 0 : 1;
@@ -73,14 +69,14 @@ describe('the replica running a refit, cut off from NATS mid-load', () => {
     const cutAt = Date.now();
     // The behaviour under test is the bound: the refit moves within the ack wait + 1 s.
     await until('the survivor holding the refit', ACK_WAIT_MS + 1_000, async () => {
-      const r = await http(survivor, 'GET', `/v1/rl/refits/${refitId}`);
+      const r = await httpJson(survivor.url, 'GET', `/v1/rl/refits/${refitId}`);
       return r.status === 200 && (r.json.status !== 'running' || r.json.replica === survivor.replicaId);
     });
     expect(Date.now() - cutAt).toBeLessThanOrEqual(ACK_WAIT_MS + 1_000);
     // Healed: the replica that was cut off learns the outcome and answers what it was asked.
     relays[cutIndex]!.heal();
     const report = await until('the report on the survivor', 30_000, async () => {
-      const r = await http(survivor, 'GET', `/v1/rl/refits/${refitId}`);
+      const r = await httpJson(survivor.url, 'GET', `/v1/rl/refits/${refitId}`);
       return r.status === 200 && r.json.status !== 'running' ? r.json : null;
     });
     expect(report.status, JSON.stringify(report.failed)).toBe('succeeded');

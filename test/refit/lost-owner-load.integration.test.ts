@@ -13,15 +13,11 @@ import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { startStallProxy, type StallProxy } from '../fixtures/stall-proxy.ts';
 import { until } from '../fixtures/gateway-process.ts';
+import { httpJson } from '../fixtures/http-json.ts';
 
 const LEASE_MS = 2_000;
 const LOAD_MS = 3_000;
 
-async function http(g: Gateway, method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
-  const res = await fetch(`${g.url}${path}`, { method, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
-  const text = await res.text();
-  return { status: res.status, json: text ? JSON.parse(text) : undefined };
-}
 
 describe('a refit whose engines\' owner is cut off during the load', () => {
   let nats: TestNats;
@@ -48,13 +44,13 @@ describe('a refit whose engines\' owner is cut off during the load', () => {
   });
 
   it('reads the engines before failing a leg: every engine on the new version, reported ok, none quarantined', async () => {
-    for (const s of sims) expect((await http(owner, 'POST', '/workers', { url: s.url })).status).toBe(202);
+    for (const s of sims) expect((await httpJson(owner.url, 'POST', '/workers', { url: s.url })).status).toBe(202);
     await until('both engines owned by own-a and serving on run-b', 15_000, async () => {
-      const rows = (await http(runner, 'GET', '/v1/rl/workers')).json.workers as Array<{ owner: string; state: string }>;
+      const rows = (await httpJson(runner.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ owner: string; state: string }>;
       return rows.length === 2 && rows.every((w) => w.owner === 'own-a' && w.state === 'serving');
     });
     for (const s of sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: LOAD_MS, runIfAbandoned: true });
-    const answer = http(runner, 'POST', '/v1/rl/refits', { refit_id: 'lost-owner-1', weight_version: '7', source: { kind: 'disk', model_path: '/m/7' } });
+    const answer = httpJson(runner.url, 'POST', '/v1/rl/refits', { refit_id: 'lost-owner-1', weight_version: '7', source: { kind: 'disk', model_path: '/m/7' } });
     await until('the loads reached the engines', 10_000, async () => (await Promise.all(sims.map(async (s) => (await s.requests()).some((r) => r.path === '/update_weights_from_disk')))).every(Boolean));
     await new Promise((r) => setTimeout(r, 500));
     proxy.cut();
@@ -68,7 +64,7 @@ describe('a refit whose engines\' owner is cut off during the load', () => {
       expect(st.weightVersion).toBe('7');
       expect(st.paused).toBeNull();
     }
-    const rows = (await http(runner, 'GET', '/v1/rl/workers')).json.workers as Array<{ owner: string; quarantined: boolean }>;
+    const rows = (await httpJson(runner.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ owner: string; quarantined: boolean }>;
     expect(rows).toHaveLength(2);
     for (const w of rows) {
       expect(w.owner).toBe('run-b');
