@@ -36,8 +36,7 @@ describe('the replica running a refit, cut off from NATS mid-load', () => {
   }, 60_000);
   afterAll(async () => {
     for (const r of relays) r.heal();
-    const t0 = Date.now();
-    await Promise.all(gws.map((g) => g.close().then(() => console.log("closed", g.replicaId, Date.now() - t0))));
+    await Promise.all(gws.map((g) => g.close()));
     await Promise.all(relays.map((r) => r.close()));
     await Promise.all((sims ?? []).map((s) => s.stop()));
     await nats?.stop();
