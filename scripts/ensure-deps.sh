@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure what `npm test`, `npm run demo` and `npm run bench` need is present: node_modules
 # matching package-lock.json, the nats-server binary (Debian package `nats-server`), the Python
-# packages of the cross-language test and docker-compose (the compose file's validation).
+# packages of the cross-language test, docker-compose (the compose file's validation), chromium
+# (the browser tests) and iproute2 + iptables (the partition scenario).
 # `ensure-deps.sh bench` also wants the data-plane benchmark's yardsticks, nginx and wrk.
 # Quiet when everything is there; installs only what is missing; never edits package files.
 set -euo pipefail
@@ -90,6 +91,18 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; the
   # Only the partition scenario needs them (as root); it says what is missing.
   { command -v ip >/dev/null 2>&1 && command -v iptables >/dev/null 2>&1; } \
     || echo "ensure-deps: the partition scenario needs iproute2 and iptables: apt-get install iproute2 iptables" >&2
+fi
+
+# The web page's browser test and the API document's test drive Debian's chromium through
+# playwright-core (no browser download). Installed when missing and allowed, like nats-server.
+if [[ ! -x /usr/lib/chromium/chromium ]] && ! command -v chromium >/dev/null 2>&1; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-deps: installing chromium for the browser tests" >&2
+    apt-get update >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y chromium >&2
+  fi
+  { [[ -x /usr/lib/chromium/chromium ]] || command -v chromium >/dev/null 2>&1; } \
+    || echo "ensure-deps: the browser tests need Debian's chromium (they fail without it): apt-get install chromium" >&2
 fi
 
 # The data-plane benchmark compares the gateway with nginx `proxy_pass` and loads it with wrk.
