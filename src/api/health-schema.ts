@@ -1,5 +1,7 @@
 // GET /health's answers, as the API document shows them: healthy while the gateway is connected
-// to NATS, 503 while it reconnects (every control call and refit would fail meanwhile).
+// to NATS, 503 while it reconnects (every control call and refit would fail meanwhile). And SMG's
+// probes: /liveness (the process answers) and /readiness (the data plane can route: at least one
+// healthy worker, whatever NATS does).
 
 import { Type } from '@sinclair/typebox';
 
@@ -8,4 +10,16 @@ export const Healthy = Type.Object({ status: Type.Literal('ok') }, { additionalP
 export const Unhealthy = Type.Object(
   { status: Type.Literal('unavailable'), reason: Type.Literal('bus_unavailable'), message: Type.String() },
   { additionalProperties: true, description: 'Not connected to NATS (reconnecting): control calls and refits fail with bus_unavailable until it is back.' },
+);
+
+export const Alive = Type.Object({ status: Type.Literal('alive') }, { additionalProperties: true, description: 'The gateway process answers.' });
+
+export const Ready = Type.Object(
+  { status: Type.Literal('ready'), healthy_workers: Type.Integer({ minimum: 1 }), total_workers: Type.Integer({ minimum: 1 }) },
+  { additionalProperties: true, description: 'At least one worker can take data-plane requests.' },
+);
+
+export const NotReady = Type.Object(
+  { status: Type.Literal('not_ready'), healthy_workers: Type.Literal(0), total_workers: Type.Integer({ minimum: 0 }), reason: Type.String() },
+  { additionalProperties: true, description: 'No worker can take data-plane requests.' },
 );

@@ -8,7 +8,8 @@ import swaggerUi from '@fastify/swagger-ui';
 import { DOCUMENT_PATH, documentHeadRoutes, documentOptions, uiOptions } from '../api/openapi.ts';
 import { GatewayError } from '../api/errors.ts';
 import { errorResponses, SharedErrorAnswer } from '../api/error-responses.ts';
-import { Healthy, Unhealthy } from '../api/health-schema.ts';
+import { Alive, Healthy, NotReady, Ready, Unhealthy } from '../api/health-schema.ts';
+import { workerStats } from '../fleet/fleet-view.ts';
 import { bearerMatches } from './admin-auth.ts';
 import { capConnections, followAnswers, receiveBounds } from './bounds.ts';
 import { documentWriteGuard, isPreflight, writeGuard } from './write-guard.ts';
@@ -161,6 +162,25 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     }
     return { status: 'ok' };
   });
+  // SMG's Kubernetes probes. Readiness is the data plane's: it routes without NATS, so a bus outage
+  // (every replica's /health 503 at once) does not take every replica out of a load balancer.
+  app.get('/liveness', { schema: { tags: ['gateway'], summary: 'Liveness', description: 'Always 200 while the process answers.', response: { 200: Alive } } }, async () => ({ status: 'alive' }));
+  app.get(
+    '/readiness',
+    {
+      schema: {
+        tags: ['gateway'],
+        summary: 'Readiness',
+        description: 'Ready while at least one worker can take data-plane requests (NATS is not needed for that); 503 otherwise. Probe this, not /health, to route rollouts.',
+        response: { 200: Ready, 503: NotReady },
+      },
+    },
+    async (_req, reply) => {
+      const { healthy_workers, total_workers } = workerStats(services.registry.all(), services.view);
+      if (healthy_workers > 0) return { status: 'ready', healthy_workers, total_workers };
+      return reply.code(503).send({ status: 'not_ready', healthy_workers: 0, total_workers, reason: total_workers === 0 ? 'no workers are registered' : 'no healthy workers available' });
+    },
+  );
   await app.register(workerRoutes, { services });
   await app.register(generateRoutes, { services });
   await app.register(metricsRoutes, { services });

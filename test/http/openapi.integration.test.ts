@@ -146,8 +146,10 @@ describe('API document', () => {
     expect(doc.paths['/openapi.json']).toBeUndefined();
   });
 
-  it('data plane: /health, /metrics, /workers (202 too), /generate and a chat completion answer what the document says', async () => {
+  it('data plane: /health, /liveness, /readiness, /metrics, /workers (202 too), /generate and a chat completion answer what the document says', async () => {
     await documented('GET', '/health', '/health');
+    await documented('GET', '/liveness', '/liveness');
+    await documented('GET', '/readiness', '/readiness');
     await documented('GET', '/metrics', '/metrics');
     const listing = await documented('GET', '/workers', '/workers');
     expect(listing.status).toBe(200);

@@ -50,6 +50,11 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
     expect(r.json.error).toBe('no_available_workers');
   });
 
+  it('SMG probes on an empty registry: /readiness 503 not_ready, /liveness 200 alive', async () => {
+    expect(await t.http('GET', '/readiness')).toMatchObject({ status: 503, json: { status: 'not_ready', healthy_workers: 0, total_workers: 0, reason: 'no workers are registered' } });
+    expect(await t.http('GET', '/liveness')).toMatchObject({ status: 200, json: { status: 'alive' } });
+  });
+
   it('/v1/models lists each real model once, in the OpenAI list shape', async () => {
     // Three rows: the DP ranks share one.
     await t.register([`${dp.url}@0`, `${dp.url}@1`, { url: other.url, worker_type: 'decode' }, ts.url], { ready: 3 });
@@ -67,6 +72,10 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
       expect(m.created).toBeGreaterThanOrEqual(startedSecs);
       expect(m.created).toBeLessThanOrEqual(Math.ceil(Date.now() / 1000));
     }
+  });
+
+  it('/readiness counts the healthy workers: ready while one can take requests', async () => {
+    expect(await t.http('GET', '/readiness')).toMatchObject({ status: 200, json: { status: 'ready', healthy_workers: 4, total_workers: 5 } });
   });
 
   it('GET /workers carries SMG stats: totals, healthy, models, load and counts by type', async () => {
