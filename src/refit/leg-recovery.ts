@@ -32,6 +32,19 @@ export function repeatable(steps: readonly RefitStepPlan[], stepIndex: number): 
   return steps.length === 1 && step !== undefined && !step.collective && REPEATABLE.has(step.name);
 }
 
+/**
+ * Whether step `stepIndex` is the one that gives an engine the target version: the plan's last
+ * load (the disk or tensor load, the last chunk of a distributed transfer), not a group join, an
+ * earlier chunk, a read-back or the group's teardown.
+ */
+export function setsVersion(steps: readonly RefitStepPlan[], stepIndex: number): boolean {
+  let last = -1;
+  steps.forEach((st, k) => {
+    if (st.name.startsWith('update_weights_from_')) last = k;
+  });
+  return last === stepIndex;
+}
+
 /** The weight version a `model_info` answer reports, or undefined when it reports none. */
 export function reportedVersion(o: ControlOutcome): string | undefined {
   if (o.kind !== 'answer' || o.status < 200 || o.status >= 300) return undefined;
@@ -49,13 +62,19 @@ export type LostAnswerVerdict =
   /** It does not, and the step cannot be repeated alone: failed, saying what the engine holds. */
   | { kind: 'failed'; result: LegResult };
 
-/** What to do once the engine's version has been read (`read`: the model_info outcome). */
-export function lostAnswerVerdict(lost: ControlOutcome, read: ControlOutcome, target: string, canRepeat: boolean): LostAnswerVerdict {
+/**
+ * What to do once the engine's version has been read (`read`: the model_info outcome). `setsVersion`:
+ * the lost step is the one that gives the engine the target version (a disk or tensor load, the
+ * last chunk of a distributed transfer); an earlier chunk cannot have landed the refit, so an
+ * engine that held the target before it started proves nothing.
+ */
+export function lostAnswerVerdict(lost: ControlOutcome, read: ControlOutcome, target: string, canRepeat: boolean, setsVersion = true): LostAnswerVerdict {
   const held = reportedVersion(read);
-  if (held !== undefined && compareVersions(held, target) === 0) return { kind: 'landed' };
+  if (setsVersion && held !== undefined && compareVersions(held, target) === 0) return { kind: 'landed' };
   if (canRepeat) return { kind: 'repeat' };
   const holds = held !== undefined ? `it holds weight_version ${JSON.stringify(held)}` : read.kind === 'answer' ? 'it reports no weight_version' : `it could not be read (${read.message})`;
-  const message = `${lost.kind === 'unreachable' ? lost.message : 'the answer was lost'}; read afterwards, ${holds}, not ${JSON.stringify(target)}, and a distributed transfer cannot be repeated by one engine`;
+  const landedNot = setsVersion ? `, not ${JSON.stringify(target)}` : ' (this step does not set the version)';
+  const message = `${lost.kind === 'unreachable' ? lost.message : 'the answer was lost'}; read afterwards, ${holds}${landedNot}, and a distributed transfer cannot be repeated by one engine`;
   return { kind: 'failed', result: { ok: false, error: 'upstream_unreachable', message, latencyMs: lost.latencyMs } };
 }
 

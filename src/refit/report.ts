@@ -60,6 +60,8 @@ export function buildReport(args: {
   view: FleetView;
   group?: { worldSize: number; rankOffsets: Record<string, number> };
   skipped: SkippedEngine[];
+  /** Versions read from failed engines after the refit; the view's belief where absent. */
+  held?: ReadonlyMap<string, string>;
 }): RefitReport {
   const { result, view } = args;
   const engines: EngineReport[] = args.targets.map((w) => {
@@ -81,7 +83,7 @@ export function buildReport(args: {
       state: e.state,
       // A refitted engine holds the refit's version, whatever the view has heard yet (another
       // replica's engine is seen through its record, which may still be on its way).
-      weight_version: ok ? args.request.weight_version : (e.version ?? null),
+      weight_version: ok ? args.request.weight_version : (args.held?.get(w.id) ?? e.version ?? null),
     };
     if (rec.failedIn !== undefined) {
       r.failed_phase = rec.failedIn;

@@ -24,7 +24,7 @@ import type { Metrics } from '../obs/metrics.ts';
 import { JournalFenced, JournalWriter, recoveryOf, type RefitJournal } from './journal.ts';
 import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
 import { readQueuedRefit, takeVerdict, type Clash } from './queue-verdict.ts';
-import { answerLost, lostAnswerVerdict, notMade, repeatable, versionMismatch } from './leg-recovery.ts';
+import { answerLost, lostAnswerVerdict, notMade, repeatable, reportedVersion, setsVersion, versionMismatch } from './leg-recovery.ts';
 import { buildReport, type RefitReport } from './report.ts';
 import type { RefitRequest } from './request.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
@@ -55,6 +55,8 @@ const RETRY_MS = 250;
 export const DEFAULT_GRACE_MS = 10_000;
 /** Failures after which an engine may hold partial weights, or lied about a load: quarantined. */
 const QUARANTINING = new Set(['verify_failed', 'cut_after_grace', 'transfer_aborted']);
+/** How long the report waits on reading a failed engine's version. */
+const READ_BACK_MS = 2_000;
 
 export class RefitRunner {
   private readonly running = new Set<Promise<void>>();
@@ -361,13 +363,14 @@ export class RefitRunner {
           };
           const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
           const worker = byId.get(wid)!;
-          // The answer was lost with the replica that made the call: read the engine first.
-          // A collective step cannot be taken again by one engine, and the others wait on it:
-          // it fails at once, as it did. (The version check, or the next owner, reads it.)
-          if (input.phase === 'refit' && answerLost(outcome) && repeatable(plan.steps, input.stepIndex)) {
+          // The answer was lost with the replica that made the call: read the engine first. A
+          // step safe to repeat is sent again if it did not land; a collective step cannot be
+          // taken again by one engine (the others wait on it), so it is judged on what it holds.
+          if (input.phase === 'refit' && answerLost(outcome)) {
             const load = stamp(calls.get(callKey('refit', input.stepIndex, wid))!);
+            const how = { canRepeat: repeatable(plan.steps, input.stepIndex), setsVersion: setsVersion(plan.steps, input.stepIndex) };
             recovering.push(
-              this.recoverLostLoad(worker, load, outcome, req.weight_version, expected, d.verifyMs, abort.signal)
+              this.recoverLostLoad(worker, load, outcome, req.weight_version, expected, d.verifyMs, how, abort.signal)
                 .catch((err: unknown) => recoveryFailed(err, outcome.latencyMs))
                 .then(done),
             );
@@ -490,6 +493,11 @@ export class RefitRunner {
       // Only an engine whose version check passed leaves quarantine (a refit cut by its deadline skips the check).
       else if (plan.verify && !result.abortReason && rec?.phases.verify !== undefined && rec.failedIn === undefined) this.deps.quarantine(w.id, null);
     }
+    // An engine that failed once its weights were touched is reported with the version it says it
+    // holds now, read from it: this replica's view may be stale (another replica's engine, a load
+    // whose answer was lost, a transfer abandoned half-way).
+    const touched = targets.filter((w) => result.engines[w.id]?.failedIn === 'refit' || result.engines[w.id]?.failedIn === 'verify');
+    const held = await this.readVersions(touched, id);
     return buildReport({
       id,
       request: req,
@@ -497,6 +505,7 @@ export class RefitRunner {
       targets,
       asleep,
       result,
+      held,
       phaseMs,
       startedAt: recovered ? new Date(j.submitted_at) : startedAt,
       finishedAt: new Date(),
@@ -518,10 +527,11 @@ export class RefitRunner {
     target: string,
     expected: ReadonlyArray<number | null> | undefined,
     readMs: number,
+    how: { canRepeat: boolean; setsVersion: boolean },
     signal: AbortSignal,
   ): Promise<LegResult> {
     const read = await this.callMade(worker, () => this.versionRead(readMs, load.refitId), load.deadline, signal);
-    const verdict = lostAnswerVerdict(lost, read, target, true);
+    const verdict = lostAnswerVerdict(lost, read, target, how.canRepeat, how.setsVersion);
     this.deps.log.warn({ refit_id: load.refitId, worker_id: worker.id, verdict: verdict.kind }, 'a load\'s answer was lost with the replica that made the call; the engine was read');
     if (verdict.kind === 'landed') return { ok: true, status: 200, message: 'the answer was lost with the replica that made the call; the engine was read afterwards and holds the target version', latencyMs: lost.latencyMs };
     if (verdict.kind === 'failed') return verdict.result;
@@ -564,6 +574,18 @@ export class RefitRunner {
     const call = this.deps.legs.callFor('model_info', { method: 'GET', rawQuery: '', body: null, contentType: undefined, trace: { 'x-request-id': `refit-${refitId ?? 'unknown'}-read` } });
     const timeoutSecs = Math.max(1, Math.ceil(readMs / 1000));
     return { ...call, refitId, timeoutSecs, deadline: Date.now() + timeoutSecs * 1000 };
+  }
+
+  /** Each engine's weight version as it reports it now (absent where it cannot be read within 2 s). */
+  private async readVersions(workers: readonly Worker[], refitId: string): Promise<Map<string, string>> {
+    const held = new Map<string, string>();
+    const signal = AbortSignal.timeout(READ_BACK_MS);
+    await Promise.all(workers.map(async (w) => {
+      const out = await this.callMade(w, () => this.versionRead(READ_BACK_MS, refitId), Date.now() + READ_BACK_MS, signal).catch(() => undefined);
+      const v = out && reportedVersion(out);
+      if (v !== undefined) held.set(w.id, v);
+    }));
+    return held;
   }
 
   /** The report goes to the journal first (the one place a trainer can always read it), then out. */

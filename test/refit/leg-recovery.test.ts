@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RefitStepPlan } from '../../actors/coordinator.ts';
 import type { ControlOutcome } from '../../src/engines/control-call.ts';
-import { answerLost, lostAnswerVerdict, repeatable, reportedVersion, versionMismatch } from '../../src/refit/leg-recovery.ts';
+import { answerLost, lostAnswerVerdict, repeatable, reportedVersion, setsVersion, versionMismatch } from '../../src/refit/leg-recovery.ts';
 
 const lost: ControlOutcome = { kind: 'unreachable', code: 'owner_lost', latencyMs: 2_000, message: 'upstream `http://e:1`: gateway replica `a`, which ran this call, died before answering; the call may have run' };
 const info = (body: unknown, status = 200): ControlOutcome => ({ kind: 'answer', status, latencyMs: 3, body, truncated: false });
@@ -58,6 +58,23 @@ describe('leg recovery', () => {
     expect(v.result.message).toContain('died before answering');
     const unread = lostAnswerVerdict(lost, { kind: 'timeout', latencyMs: 9, message: 'timed out after 5s' }, '7', false);
     expect(unread.kind === 'failed' && unread.result.message).toContain('could not be read (timed out after 5s)');
+  });
+
+  it('the step that sets the version is the last load: a disk load, the last chunk; not the join, an earlier chunk, a read-back or the teardown', () => {
+    const join = { name: 'init_weights_update_group', runOn: 'remaining', collective: true } as RefitStepPlan;
+    const c = (i: number) => ({ name: `update_weights_from_distributed ${i}/2`, runOn: 'remaining', collective: true }) as RefitStepPlan;
+    const readBack = { name: 'get_weights_by_name w', runOn: 'remaining' } as RefitStepPlan;
+    const steps = [join, c(1), c(2), readBack, destroy];
+    expect(steps.map((_, i) => setsVersion(steps, i))).toEqual([false, false, true, false, false]);
+    expect(setsVersion([disk], 0)).toBe(true);
+    expect(setsVersion([join], 0)).toBe(false);
+  });
+
+  it('a lost step that does not set the version never counts as landed, even on an engine that already held the target', () => {
+    const v = lostAnswerVerdict(lost, info({ weight_version: '7' }), '7', false, false);
+    expect(v.kind).toBe('failed');
+    expect(v.kind === 'failed' && v.result.message).toContain('it holds weight_version "7" (this step does not set the version)');
+    expect(lostAnswerVerdict(lost, info({ weight_version: '7' }), '7', false, true)).toEqual({ kind: 'landed' });
   });
 
   it('a verify failure is a version mismatch only when the engine answered 2xx', () => {

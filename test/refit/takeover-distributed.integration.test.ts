@@ -65,6 +65,9 @@ describe('SIGKILL of the replica running a distributed refit', () => {
       // owner lived runs its chunk to the end and may take it: it is still failed and quarantined
       // below (the transfer was abandoned), as an engine that may hold anything is.
       if (chunk < CHUNKS) expect(st.weightVersion).not.toBe(`d${chunk}-${trial}`);
+      // The report says what each engine holds, read from it after the transfer was abandoned.
+      const row = report.engines.find((e: { url: string }) => e.url === s.url);
+      expect(row?.weight_version, `${s.url}: the report's weight_version`).toBe(st.weightVersion);
       const seen = await s.requests();
       const count = (p: string) => seen.filter((q) => q.path === p).length;
       expect(count('/pause_generation'), `${s.url} pauses`).toBeLessThanOrEqual(1);
