@@ -100,9 +100,10 @@ export class Dispatcher {
     const url = worker?.url ?? workerId;
     if (this.isLocal(worker?.owner)) {
       // Ownership is only as sure as the bus: without it, another replica may have taken over.
-      if (!this.deps.bus.connected) return busFailure(new BusUnavailable(this.deps.subjects.engineCmd(workerId)), url, call);
+      // The fence says so first (it is closed while the bus is down): a refusal the caller may send again.
       const fenced = this.fenced(url);
       if (fenced) return fenced;
+      if (!this.deps.bus.connected) return busFailure(new BusUnavailable(this.deps.subjects.engineCmd(workerId)), url, call);
       try {
         return await this.deps.local!.runOne(workerId, call, signal);
       } catch (err) {
@@ -304,8 +305,9 @@ export class Dispatcher {
 
 function busFailure(err: unknown, url: string, call: ControlCall): ControlOutcome {
   if (err instanceof BusUnavailable) {
-    const what = err.inFlight ? 'its reply was lost, and the call may have run' : 'not called';
-    return { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${url}\` ${what}: ${err.message}` };
+    // Not in flight: it never left this replica, so it may be sent again (as a fenced call may).
+    if (!err.inFlight) return { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${url}\` not called: ${err.message}` };
+    return { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${url}\` its reply was lost, and the call may have run: ${err.message}` };
   }
   if (err instanceof BusTimeout) {
     return { kind: 'timeout', latencyMs: 0, message: `upstream \`${url}\` timed out after ${call.timeoutSecs}s` };

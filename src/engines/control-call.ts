@@ -53,7 +53,10 @@ export type ControlOutcome =
        * `owner_lost`: the replica running the call died before answering; the call may have run.
        */
       code?: 'bus_unavailable' | 'not_owner' | 'no_owner' | 'owner_lost';
-      /** Not sent: the replica that owns the engine had its lease fence closed (it may reopen soon). */
+      /**
+       * Not sent, and safe to send again: the replica that owns the engine had its lease fence
+       * closed (it may reopen soon), or the bus was down before the call could leave this replica.
+       */
       fenced?: true;
     }
   | { kind: 'no_control_endpoint'; latencyMs: 0; message: string; connectionMode: string };
