@@ -3,6 +3,7 @@
 // file owns their names, their options and a small JSON face over them; what goes in each bucket
 // belongs to its user in src/fleet/ and src/refit/ (docs/nats.md lists them all).
 
+import { jetstream } from '@nats-io/jetstream';
 import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { decode, encode } from './codec.ts';
@@ -144,8 +145,11 @@ export function bucketName(root: string, name: string): string {
  * Creates (or opens) every bucket of a subject root. On a cluster the buckets are replicated to
  * three nodes, so losing one node loses no state.
  */
-export async function openBuckets(nc: NatsConnection, root: string, opts: { replicas?: number } = {}): Promise<FleetBuckets> {
-  const kvm = new Kvm(nc);
+export async function openBuckets(nc: NatsConnection, root: string, opts: { replicas?: number; timeoutMs?: number } = {}): Promise<FleetBuckets> {
+  // `timeoutMs`: how long one bucket request may wait (nats.js's 5 s by default). A replica's
+  // heartbeats must land within its lease: a longer wait only delays the retry that gets through
+  // once a stalled stream has elected a new leader.
+  const kvm = new Kvm(opts.timeoutMs !== undefined ? jetstream(nc, { timeout: opts.timeoutMs }) : nc);
   const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
   const out: Partial<FleetBuckets> = {};
   for (const [key, name] of Object.entries(BUCKETS) as Array<[BucketName, string]>) {

@@ -101,7 +101,9 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true, prefix: config.metricsPrefix });
     // The fleet's shared state: every replica on this subject root reads and writes the same buckets.
     const placing = { timeoutMs: PLACEMENT_WAIT_MS, onRetry: (err: unknown) => log.warn({ err }, 'the NATS cluster cannot place the gateway\'s streams yet; waiting for it') };
-    const buckets = await whilePlacing(() => openBuckets(bus.nc, config.subjectRoot), placing);
+    // A bucket request waits at most half a lease (1 to 5 s): see openBuckets.
+    const kvTimeoutMs = Math.min(5_000, Math.max(1_000, (config.leaseSecs * 1000) / 2));
+    const buckets = await whilePlacing(() => openBuckets(bus.nc, config.subjectRoot, { timeoutMs: kvTimeoutMs }), { ...placing, what: 'its KV buckets' });
     const registry = new Registry(replicaId);
     const cancels = new Cancellations();
     cancels.listen(bus, subj, replicaId);
@@ -201,8 +203,9 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     // over by another replica if that one dies (after the ack wait: one lease).
     // Twice the lease (at least 5 s): a runner whose connection moves to another node keeps its
     // refit; one that died is replaced after it.
-    const queue = await whilePlacing(() => RefitQueue.open(bus.nc, subj, { ackWaitMs: Math.max(5_000, 2 * config.leaseSecs * 1000) }), placing);
-    const refitEvents = await whilePlacing(() => RefitEventLog.open(bus.nc, subj), placing);
+    const ackWaitMs = Math.max(5_000, 2 * config.leaseSecs * 1000);
+    const queue = await whilePlacing(() => RefitQueue.open(bus.nc, subj, { ackWaitMs }), { ...placing, what: 'the refit queue' });
+    const refitEvents = await whilePlacing(() => RefitEventLog.open(bus.nc, subj), { ...placing, what: 'the refit event stream' });
     const journals = buckets.refits as JsonBucket<RefitJournal>;
     let refits: RefitService | undefined;
     const runner = new RefitRunner({
@@ -247,6 +250,9 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       modelOf: (id) => registry.get(id)?.modelId,
       replicaId,
       publish: (id, event) => runner.publish(id, event),
+      // By two ack waits a live replica has taken over (and likely finished) what this one ran.
+      fence,
+      cutAnswerMs: 2 * ackWaitMs,
     });
     const service = refits;
     host.fleetVersionOf = (w) => service.fleetVersion(w.modelId);

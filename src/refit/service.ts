@@ -40,10 +40,22 @@ export interface RunningRefit {
   pending: string[];
 }
 
+const targetSets = new WeakMap<readonly string[], ReadonlySet<string>>();
+/** A refit's targets as a set, made once per list (journals and queued refits replace theirs whole). */
+function targetSet(targets: readonly string[]): ReadonlySet<string> {
+  let set = targetSets.get(targets);
+  if (!set) targetSets.set(targets, (set = new Set(targets)));
+  return set;
+}
+
 export class RefitService {
   /** Every refit the bucket holds that is running, and the newest finished ones. */
   private readonly journals = new Map<string, RefitJournal>();
-  private readonly waiters = new Map<string, Array<(r: RefitReport) => void>>();
+  private readonly waiters = new Map<string, Array<{ resolve: (r: RefitReport) => void; reject: (err: Error) => void }>>();
+  /** Since when this replica's lease fence has been closed (cut off from NATS), if it is. */
+  private cutSince: number | undefined;
+  private cutTimer: NodeJS.Timeout | undefined;
+  private readonly stopFence: Array<() => void> = [];
   /** The bucket revision of each journal held, so that only a newer one replaces it. */
   private readonly revisions = new Map<string, number>();
   /** Refits this replica queued whose journal has not appeared yet: their targets count as busy. */
@@ -64,8 +76,51 @@ export class RefitService {
       replicaId: string;
       /** Publishes one of the refit's progress events (refit-events contract). */
       publish: (refitId: string, event: Record<string, unknown>) => void;
+      /**
+       * This replica's lease fence: cut off from NATS for `cutAnswerMs`, it stops waiting on the
+       * reports of the refits callers wait for here (another replica finishes them) and says so.
+       */
+      fence?: { onLapse(l: () => void): () => void; onResync(l: () => void): () => void };
+      cutAnswerMs?: number;
     },
-  ) {}
+  ) {
+    if (deps.fence) {
+      this.stopFence.push(
+        deps.fence.onLapse(() => {
+          this.cutSince ??= Date.now();
+          clearTimeout(this.cutTimer);
+          this.cutTimer = setTimeout(() => this.answerCutWaiters(), this.cutAnswerMs);
+          this.cutTimer.unref();
+        }),
+        deps.fence.onResync(() => {
+          this.cutSince = undefined;
+          clearTimeout(this.cutTimer);
+        }),
+      );
+    }
+  }
+
+  private get cutAnswerMs(): number {
+    return this.deps.cutAnswerMs ?? 30_000;
+  }
+
+  /** Cut off long enough: each caller waiting here learns so, and where to read the report. */
+  private answerCutWaiters(): void {
+    if (this.cutSince === undefined) return;
+    for (const [id, list] of this.waiters) {
+      this.waiters.delete(id);
+      for (const w of list) w.reject(this.cutError(id));
+    }
+  }
+
+  private cutError(id: string): GatewayError {
+    const secs = Math.round((Date.now() - (this.cutSince ?? Date.now())) / 1000);
+    return new GatewayError(
+      'bus_unavailable',
+      `this replica has been cut off from NATS for ${secs} s and cannot see refit \`${id}\` end; another replica runs or finished it: read GET /v1/rl/refits/${id} on another replica, or send the same request (same refit_id) to one`,
+      { refit_id: id },
+    );
+  }
 
   /**
    * The fleet's version of a model: the version of the newest finished refit that brought at
@@ -136,8 +191,9 @@ export class RefitService {
 
   /** A refit accepted here, or running anywhere (its journal says so), has this engine among its targets. */
   holds(workerId: string): boolean {
-    for (const { targets } of this.accepted.values()) if (targets.includes(workerId)) return true;
-    for (const j of this.journals.values()) if (j.status === 'running' && j.targets.includes(workerId)) return true;
+    // Asked per engine per look of the pause reconciler: a set per targets list, not a scan of it.
+    for (const q of this.accepted.values()) if (targetSet(q.targets).has(workerId)) return true;
+    for (const j of this.journals.values()) if (j.status === 'running' && targetSet(j.targets).has(workerId)) return true;
     return false;
   }
 
@@ -279,14 +335,19 @@ export class RefitService {
   close(): void {
     this.stopWatch?.();
     clearInterval(this.polling);
+    clearTimeout(this.cutTimer);
+    for (const stop of this.stopFence.splice(0)) stop();
   }
 
   private waitFor(id: string): Promise<RefitReport> {
-    const p = new Promise<RefitReport>((resolve) => {
+    const p = new Promise<RefitReport>((resolve, reject) => {
+      if (this.cutSince !== undefined && Date.now() - this.cutSince >= this.cutAnswerMs) return reject(this.cutError(id));
       const list = this.waiters.get(id);
-      if (list) list.push(resolve);
-      else this.waiters.set(id, [resolve]);
+      if (list) list.push({ resolve, reject });
+      else this.waiters.set(id, [{ resolve, reject }]);
     });
+    // A 202 caller never reads the report promise: its rejection must not go unhandled.
+    p.catch(() => undefined);
     this.pollWaiters();
     return p;
   }
@@ -334,7 +395,7 @@ export class RefitService {
     if (j.status === 'done' && j.report) {
       const waiting = this.waiters.get(id);
       this.waiters.delete(id);
-      for (const w of waiting ?? []) w(j.report);
+      for (const w of waiting ?? []) w.resolve(j.report);
       this.prune();
     }
   }
