@@ -62,7 +62,8 @@ export interface CoordinatorInput {
  * that passed the pause, then resumes.
  */
 export interface Recovered {
-  at: 'verifying' | 'resuming' | 'cleanup';
+  /** Where a taken-over refit goes on; `pausing` starts it over (nothing was loaded yet). */
+  at: 'pausing' | 'verifying' | 'resuming' | 'cleanup';
   engines: Record<string, EngineRecord>;
   paused: string[];
   resumed: string[];

@@ -119,11 +119,12 @@ export function recoveryOf(j: RefitJournal, steps: RefitStepPlan[], verify: bool
     Object.assign(rec, { failedIn: phase, step, error: 'gateway_failover', message: `the replica running this refit died during the ${phase} phase${step ? ` (${step})` : ''}; its outcome on this engine is unknown` });
   };
   switch (j.phase) {
+    // Nothing was loaded yet: the pause starts over, on every target. Pausing a paused engine
+    // changes nothing, and a pause of the dead runner that lands after the resume is undone by
+    // the engine's owner (pause-reconciler.ts), so the refit goes on instead of failing.
     case null:
-      return { ...base, at: 'resuming', abortReason: 'gateway_failover' };
     case 'pause':
-      for (const id of j.pending) fail(id, 'pause');
-      return { ...base, at: 'resuming', abortReason: 'gateway_failover' };
+      return { engines: Object.fromEntries(j.targets.filter((id) => !j.asleep.includes(id)).map((id) => [id, { phases: {} }])), paused: [], resumed: [], stepIndex: 0, abortReason: undefined, at: 'pausing' };
     case 'refit': {
       const step = steps[j.step_index];
       const last = j.step_index === steps.length - 1;

@@ -521,6 +521,14 @@ describe('coordinator: verify', () => {
 });
 
 describe('coordinator: a refit taken over (recovered)', () => {
+  it('at pausing: runs the whole refit from the pause, on every target', async () => {
+    const h = start({ recovered: { at: 'pausing', engines: {}, paused: [], resumed: [], stepIndex: 0 } });
+    const r = await h.finish();
+    expect(h.calls.map((c) => [c.phase, c.targets])).toEqual([['pause', TARGETS], ['refit', TARGETS], ['verify', TARGETS], ['resume', TARGETS]]);
+    expect(r.abortReason).toBeUndefined();
+    expect(r.paused).toEqual(TARGETS);
+  });
+
   it('at resuming: resumes only what its journal has not recorded resumed, keeps the abort reason, and sends nothing else', async () => {
     const h = start({
       recovered: {

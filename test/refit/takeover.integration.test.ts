@@ -1,9 +1,9 @@
 // SIGKILL of the replica running a refit, in each phase, several times: another replica takes the
 // refit over from its journal and finishes it. The trainer gets exactly one report; no engine is
-// left paused, no pause reaches an engine twice and no engine applies a load twice; a load in
-// doubt that did not land is sent again (a disk load to the same version is safe to repeat), so
-// every engine ends on the new version — judged by the simulators' own state and request records,
-// never by the gateway's view.
+// left paused and no engine applies a load twice; a pause in doubt is sent again (the pause starts
+// over: nothing was loaded yet), and a load in doubt that did not land is sent again (a disk load
+// to the same version is safe to repeat), so every engine ends on the new version whatever the
+// phase — judged by the simulators' own state and request records, never by the gateway's view.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { subjects } from '../../src/bus/subjects.ts';
@@ -31,7 +31,7 @@ describe('SIGKILL of the replica running a refit', () => {
   const trials: Array<[Phase, number]> = [];
   for (const phase of ['pause', 'refit', 'verify', 'resume'] as Phase[]) for (let i = 0; i < 2; i++) trials.push([phase, i]);
 
-  it.each(trials)('in the %s phase (trial %i): one report, nothing paused, no step twice', async (phase, trial) => {
+  it.each(trials)('in the %s phase (trial %i): one report, nothing paused, no load applied twice, every engine on the new version', async (phase, trial) => {
     const version = `${phase}-${trial}`;
     const refitId = `kill-${version}`;
     const loadsBefore = new Map<string, number>();
@@ -69,17 +69,19 @@ describe('SIGKILL of the replica running a refit', () => {
       expect((await s.state()).paused, `${s.url} paused`).toBeNull();
       const seen = (await s.requests()).map((q: { path: string }) => q.path);
       const count = (p: string) => seen.filter((x: string) => x === p).length;
-      expect(count('/pause_generation'), `${s.url} pauses`).toBeLessThanOrEqual(1);
+      // The pause phase starts over after a takeover in it: the dead runner's pause and the new one's.
+      expect(count('/pause_generation'), `${s.url} pauses`).toBeLessThanOrEqual(phase === 'pause' ? 2 : 1);
       // Sent again only after the version check showed it had not landed: applied once at most.
       expect(count('/update_weights_from_disk'), `${s.url} loads sent`).toBeLessThanOrEqual(phase === 'refit' ? 2 : 1);
       expect((await s.state()).weights.loads - loadsBefore.get(s.url)!, `${s.url} loads applied`).toBeLessThanOrEqual(1);
       expect(count('/continue_generation'), `${s.url} resumes`).toBeGreaterThanOrEqual(1);
     }
-    if (phase === 'verify' || phase === 'resume') {
-      // Every engine had its load before the kill: the new runner finished the refit.
+    if (phase === 'verify' || phase === 'resume' || phase === 'pause') {
+      // Every engine had its load before the kill, or none had been loaded and the pause started
+      // over: the new runner finished the refit.
       expect(report.status, JSON.stringify(report.failed)).toBe('succeeded');
       for (const s of f.sims) expect((await s.state()).weightVersion).toBe(version);
-    } else if (phase === 'refit') {
+    } else {
       // A load in flight when its replica died: the version check decides whether it landed, and
       // one that did not is sent again, so every live engine ends on the new version.
       expect(report.status, JSON.stringify(report.failed)).toBe('succeeded');
@@ -88,9 +90,6 @@ describe('SIGKILL of the replica running a refit', () => {
         expect((await s.state()).weightVersion, s.url).toBe(version);
         expect(e.outcome, `${s.url}: ${JSON.stringify(e)}`).toBe('ok');
       }
-    } else {
-      expect(report.status).toBe('failed');
-      for (const s of f.sims) expect((await s.state()).weightVersion).not.toBe(version);
     }
   }, 90_000);
 });
