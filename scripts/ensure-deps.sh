@@ -7,6 +7,8 @@
 # Quiet when everything is there; installs only what is missing; never edits package files.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# The package names: one list, shared with .ci/run.
+source scripts/system-packages.sh
 
 # npm writes node_modules/.package-lock.json on every install: older than the lockfile means stale.
 if [[ ! -d node_modules || ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
@@ -38,7 +40,7 @@ if [[ -z "$(find_nats_server)" ]]; then
   if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "ensure-deps: nats-server not found; installing the Debian package nats-server" >&2
     apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y nats-server >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${NATS_PKGS[@]}" >&2
   fi
   if [[ -z "$(find_nats_server)" ]]; then
     echo "ensure-deps: nats-server not found (searched PATH, /usr/sbin, /usr/local/sbin, /usr/local/bin)." >&2
@@ -50,7 +52,6 @@ fi
 
 # The cross-language wire test generates Python stubs from proto/ with Debian's protoc and runs them
 # with Debian's interpreter (python3-grpcio). Installed when missing and allowed, like nats-server.
-PY_PKGS=(python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev)
 py_ready() {
   command -v protoc >/dev/null 2>&1 && [[ -x /usr/bin/grpc_python_plugin ]] && [[ -f /usr/include/google/protobuf/struct.proto ]] \
     && /usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1
@@ -73,7 +74,7 @@ if ! command -v docker-compose >/dev/null 2>&1; then
   if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "ensure-deps: installing docker-compose (validates docker-compose.yml; no engine needed)" >&2
     apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-compose >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${COMPOSE_PKGS_NO_RECOMMENDS[@]}" >&2
   fi
   # Only one test file needs it, so the demo still runs without: that test says what is missing.
   command -v docker-compose >/dev/null 2>&1 \
@@ -86,7 +87,7 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; the
   if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "ensure-deps: installing the partition scenario's network tools: iproute2 iptables" >&2
     apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y iproute2 iptables >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${NETNS_PKGS[@]}" >&2
   fi
   # Only the partition scenario needs them (as root); it says what is missing.
   { command -v ip >/dev/null 2>&1 && command -v iptables >/dev/null 2>&1; } \
@@ -99,7 +100,7 @@ if [[ ! -x /usr/lib/chromium/chromium ]] && ! command -v chromium >/dev/null 2>&
   if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "ensure-deps: installing chromium for the browser tests" >&2
     apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y chromium >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${BROWSER_PKGS[@]}" >&2
   fi
   { [[ -x /usr/lib/chromium/chromium ]] || command -v chromium >/dev/null 2>&1; } \
     || echo "ensure-deps: the browser tests need Debian's chromium (they fail without it): apt-get install chromium" >&2
@@ -111,7 +112,7 @@ if [[ "${1:-}" == bench ]] && { ! command -v nginx >/dev/null 2>&1 && [[ ! -x /u
   if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "ensure-deps: installing the data-plane benchmark's yardsticks: nginx wrk" >&2
     apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx wrk >&2 || echo "ensure-deps: could not install nginx/wrk; the benchmark will say what it skipped" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${BENCH_PKGS_NO_RECOMMENDS[@]}" >&2 || echo "ensure-deps: could not install nginx/wrk; the benchmark will say what it skipped" >&2
   else
     echo "ensure-deps: nginx and/or wrk missing (apt-get install nginx wrk); the benchmark will say what it skipped" >&2
   fi
