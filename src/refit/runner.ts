@@ -363,6 +363,21 @@ export class RefitRunner {
           };
           const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
           const worker = byId.get(wid)!;
+          // A pause, a version check or a resume whose answer was lost (its owner died or lost
+          // its lease) is sent again, within the phase's deadline: each leaves the engine as one
+          // call would (pausing a paused engine, or resuming a serving one, changes nothing).
+          if (input.phase !== 'refit' && answerLost(outcome)) {
+            const call = stamp(calls.get(callKey(input.phase, input.stepIndex, wid))!);
+            if (Date.now() + 250 < call.deadline) {
+              this.deps.log.warn({ refit_id: id, worker_id: wid, phase: input.phase }, 'a call\'s answer was lost with the replica that made it; sending it again');
+              recovering.push(
+                this.callMade(worker, () => call, call.deadline, abort.signal)
+                  .catch((err: unknown): ControlOutcome => ({ kind: 'unreachable', latencyMs: 0, message: String((err as Error)?.message ?? err) }))
+                  .then((again) => settle(wid, again)),
+              );
+              return;
+            }
+          }
           // The answer was lost with the replica that made the call: read the engine first. A
           // step safe to repeat is sent again if it did not land; a collective step cannot be
           // taken again by one engine (the others wait on it), so it is judged on what it holds.

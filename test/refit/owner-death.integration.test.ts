@@ -3,8 +3,10 @@
 // answers are lost once the owner's lease runs out (the calls may have run), reads each engine
 // once it has a new owner, and sends the load again where it had not landed (here it died with
 // the owner), so every engine ends on the new version, applied once; the resumes that follow go
-// to the engines' new owner, so no engine is left paused. Judged on the simulators' own state. The
-// owner runs with RL off, so it never runs a refit itself; the runner is in-process.
+// to the engines' new owner, so no engine is left paused. The same death during the pause: the
+// pauses whose answers were lost are sent again to the new owner and the refit goes on. Judged on
+// the simulators' own state. The owner runs with RL off, so it never runs a refit itself; the
+// runner is in-process.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGateway, type Gateway } from '../../src/gateway/gateway.ts';
@@ -85,3 +87,53 @@ describe('the engines\' owner dies while a refit waits on its calls', () => {
     }
   }, 60_000);
 });
+
+describe('the engines\' owner dies while a refit waits on its pauses', () => {
+  let nats: TestNats;
+  let sims: SimProcess[] = [];
+  let owner: GatewayProcess;
+  let runner: Gateway;
+
+  beforeAll(async () => {
+    nats = await startTestNats();
+    sims = await Promise.all([0, 1].map(() => spawnSglangSim(['--token-rate', '0'])));
+    owner = await startGatewayProcess(['--nats-url', nats.url, '--replica-id', 'owner', '--enable-rl=false', '--lease-secs', String(LEASE_SECS), '--health-check-interval-secs', '1']);
+    for (const s of sims) expect((await owner.http('POST', '/workers', { url: s.url })).status).toBe(202);
+    runner = await startGateway(
+      { ...testConfig({ leaseSecs: LEASE_SECS, rl: { controlTimeoutSecs: CONTROL_TIMEOUT_SECS } }), natsUrl: nats.url, replicaId: 'runner' },
+      { log: silentLogger() },
+    );
+    await until('both engines ready on the runner, owned by the owner', 20_000, async () => {
+      const rows = (await httpJson(runner.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ health: string; owner: string }>;
+      return rows.length === 2 && rows.every((r) => r.health === 'ready' && r.owner === 'owner');
+    });
+  }, 90_000);
+  afterAll(async () => {
+    await runner?.close();
+    await owner?.kill();
+    await Promise.all(sims.map((s) => s.stop()));
+    await nats?.stop();
+  });
+
+  it('sends the lost pauses again to the new owner and finishes the refit: every engine on the new version, none paused', async () => {
+    // The held pause dies with its caller (the simulator drops an abandoned call).
+    for (const s of sims) await s.setFaults({ route: 'pause_generation', delayMs: 3_000, times: 1 });
+    const answer = httpJson(runner.url, 'POST', '/v1/rl/refits', { refit_id: 'owner-death-pause', weight_version: '41', source: { kind: 'disk', model_path: '/m/41' } });
+    await until('both engines received the pause', 10_000, async () => {
+      for (const s of sims) if (!(await s.requests()).some((r) => r.path === '/pause_generation')) return false;
+      return true;
+    });
+    await owner.kill();
+    const r = await answer;
+    expect(r.status, r.text).toBe(200);
+    expect(r.json.succeeded).toBe(2);
+    for (const s of sims) {
+      const st = await s.state();
+      expect(st.paused, s.url).toBeNull();
+      expect(st.weightVersion, s.url).toBe('41');
+      // The first pause died with its owner; the second came from the new owner.
+      expect((await s.requests()).filter((q) => q.path === '/pause_generation').length, s.url).toBe(2);
+    }
+  }, 60_000);
+});
+
