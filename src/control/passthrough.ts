@@ -2,7 +2,6 @@
 // same call fanned out to every worker a selector matches. Checks run in SMG's order; legs go
 // through the Dispatcher (NATS, owning replica, engine actor); nothing here retries.
 
-import type { ControlCall, ControlMethod, ControlOutcome } from '../engines/control-call.ts';
 import { encodeBody } from '../engines/control-call.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
@@ -17,6 +16,7 @@ import type { Dispatcher } from './dispatch.ts';
 import type { LegRunner } from './leg-runner.ts';
 import { validateEnginePath, queryWithoutSelector } from '../engines/engine-path.ts';
 import { callOutcome, failedCall, isSuccess, noControlEndpoint, proxyAnswer, type RlCallOutcome, type RlFailedCall } from './outcome.ts';
+import type { ControlCall, ControlMethod, ControlOutcome } from '../wire/control-call.ts';
 
 export interface IncomingControl {
   method: ControlMethod;

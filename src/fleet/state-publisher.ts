@@ -9,29 +9,10 @@ import type { Bus } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
-import type { EngineRecord } from './engine-record.ts';
 import { RecordWriter } from './record-writer.ts';
 import type { Registry } from './registry.ts';
 import { baseUrlOf } from './worker.ts';
-
-/** What `rl.engine.<id>.state` carries. Never a secret: no api key, no control-app key. */
-export interface EngineStateEvent {
-  id: string;
-  url: string;
-  state: string;
-  control: string;
-  weight_version: string | null;
-  version_source: string | null;
-  breaker: string;
-  /** Why the engine is quarantined (no traffic under any version policy), or null. */
-  quarantine: string | null;
-  /** Who paused it, while paused: `refit:<id>` or `operator`; null when unknown or not paused. */
-  paused_by?: string | null;
-  in_flight: number;
-  queued: number;
-  error: string | null;
-  time: string;
-}
+import type { EngineRecord, EngineStateEvent } from '../wire/engine-state.ts';
 
 /** The facts of an engine that the outside sees: a change of any of them is published. */
 export interface PublishedState {

@@ -7,10 +7,10 @@
 
 import type { ServerResponse } from 'node:http';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { ControlOutcome } from '../engines/control-call.ts';
 import { baseUrlOf } from '../fleet/worker.ts';
 import { DEFAULT_METRICS_PREFIX, METRICS_PREFIX_PATTERN } from './metrics-prefix.ts';
 import { RequestTiming, type DataPlaneSeries } from './request-timing.ts';
+import type { ControlOutcome } from '../wire/control-call.ts';
 
 const CONTROL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 // Data-plane histograms carry a worker label, so their series grow with the fleet: few buckets.
