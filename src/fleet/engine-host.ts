@@ -404,7 +404,7 @@ export class EngineHost {
     const base = baseUrlOf(url).baseUrl;
     const engineGone = this.deps.registry.siblings(base).length === 0;
     if (engineGone) this.states.forgetEngine(base);
-    this.deps.metrics.forget(url, engineGone);
+    this.deps.metrics.forget(url, engineGone ? base : undefined);
     await this.links.remove(id);
   }
 }

@@ -85,7 +85,7 @@ export class StatePublisher {
       error: state === 'unreachable' ? (c.lastError ?? null) : null,
       time: new Date().toISOString(),
     };
-    this.deps.metrics.engineState(c.url, event);
+    this.deps.metrics.engineState(c.url, baseUrlOf(c.url).baseUrl, event);
     this.noteVersion(c.url, c.version);
     if (prevState !== state) this.deps.log.info({ worker_id: id, url: c.url, from: prevState ?? null, to: state }, 'engine transition');
     try {
