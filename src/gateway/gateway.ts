@@ -42,7 +42,7 @@ import { FleetFeed } from '../fleet/fleet-feed.ts';
 import { pausesInDoubt } from '../refit/journal.ts';
 import { reportStatus } from '../refit/report.ts';
 import { ResumesOwed } from '../refit/resumes-owed.ts';
-import type { GatewayConfig } from './config.ts';
+import type { GatewayConfig } from '../config/gateway-config.ts';
 import { onMixedComparison } from '../fleet/versions.ts';
 import { runCleanups } from './shutdown.ts';
 import { logBusStatus, logNatsServerEvent } from './bus-events.ts';
