@@ -11,7 +11,7 @@ import { controlUrlFor, noControlEndpoint } from '../fleet/control-url.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import { fanoutConcurrency } from './concurrency.ts';
 import type { Dispatcher, Leg } from './dispatch.ts';
-import type { IncomingControl } from './passthrough.ts';
+import type { IncomingControl } from './incoming-control.ts';
 import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 
 export class LegRunner {

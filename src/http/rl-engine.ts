@@ -8,7 +8,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { RouteOptions } from './services.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { methodNotAllowed } from './rl-workers.ts';
-import { TRACE_HEADERS, type IncomingControl } from '../control/passthrough.ts';
+import { TRACE_HEADERS, type IncomingControl } from '../control/incoming-control.ts';
 import { CONCURRENCY_HEADER, requestedConcurrency } from '../control/concurrency.ts';
 import { errorResponses, methodNotAllowedSchema, RL_AUTH } from '../api/error-responses.ts';
 import { EnginePathParams, FanoutAnswer, FanoutHeaders, mirroredResponses, TraceHeaders, WorkerEnginePathParams } from '../api/fanout-schema.ts';
