@@ -5,8 +5,7 @@
 // `runPhase` actor; this machine only decides who takes part in what and records outcomes.
 
 import { assign, fromCallback, setup, type ActorRefFrom, type SnapshotFrom } from 'xstate';
-
-export type Phase = 'pause' | 'refit' | 'verify' | 'resume';
+import type { EngineRefitRecord, Phase, RefitAbortReason } from '../src/wire/refit-phase.ts';
 
 export interface LegResult {
   ok: boolean;
@@ -64,26 +63,15 @@ export interface CoordinatorInput {
 export interface Recovered {
   /** Where a taken-over refit goes on; `pausing` starts it over (nothing was loaded yet). */
   at: 'pausing' | 'verifying' | 'resuming' | 'cleanup';
-  engines: Record<string, EngineRecord>;
+  engines: Record<string, EngineRefitRecord>;
   paused: string[];
   resumed: string[];
   stepIndex: number;
   abortReason?: CoordinatorContext['abortReason'];
 }
 
-export interface EngineRecord {
-  /** Phase where the engine failed, if it did. */
-  failedIn?: Phase;
-  step?: string;
-  error?: string;
-  status?: number;
-  message?: string;
-  /** Milliseconds spent per phase (refit sums its steps). */
-  phases: Partial<Record<Phase, number>>;
-}
-
 export interface CoordinatorContext extends CoordinatorInput {
-  engines: Record<string, EngineRecord>;
+  engines: Record<string, EngineRefitRecord>;
   /** Engines that passed the pause. */
   paused: string[];
   /** Engines whose resume answered 2xx: they owe nothing, whatever else failed. */
@@ -93,7 +81,7 @@ export interface CoordinatorContext extends CoordinatorInput {
   phase: Phase;
   pending: string[];
   /** Why the refit stopped short of its refit phase, if it did. */
-  abortReason?: 'quorum_not_met' | 'no_target_paused' | 'gateway_failover';
+  abortReason?: RefitAbortReason;
 }
 
 export type CoordinatorEvent =
@@ -146,7 +134,7 @@ export const coordinatorMachine = setup({
       if (event.type !== 'leg.done' || event.phase !== context.phase || !context.pending.includes(event.workerId)) return {};
       const prev = context.engines[event.workerId] ?? { phases: {} };
       const step = event.phase === 'refit' ? context.steps[context.stepIndex]?.name : undefined;
-      const rec: EngineRecord = {
+      const rec: EngineRefitRecord = {
         ...prev,
         phases: { ...prev.phases, [event.phase]: (prev.phases[event.phase] ?? 0) + event.result.latencyMs },
       };

@@ -7,12 +7,11 @@
 
 import { createActor, fromCallback, toPromise } from 'xstate';
 import type { JsMsg } from '@nats-io/jetstream';
-import { coordinatorMachine, type CoordinatorEvent, type LegResult, type Phase, type PhaseInput, type Recovered } from '../../actors/coordinator.ts';
+import { coordinatorMachine, type CoordinatorEvent, type LegResult, type PhaseInput, type Recovered } from '../../actors/coordinator.ts';
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { Bus } from '../bus/connection.ts';
 import type { RefitQueue } from '../bus/refit-queue.ts';
 import type { Subjects } from '../bus/subjects.ts';
-import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
 import { unreachableCode } from '../control/outcome.ts';
 import type { LegRunner } from '../control/leg-runner.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
@@ -21,33 +20,25 @@ import { compareVersions } from '../fleet/versions.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
-import { JournalFenced, JournalWriter, recoveryOf, type RefitJournal } from './journal.ts';
+import { JournalFenced, JournalWriter, recoveryOf } from './journal.ts';
 import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
 import { readQueuedRefit, takeVerdict, type Clash } from './queue-verdict.ts';
 import { answerLost, lostAnswerVerdict, notMade, repeatable, reportedVersion, setsVersion, versionMismatch } from './leg-recovery.ts';
-import { buildReport, type RefitReport } from './report.ts';
-import type { RefitRequest } from './request.ts';
+import { buildReport } from './report.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
-import type { SkippedEngine } from './targets.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
+import type { RefitEvent, RefitEventBody } from '../wire/refit-event.ts';
+import type { RefitJournal } from '../wire/refit-journal.ts';
+import type { Phase } from '../wire/refit-phase.ts';
+import type { RefitReport } from '../wire/refit-report.ts';
+import type { RefitRequest } from '../wire/refit-request.ts';
+import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 
 export interface RefitDefaults {
   pauseMs: number;
   refitMs: number;
   verifyMs: number;
   resumeMs: number;
-}
-
-/** One queued refit: what the replica that accepted it resolved, for whichever replica runs it. */
-export interface QueuedRefit {
-  id: string;
-  request: RefitRequest;
-  selector: string | null;
-  /** Worker ids selected when the refit was accepted, and able to take part. */
-  targets: string[];
-  /** Selected engines left out, with the reason (targets.ts). */
-  skipped: SkippedEngine[];
-  origin: string;
-  submitted_at: string;
 }
 
 const RETRY_MS = 250;
@@ -641,9 +632,9 @@ export class RefitRunner {
   }
 
   /** One progress event of a refit, on `<root>.refit.<id>.events` (kept by the refit events stream). */
-  publish(id: string, event: Record<string, unknown>): void {
+  publish(id: string, event: RefitEventBody): void {
     try {
-      this.deps.bus.publish(this.deps.subjects.refitEvents(id), { refit_id: id, time: new Date().toISOString(), ...event });
+      this.deps.bus.publish(this.deps.subjects.refitEvents(id), { refit_id: id, time: new Date().toISOString(), ...event } satisfies RefitEvent);
     } catch (err) {
       this.deps.log.warn({ err, refit_id: id }, 'could not publish refit event');
     }

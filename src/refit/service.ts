@@ -12,15 +12,17 @@ import type { FleetView } from '../fleet/fleet-view.ts';
 import { selectorFromQuery } from '../fleet/selector.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { Logger } from '../obs/logger.ts';
-import type { RefitJournal } from './journal.ts';
 import { planRefit } from './plan.ts';
-import type { RefitReport } from './report.ts';
 import type { Clash } from './queue-verdict.ts';
 import { parseRefitRequest } from './request.ts';
-import { prepareCalls, quorumOf, type QueuedRefit, type RefitRunner } from './runner.ts';
-import { splitTargets, type SkippedEngine } from './targets.ts';
+import { prepareCalls, quorumOf, type RefitRunner } from './runner.ts';
+import { splitTargets } from './targets.ts';
 import type { Worker } from '../fleet/worker.ts';
-import type { RefitRequest } from './request.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
+import type { RefitEventBody } from '../wire/refit-event.ts';
+import type { RefitJournal } from '../wire/refit-journal.ts';
+import type { RefitReport, SkippedEngine } from '../wire/refit-report.ts';
+import type { RefitPlanView, RefitRequest } from '../wire/refit-request.ts';
 
 const KEEP_REPORTS = 256;
 
@@ -75,7 +77,7 @@ export class RefitService {
       modelOf: (workerId: string) => string | undefined;
       replicaId: string;
       /** Publishes one of the refit's progress events (refit-events contract). */
-      publish: (refitId: string, event: Record<string, unknown>) => void;
+      publish: (refitId: string, event: RefitEventBody) => void;
       /**
        * This replica's lease fence: cut off from NATS for `cutAnswerMs`, it stops waiting on the
        * reports of the refits callers wait for here (another replica finishes them) and says so.
@@ -412,23 +414,6 @@ export class RefitService {
       }
     }
   }
-}
-
-/** The answer to a dry run. */
-export interface RefitPlanView {
-  dry_run: true;
-  refit_id: string | null;
-  weight_version: string;
-  source: 'disk' | 'distributed';
-  selector: string | null;
-  quorum: number;
-  targets: Array<{ worker_id: string; url: string; rank_offset?: number }>;
-  skipped: SkippedEngine[];
-  asleep: string[];
-  world_size?: number;
-  phases: Array<{ phase: string; step: string | null; method: string; path: string; engines: string[] }>;
-  /** Engine calls the refit would make when every engine succeeds. */
-  calls: number;
 }
 
 /** A refit not finished yet: queued (no journal yet), or running as its journal `j` says. */
