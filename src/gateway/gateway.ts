@@ -210,6 +210,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     let refits: RefitService | undefined;
     const runner = new RefitRunner({
       replicaId,
+      fence,
       queue,
       journals,
       registry,

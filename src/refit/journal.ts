@@ -54,6 +54,24 @@ export class JournalWriter {
     return next;
   }
 
+  /**
+   * Whether this writer still holds the journal, read afresh (after its own writes): false, and
+   * fenced, once the bucket holds a newer revision (another replica took the refit over);
+   * undefined when it cannot be read now. An older revision is a lagging read: it says nothing.
+   */
+  async confirm(): Promise<boolean | undefined> {
+    if (this.fenced) return false;
+    await this.chain;
+    const now = await this.bucket.get(this.journal.id).catch(() => undefined);
+    if (now === undefined) return undefined;
+    if (now !== null && now.revision > this.revision) {
+      this.fenced = true;
+      this.onFenced();
+      return false;
+    }
+    return !this.fenced;
+  }
+
   private async write(): Promise<void> {
     if (this.fenced) throw new JournalFenced(`refit ${this.journal.id} is held by another replica`);
     try {
@@ -78,7 +96,7 @@ function isWrongRevision(err: unknown): boolean {
 
 /**
  * Where a refit taken over from a dead replica goes on, from its journal. Legs sent and not
- * answered are in doubt: a pause in doubt is resumed; a disk load in doubt is checked by the
+ * answered are in doubt: the pause starts over; a disk load in doubt is checked by the
  * version check (it landed or it did not; the runner sends one that did not again, then checks
  * again: leg-recovery.ts); a distributed transfer in doubt
  * cannot go on (the trainer's broadcast passed), so its group is torn down and the engines are

@@ -53,11 +53,15 @@ export class RefitRunner {
   private readonly running = new Set<Promise<void>>();
   /** Refits this process runs now (a restarted replica with the same id runs none of its old ones). */
   private readonly active = new Set<string>();
+  /** Per running refit: whether this replica still holds it (see execute). */
+  private readonly stillOurs = new Map<string, () => Promise<boolean | undefined>>();
   private closing = false;
 
   constructor(
     private readonly deps: {
       replicaId: string;
+      /** This replica's lease fence: after each lapse, a refit it runs is confirmed before more is sent. */
+      fence?: { readonly lapses: number };
       queue: RefitQueue;
       journals: JsonBucket<RefitJournal>;
       registry: Registry;
@@ -172,6 +176,7 @@ export class RefitRunner {
         msg.ack();
       } finally {
         this.active.delete(q.id);
+        this.stillOurs.delete(q.id);
         this.deps.metrics.refitEnded();
       }
     } finally {
@@ -292,6 +297,17 @@ export class RefitRunner {
     const id = q.id;
     const targets = all.filter((w) => !j.asleep.includes(w.id));
     const asleep = all.filter((w) => j.asleep.includes(w.id));
+    // Whether this replica still holds the refit, read afresh after each lapse of its lease (the
+    // journal's revision moved: another replica took it). Undefined while it cannot be read.
+    let confirmedLapses = this.deps.fence?.lapses ?? 0;
+    this.stillOurs.set(id, async () => {
+      const lapses = this.deps.fence?.lapses ?? 0;
+      if (writer.fenced) return false;
+      if (lapses === confirmedLapses) return true;
+      const held = await writer.confirm();
+      if (held === true) confirmedLapses = lapses;
+      return held;
+    });
     const plan = planRefit(req, targets);
     const calls = this.prepareCalls(plan, targets, id);
     const startedAt = new Date();
@@ -553,7 +569,16 @@ export class RefitRunner {
    */
   private async callMade(worker: Worker, call: () => ControlCall, deadline: number, signal: AbortSignal): Promise<ControlOutcome> {
     for (;;) {
-      const out = await this.callOne(worker, call(), signal);
+      const c = call();
+      // After this replica's lease lapsed, another replica may hold the refit now: nothing more is
+      // sent for it until its journal says it is still ours (a pause sent again by a runner that
+      // lost its refit would land after the new runner's resume).
+      const ours = c.refitId ? await this.stillOurs.get(c.refitId)?.() : true;
+      if (ours === false) return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${worker.url}\` not called: another replica took this refit over` };
+      const out: ControlOutcome =
+        ours === undefined
+          ? { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${worker.url}\` not called: this replica could not read the refit's journal after losing its lease` }
+          : await this.callOne(worker, c, signal);
       // A replica shutting down does not wait for a fence to reopen: the refit ends with what it has.
       if (!notMade(out) || signal.aborted || this.closing || Date.now() + 250 >= deadline) return out;
       await new Promise((r) => setTimeout(r, 250));
