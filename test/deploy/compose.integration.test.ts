@@ -19,7 +19,7 @@ import { loadConfig } from '../../src/gateway/config.ts';
 import { parseArgs as parseSglangArgs } from '../../src/sim/sglang/options.ts';
 import { parseArgs as parseTokenspeedArgs } from '../../src/sim/tokenspeed/cli.ts';
 import { parseArgs as parseZmqArgs } from '../../src/sim/zmq/options.ts';
-import { parseTrainerInvocation } from '../../src/sim/trainer/main.ts';
+import { parseTrainerInvocation } from '../../src/cli/trainer/main.ts';
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const COMPOSE = join(REPO_ROOT, 'docker-compose.yml');

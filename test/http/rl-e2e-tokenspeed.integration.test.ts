@@ -8,7 +8,7 @@ import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
 import { openGroup } from '../../src/sim/broadcast/master.ts';
 import type { LoadedTensor } from '../../src/sim/broadcast/types.ts';
-import { makeChunks } from '../../src/sim/trainer/chunks.ts';
+import { makeChunks } from '../../src/cli/trainer/chunks.ts';
 
 const ALL = 'selector=engine%3Dtokenspeed';
 const GROUP = 'weight_update_group';

@@ -9,12 +9,12 @@ import { createServer, type AddressInfo, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { subjects } from '../../src/bus/subjects.ts';
-import { connectBus, type Bus } from '../../src/bus/connection.ts';
-import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { startGatewayProcess, until, type GatewayProcess } from '../fixtures/gateway-process.ts';
-import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
-import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { subjects } from '../../../src/bus/subjects.ts';
+import { connectBus, type Bus } from '../../../src/bus/connection.ts';
+import { startTestGateway, type TestGateway } from '../../fixtures/gateway.ts';
+import { startGatewayProcess, until, type GatewayProcess } from '../../fixtures/gateway-process.ts';
+import { startTestNats, type TestNats } from '../../fixtures/nats-server.ts';
+import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../../fixtures/sglang-sim.ts';
 
 interface Run {
   code: number | null;

@@ -2,9 +2,9 @@
 // parameters, the flags that refuse each other, and the summary lines of a report.
 
 import { describe, expect, it } from 'vitest';
-import { paramsForBytes } from '../../src/sim/trainer/chunks.ts';
-import { parseByteSize, parseTrainerArgs, parseTrainerInvocation, TRAINER_EXIT, TRAINER_USAGE } from '../../src/sim/trainer/main.ts';
-import { reportLines } from '../../src/sim/trainer/summary.ts';
+import { paramsForBytes } from '../../../src/cli/trainer/chunks.ts';
+import { parseByteSize, parseTrainerArgs, parseTrainerInvocation, TRAINER_EXIT, TRAINER_USAGE } from '../../../src/cli/trainer/main.ts';
+import { reportLines } from '../../../src/cli/trainer/summary.ts';
 
 describe('parseTrainerInvocation', () => {
   it('--nats-url picks NATS, with the credential flags, the subject root and the new flags', () => {

@@ -1,4 +1,4 @@
-// Command-line face of the trainer simulator: parse flags, run one distributed refit through the
+// Command-line face of the trainer client: parse flags, run one distributed refit through the
 // gateway (over NATS with --nats-url, over HTTP with --gateway), print the report (summary lines,
 // or its JSON with --json) on stdout, its progress (refit-display.ts) and one line on where it came
 // from on stderr, and exit with a code that says how it went. It owns no refit logic (refit.ts,
@@ -12,8 +12,8 @@ import { parseArgs } from 'node:util';
 import { NATS_CLIENT_FLAGS, natsClientFlagsHelp, natsClientParseOptions, natsUrlFromEnv, readNatsClientFlags } from '../../bus/client-flags.ts';
 import { checkNatsSettings, type NatsAuthSettings } from '../../bus/connect-options.ts';
 import { DEFAULT_ROOT, subjects } from '../../bus/subjects.ts';
-import { refitDisplay } from '../../cli/refit-display.ts';
-import { dtypeWidth } from '../broadcast/dtype.ts';
+import { refitDisplay } from '../refit-display.ts';
+import { dtypeWidth } from '../../sim/broadcast/dtype.ts';
 import { DEFAULT_DTYPE, DEFAULT_SHAPE, makeChunks, paramsForBytes } from './chunks.ts';
 import { runNatsRefit } from './nats-refit.ts';
 import { runDistributedRefit, TrainerError, type DistributedRefitResult } from './refit.ts';

@@ -2,8 +2,8 @@
 // of its command. The refit itself runs over real sockets in broadcast.integration.test.ts.
 
 import { describe, expect, it } from 'vitest';
-import { makeChunks } from '../../src/sim/trainer/chunks.ts';
-import { parseTrainerArgs } from '../../src/sim/trainer/main.ts';
+import { makeChunks } from '../../../src/cli/trainer/chunks.ts';
+import { parseTrainerArgs } from '../../../src/cli/trainer/main.ts';
 
 describe('makeChunks', () => {
   it('cuts the parameters into chunks of perChunk, in order, with equal-length lists', () => {
