@@ -13,7 +13,7 @@ import { NATS_CLIENT_FLAGS, natsClientFlagsHelp, natsClientParseOptions, natsUrl
 import { checkNatsSettings, type NatsAuthSettings } from '../../bus/connect-options.ts';
 import { DEFAULT_ROOT, subjects } from '../../bus/subjects.ts';
 import { refitDisplay } from '../refit-display.ts';
-import { dtypeWidth } from '../../sim/broadcast/dtype.ts';
+import { dtypeWidth } from '../../../sim/broadcast/dtype.ts';
 import { DEFAULT_DTYPE, DEFAULT_SHAPE, makeChunks, paramsForBytes } from './chunks.ts';
 import { runNatsRefit } from './nats-refit.ts';
 import { runDistributedRefit, TrainerError, type DistributedRefitResult } from './refit.ts';

@@ -5,10 +5,10 @@
 // It never talks to an engine directly; the gateway does that.
 
 import { request } from 'undici';
-import { openGroup, tensorHead, type GroupMaster } from '../../sim/broadcast/master.ts';
-import { decodeValues, tensorBytes } from '../../sim/broadcast/dtype.ts';
-import type { LoadedTensor } from '../../sim/broadcast/types.ts';
-import { GroupError } from '../../sim/broadcast/wire.ts';
+import { openGroup, tensorHead, type GroupMaster } from '../../../sim/broadcast/master.ts';
+import { decodeValues, tensorBytes } from '../../../sim/broadcast/dtype.ts';
+import type { LoadedTensor } from '../../../sim/broadcast/types.ts';
+import { GroupError } from '../../../sim/broadcast/wire.ts';
 import type { Chunk } from './chunks.ts';
 import { followRefitEvents } from './event-stream.ts';
 

@@ -1,5 +1,5 @@
-// `rlgate sim sglang` and `node --import tsx src/sim/sglang/main.ts`: parse flags, pick the
-// broadcast transport (src/sim/broadcast/member.ts when it loads, else metadata only), start the
+// `rlgate sim sglang` and `node --import tsx sim/sglang/main.ts`: parse flags, pick the
+// broadcast transport (sim/broadcast/member.ts when it loads, else metadata only), start the
 // simulator, print one `listening` JSON line, and stop cleanly on SIGTERM/SIGINT. It holds no
 // engine behaviour of its own.
 

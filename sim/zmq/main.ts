@@ -1,4 +1,4 @@
-// `rlgate sim zmq` and `node --import tsx src/sim/zmq/main.ts`: parse flags, start the simulator
+// `rlgate sim zmq` and `node --import tsx sim/zmq/main.ts`: parse flags, start the simulator
 // with the TCP broadcast transport, print one `listening` JSON line, and stop cleanly on
 // SIGTERM/SIGINT (or stdin EOF with --exit-on-stdin-close). No engine behaviour of its own.
 

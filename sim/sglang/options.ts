@@ -134,13 +134,13 @@ Prints {"event":"listening","url":...,"port":...} on stdout when ready; SIGTERM/
   --context-length <n>          longest accepted prompt, in tokens (default 32768)
   --api-key <key>               require "Authorization: Bearer <key>" (not on /health*, /_sim/*)
   --version <v>                 SGLang version reported by /server_info (default 0.5.19)
-  --fault <json>                a fault object or list (repeatable); see src/sim/sglang/README.md
+  --fault <json>                a fault object or list (repeatable); see sim/sglang/README.md
   --health-mode generate|liveness   /health behaves as /health_generate, or always 200 (default generate)
   --health-check-timeout <ms>   /health_generate wait while paused before 503 (default 20000)
   --group-timeout <ms>          broadcast-group rendezvous/receive deadline (default 120000)
   --record-limit <n>            requests kept for /_sim/requests, 0 = off (default 10000)
   --no-memory-saver             answer release/resume_memory_occupation with 400
-  --transport auto|metadata     auto: use src/sim/broadcast/member.ts when present (default auto)
+  --transport auto|metadata     auto: use sim/broadcast/member.ts when present (default auto)
   --exit-on-stdin-close         stop when stdin reaches EOF (for harnesses that spawn it)
   --help                        this text
 `;

@@ -1,4 +1,4 @@
-// Starts one simulated ZMQ engine: the shared TokenSpeed engine state (src/sim/tokenspeed) with
+// Starts one simulated ZMQ engine: the shared TokenSpeed engine state (sim/tokenspeed) with
 // its HTTP RL control app and admin server, the ZMQ face and link dialling the gateway, and the
 // lane's admin server in front. Returns its URLs and a clean close; no engine behaviour here.
 

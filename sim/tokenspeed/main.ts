@@ -1,4 +1,4 @@
-// `rlgate sim tokenspeed` and `node --import tsx src/sim/tokenspeed/main.ts`: parse flags, pick
+// `rlgate sim tokenspeed` and `node --import tsx sim/tokenspeed/main.ts`: parse flags, pick
 // the servicer personality (flag > env > default, invalid values fail startup), start the
 // simulator with the TCP broadcast transport, print one `listening` JSON line, and stop cleanly
 // on SIGTERM/SIGINT (or stdin EOF when asked). It holds no engine behaviour of its own.

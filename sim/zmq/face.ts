@@ -1,5 +1,5 @@
 // The ZMQ face of a simulated TokenSpeed engine, in place of the gRPC servicer: ADD frames become
-// Sequences of the shared TsEngine (src/sim/tokenspeed), ABORTs abort them, each scheduler step's
+// Sequences of the shared TsEngine (sim/tokenspeed), ABORTs abort them, each scheduler step's
 // progress goes out as one BatchTokenIDOutSlim batch; plus lane faults and records of what came
 // in. Scheduling, pause modes and the control app are the TsEngine's, never this file's.
 

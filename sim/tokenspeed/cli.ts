@@ -50,7 +50,7 @@ SIGTERM/SIGINT stop it (health NOT_SERVING, in-flight requests drain, then exit 
   --kvstore-storage-backend <b>  pretend L3 KV storage is configured
   --version <v>                  tokenspeed_version (default 0.2.0)
   --server-arg <key=value>       extra ServerArgs key (value parsed as JSON when it parses), repeatable
-  --fault <json>                 a fault object or list, repeatable (see src/sim/tokenspeed/README.md)
+  --fault <json>                 a fault object or list, repeatable (see sim/tokenspeed/README.md)
   --group-timeout <ms>           broadcast-group rendezvous/receive deadline (default 120000)
   --record-limit <n>             records kept for /_sim/requests and /_sim/rpcs, 0 = off (default 10000)
   --drain-secs <s>               SIGTERM drain window (default: rust SMG_TOKENSPEED_SERVICER_DRAIN_SECS, else 5)

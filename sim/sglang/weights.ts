@@ -1,4 +1,4 @@
-// SGLang's weights: its group entry and dtypes over the shared store (src/sim/weight-store.ts:
+// SGLang's weights: its group entry and dtypes over the shared store (sim/weight-store.ts:
 // tensors, groups, counters, the serial queue), and the one load transaction every weight
 // route goes through (abort → drain unless paused → flush check → load → version).
 // It never parses HTTP bodies; the route files do.

@@ -6,7 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { fileURLToPath } from 'node:url';
 
-export const PROTO_DIR = fileURLToPath(new URL('../../../proto/', import.meta.url));
+export const PROTO_DIR = fileURLToPath(new URL('../../proto/', import.meta.url));
 
 /** The options proto/README.md documents: 64-bit integers as strings, field names as written. */
 export const LOADER_OPTIONS: protoLoader.Options = {

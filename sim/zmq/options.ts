@@ -1,7 +1,7 @@
 // Options of the ZMQ engine simulator: names, defaults, the `rlgate sim zmq` flag parser and the
 // --help text, plus the handshake-address rule the gateway also follows (FNV-1a-64 of the ipc
 // path, re-implemented here on purpose). Engine options map onto the shared TokenSpeed engine's
-// (src/sim/tokenspeed/options.ts). It never opens a socket.
+// (sim/tokenspeed/options.ts). It never opens a socket.
 
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -39,7 +39,7 @@ export interface ZmqSimOptions {
   rlControlApiKey?: string;
   /** Lane faults (faults.ts). */
   faults?: SimFault[];
-  /** Control-app route faults (src/sim/tokenspeed/faults.ts). */
+  /** Control-app route faults (sim/tokenspeed/faults.ts). */
   controlFaults?: FaultRule[];
   groupTimeoutMs?: number;
   recordLimit?: number;
@@ -151,8 +151,8 @@ the gateway binds).
   --no-rl-control                no control app (a ZMQ worker without rl.control_url)
   --rl-control-host <addr>       control app bind address (default 127.0.0.1)
   --rl-control-api-key <key>     bearer key for every control route
-  --fault <json>                 a lane fault or list (repeatable); see src/sim/zmq/README.md
-  --control-fault <json>         a control-route fault or list (src/sim/tokenspeed/README.md)
+  --fault <json>                 a lane fault or list (repeatable); see sim/zmq/README.md
+  --control-fault <json>         a control-route fault or list (sim/tokenspeed/README.md)
   --group-timeout <ms>           broadcast-group rendezvous/receive deadline (default 120000)
   --record-limit <n>             control requests kept for /_sim/requests (default 10000)
   --exit-on-stdin-close          stop when stdin reaches EOF (for harnesses that spawn it)

@@ -1,4 +1,4 @@
-// TokenSpeed's weight store: the shared store (src/sim/weight-store.ts: tensors, groups, load
+// TokenSpeed's weight store: the shared store (sim/weight-store.ts: tensors, groups, load
 // counters, the serial queue every weight operation runs through) over TokenSpeed's lazily
 // joined groups, which it closes even when a join is still running. It never parses HTTP.
 
