@@ -8,7 +8,7 @@ import type { ResolvedOptions } from './options.ts';
 import { Concurrency, RequestRecorder } from './recorder.ts';
 import { Scheduler } from './scheduler.ts';
 import { WeightStore } from './weights.ts';
-import { MemoryGate } from '../memory-gate.ts';
+import { MemoryGate } from '../core/memory-gate.ts';
 
 export const MEMORY_TAGS = ['weights', 'kv_cache', 'cuda_graph'] as const;
 

@@ -2,7 +2,7 @@
 // --help text. It owns every option name and default; it never starts a server.
 
 import type { JoinGroup } from '../broadcast/types.ts';
-import { flagJson, flagNumber, readFlags } from '../flags.ts';
+import { flagJson, flagNumber, readFlags } from '../core/flags.ts';
 import { parseFaults, type Fault } from './faults.ts';
 
 export type HealthMode = 'generate' | 'liveness';

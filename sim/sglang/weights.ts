@@ -1,9 +1,9 @@
-// SGLang's weights: its group entry and dtypes over the shared store (sim/weight-store.ts:
+// SGLang's weights: its group entry and dtypes over the shared store (sim/core/weight-store.ts:
 // tensors, groups, counters, the serial queue), and the one load transaction every weight
 // route goes through (abort → drain unless paused → flush check → load → version).
 // It never parses HTTP bodies; the route files do.
 
-import { WeightStore as BaseWeightStore, type StoredGroup } from '../weight-store.ts';
+import { WeightStore as BaseWeightStore, type StoredGroup } from '../core/weight-store.ts';
 import type { SimEngine } from './engine.ts';
 
 export const DTYPE_BYTES: Readonly<Record<string, number>> = {

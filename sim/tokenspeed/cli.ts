@@ -2,7 +2,7 @@
 // unknown flags refused) into simulator options, and the --help text. `--servicer-impl` is kept
 // raw here: main.ts resolves it against the environment. It never starts anything.
 
-import { flagJson, flagNumber, readFlags } from '../flags.ts';
+import { flagJson, flagNumber, readFlags } from '../core/flags.ts';
 import { FaultError, parseFaults, type FaultRule } from './faults.ts';
 import type { StampMode, TokenspeedSimOptions } from './options.ts';
 

@@ -10,7 +10,7 @@ import { Recorder } from './recorder.ts';
 import { Scheduler } from './scheduler.ts';
 import type { Finish } from './sequence.ts';
 import { WeightStore } from './weights.ts';
-import { MemoryGate } from '../memory-gate.ts';
+import { MemoryGate } from '../core/memory-gate.ts';
 
 export const MEMORY_TAGS = ['weights', 'kv_cache', 'cuda_graph'] as const;
 /** Reported as max_total_num_tokens; the simulator has no real KV pool. */

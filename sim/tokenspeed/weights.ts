@@ -1,9 +1,9 @@
-// TokenSpeed's weight store: the shared store (sim/weight-store.ts: tensors, groups, load
+// TokenSpeed's weight store: the shared store (sim/core/weight-store.ts: tensors, groups, load
 // counters, the serial queue every weight operation runs through) over TokenSpeed's lazily
 // joined groups, which it closes even when a join is still running. It never parses HTTP.
 
 import type { GroupMember } from '../broadcast/types.ts';
-import { WeightStore as BaseWeightStore, type StoredGroup } from '../weight-store.ts';
+import { WeightStore as BaseWeightStore, type StoredGroup } from '../core/weight-store.ts';
 
 export interface GroupEntry extends StoredGroup {
   /**

@@ -5,7 +5,7 @@
 import { joinGroup } from '../broadcast/member.ts';
 import { HELP, parseArgs } from './options.ts';
 import { startZmqSim } from './server.ts';
-import { runAsMain, runUntilStopped } from '../lifetime.ts';
+import { runAsMain, runUntilStopped } from '../core/lifetime.ts';
 
 /**
  * Runs one simulator until a signal (or an `exit` fault / POST /_sim/exit, which exit the process

@@ -10,7 +10,7 @@ import type { JoinGroup } from '../broadcast/types.ts';
 import { FaultError, parseFaults as parseControlFaults, type FaultRule } from '../tokenspeed/faults.ts';
 import type { TokenspeedSimOptions } from '../tokenspeed/options.ts';
 import { parseFaults, type SimFault } from './faults.ts';
-import { flagJson, flagNumber, readFlags } from '../flags.ts';
+import { flagJson, flagNumber, readFlags } from '../core/flags.ts';
 
 export interface ZmqSimOptions {
   /** Worker URL the gateway registers: `ipc://<path>` or `tcp://127.0.0.1:<port>`. Default: a fresh ipc path. */

@@ -3,7 +3,7 @@
 // the one queue every weight operation runs through. Each simulator subclasses it for its own
 // group entry; it never parses HTTP or gRPC and never decides whether a load succeeds.
 
-import type { GroupMember } from './broadcast/types.ts';
+import type { GroupMember } from '../broadcast/types.ts';
 
 export interface LoadedTensorRecord {
   name: string;
