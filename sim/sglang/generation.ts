@@ -8,7 +8,8 @@ import type { SimEngine } from './engine.ts';
 import { isInt, jsonObject, sendError, sendInvalid, sendJson, type Call } from './reply.ts';
 import { expandRids, makeSequences, parseSampling, type Sampling } from './sampling.ts';
 import type { Sequence } from './sequence.ts';
-import { encode, logprobAt, tokenText, topLogprobsAt } from './tokens.ts';
+import { encode, tokenText } from '../core/tokens.ts';
+import { logprobAt, topLogprobsAt } from './tokens.ts';
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
 export const SSE_DONE = Buffer.from('data: [DONE]\n\n');

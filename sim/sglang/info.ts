@@ -4,7 +4,7 @@
 
 import type { SimEngine } from './engine.ts';
 import { sendJson, type Call } from './reply.ts';
-import { VOCAB_SIZE } from './tokens.ts';
+import { VOCAB_SIZE } from '../core/tokens.ts';
 
 const MAX_TOTAL_TOKENS = 1_000_000;
 

@@ -7,7 +7,8 @@ import { runSequences, SSE_DONE, SSE_HEADERS } from './generation.ts';
 import { isInt, jsonObject, sendInvalid, sendJson, type Call } from './reply.ts';
 import { expandRids, makeSequences, parseSampling, type Sampling } from './sampling.ts';
 import type { FinishReason, Sequence } from './sequence.ts';
-import { encode, logprobAt, tokenText, topLogprobsAt } from './tokens.ts';
+import { encode, tokenText } from '../core/tokens.ts';
+import { logprobAt, topLogprobsAt } from './tokens.ts';
 
 type Kind = 'chat' | 'completion';
 

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { SimEngine } from './engine.ts';
 import { isInt } from './reply.ts';
 import { Sequence } from './sequence.ts';
-import { seedOf } from './tokens.ts';
+import { seedOf } from '../core/tokens.ts';
 
 export interface Sampling {
   maxNewTokens: number;

@@ -2,7 +2,8 @@
 // the tokens produced so far and how it finished. It decides when it is done (length, stop token,
 // stop string); it never schedules itself and never writes HTTP.
 
-import { EOS_TOKEN_ID, tokenAt, tokenText } from './tokens.ts';
+import { EOS_TOKEN_ID, tokenText } from '../core/tokens.ts';
+import { tokenAt } from './tokens.ts';
 
 export type SeqState = 'held' | 'waiting' | 'running' | 'finished';
 

@@ -7,7 +7,8 @@ import { randomUUID } from 'node:crypto';
 import { status, type ServerWritableStream } from '@grpc/grpc-js';
 import type { TsEngine } from './engine.ts';
 import type { FaultRule } from './faults.ts';
-import { choiceSeed, logprobAt, seedOf, topLogprobsAt } from './sampler.ts';
+import { seedOf } from '../core/tokens.ts';
+import { choiceSeed, logprobAt, topLogprobsAt } from './sampler.ts';
 import { Sequence, type Finish } from './sequence.ts';
 
 type Req = Record<string, any>;

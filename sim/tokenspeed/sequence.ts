@@ -3,8 +3,8 @@
 // string, or an abort carrying its HTTP-like status code). It never schedules itself and never
 // writes to the wire.
 
+import { decode, EOS_TOKEN_ID } from '../core/tokens.ts';
 import { tokenAt } from './sampler.ts';
-import { decode, EOS_TOKEN_ID } from './tokenizer.ts';
 
 export type SeqState = 'held' | 'waiting' | 'running' | 'finished';
 

@@ -9,7 +9,8 @@ import { MAX_TOTAL_TOKENS, type TsEngine } from './engine.ts';
 import { RpcError } from './generate.ts';
 import { toStruct } from './proto.ts';
 import { schedulerInfo, serverArgs } from './server-args.ts';
-import { BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, tokenizerFiles, VOCAB_SIZE } from './tokenizer.ts';
+import { BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, VOCAB_SIZE } from '../core/tokens.ts';
+import { tokenizerFiles } from './tokenizer.ts';
 
 type Req = Record<string, any>;
 type Msg = Record<string, unknown>;

@@ -1,33 +1,15 @@
-// The simulator's tokenizer: byte-level, one token per UTF-8 byte (id = byte + 3; 0/1/2 are
-// <pad>/<s>/</s>), written out as a real Hugging Face file set (tokenizer.json as a byte-level BPE
-// with no merges, tokenizer_config.json, config.json, …) that GetTokenizer streams. Pure: it
-// never touches the network.
+// The simulator's tokenizer (sim/core/tokens.ts: one token per UTF-8 byte, id = byte + 3;
+// 0/1/2 are <pad>/<s>/</s>) written out as a real Hugging Face file set (tokenizer.json as a
+// byte-level BPE with no merges, tokenizer_config.json, config.json, …) that GetTokenizer
+// streams. Pure: it never touches the network.
 
-export const PAD_TOKEN_ID = 0;
-export const BOS_TOKEN_ID = 1;
-export const EOS_TOKEN_ID = 2;
-export const TOKEN_OFFSET = 3;
-export const VOCAB_SIZE = 256 + TOKEN_OFFSET;
+import { BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, TOKEN_OFFSET, VOCAB_SIZE } from '../core/tokens.ts';
 
 const SPECIAL = [
   { id: PAD_TOKEN_ID, content: '<pad>' },
   { id: BOS_TOKEN_ID, content: '<s>' },
   { id: EOS_TOKEN_ID, content: '</s>' },
 ];
-
-export function encode(text: string): number[] {
-  const bytes = Buffer.from(text, 'utf8');
-  const ids = new Array<number>(bytes.length);
-  for (let i = 0; i < bytes.length; i++) ids[i] = bytes[i] + TOKEN_OFFSET;
-  return ids;
-}
-
-/** Special and out-of-range ids decode to nothing (skip_special_tokens). */
-export function decode(ids: readonly number[]): string {
-  const bytes: number[] = [];
-  for (const id of ids) if (id >= TOKEN_OFFSET && id < VOCAB_SIZE) bytes.push(id - TOKEN_OFFSET);
-  return Buffer.from(bytes).toString('utf8');
-}
 
 /**
  * GPT-2's byte → printable character map (what the ByteLevel pre-tokenizer and decoder use), so

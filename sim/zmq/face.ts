@@ -5,7 +5,8 @@
 
 import { crc32 } from 'node:zlib';
 import { MAX_TOTAL_TOKENS, type TsEngine } from '../tokenspeed/engine.ts';
-import { choiceSeed, logprobAt, seedOf } from '../tokenspeed/sampler.ts';
+import { seedOf } from '../core/tokens.ts';
+import { choiceSeed, logprobAt } from '../tokenspeed/sampler.ts';
 import { Sequence } from '../tokenspeed/sequence.ts';
 import { STANDING, type SimFault } from './faults.ts';
 import type { Link } from './link.ts';
