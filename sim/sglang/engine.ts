@@ -27,7 +27,6 @@ export class SimEngine {
   /** Requests sleeping in a `delayMs` fault right now. */
   delayed = 0;
   readonly startedAt = Date.now();
-  private rr = 0;
 
   constructor(readonly opts: ResolvedOptions) {
     this.weightVersion = opts.weightVersion;
@@ -41,14 +40,6 @@ export class SimEngine {
     this.faults.add(opts.faults);
   }
 
-  /** DP rank for a request: the one it asks for, else round robin. */
-  dpRank(asked: unknown): number {
-    if (typeof asked === 'number' && Number.isInteger(asked) && asked >= 0 && asked < this.opts.dpSize) return asked;
-    const r = this.rr;
-    this.rr = (this.rr + 1) % this.opts.dpSize;
-    return r;
-  }
-
   releaseMemory(tags: readonly string[]): void {
     this.memory.release(tags);
   }
@@ -59,18 +50,12 @@ export class SimEngine {
 
   /** Everything GET /_sim/state reports. */
   state(): Record<string, unknown> {
-    const c = this.scheduler.counts();
     return {
       version: this.opts.version,
       model: this.opts.model,
       servedModelName: this.opts.servedModelName,
       weightVersion: this.weightVersion,
-      paused: this.scheduler.paused,
-      gateOpen: this.scheduler.gateOpen,
-      running: c.running,
-      waiting: c.waiting,
-      held: c.held,
-      sequences: this.scheduler.sequences(1000),
+      ...this.scheduler.view(),
       memoryReleased: [...this.memory.released],
       weights: this.weights.snapshot(),
       inFlight: this.concurrency.inFlight,

@@ -4,11 +4,11 @@
 // It also runs a set of sequences against one HTTP response (used by openai.ts); it never paces
 // tokens itself (the scheduler does).
 
+import type { Sequence } from '../core/sequence.ts';
+import { encode, tokenText } from '../core/tokens.ts';
 import type { SimEngine } from './engine.ts';
 import { isInt, jsonObject, sendError, sendInvalid, sendJson, type Call } from './reply.ts';
 import { expandRids, makeSequences, parseSampling, type Sampling } from './sampling.ts';
-import type { Sequence } from './sequence.ts';
-import { encode, tokenText } from '../core/tokens.ts';
 import { logprobAt, topLogprobsAt } from './tokens.ts';
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
@@ -77,6 +77,18 @@ function logprobEntries(seq: Sequence, ask: LogprobAsk): Record<string, unknown>
   return out;
 }
 
+/**
+ * SGLang's `finish_reason` (the `to_json()` of FINISH_LENGTH, FINISH_MATCHED_TOKEN/STR and
+ * FINISH_ABORT); null while the request runs.
+ */
+function finishReason(seq: Sequence): Record<string, unknown> | null {
+  const f = seq.finish;
+  if (f === null) return null;
+  if (f.type === 'length') return { type: 'length', length: Math.max(0, seq.params.maxNewTokens) };
+  if (f.type === 'stop') return { type: 'stop', matched: f.matched };
+  return { type: 'abort', message: f.message, status_code: f.statusCode, err_type: null };
+}
+
 /** One SGLang output object for a sequence, with the live weight_version. */
 export function outputOf(
   engine: SimEngine,
@@ -87,7 +99,7 @@ export function outputOf(
 ): Record<string, unknown> {
   let meta: Record<string, unknown> = {
     id: seq.rid,
-    finish_reason: seq.finishReason,
+    finish_reason: finishReason(seq),
     prompt_tokens: seq.params.promptIds.length,
     weight_version: engine.weightVersion,
     total_retractions: seq.retractions,

@@ -2,12 +2,12 @@
 // (with `metadata.weight_version`, no system_fingerprint: the gateway stamps that) or streamed as
 // chunks ending `data: [DONE]`. It never stamps versions into streams; SGLang does not either.
 
+import type { Finish, Sequence } from '../core/sequence.ts';
+import { encode, tokenText } from '../core/tokens.ts';
 import type { SimEngine } from './engine.ts';
 import { runSequences, SSE_DONE, SSE_HEADERS } from './generation.ts';
 import { isInt, jsonObject, sendInvalid, sendJson, type Call } from './reply.ts';
 import { expandRids, makeSequences, parseSampling, type Sampling } from './sampling.ts';
-import type { FinishReason, Sequence } from './sequence.ts';
-import { encode, tokenText } from '../core/tokens.ts';
 import { logprobAt, topLogprobsAt } from './tokens.ts';
 
 type Kind = 'chat' | 'completion';
@@ -27,11 +27,11 @@ function chatPrompt(messages: unknown[]): number[] {
   return encode(`${lines.join('\n')}\n<|assistant|>`);
 }
 
-function finishName(r: FinishReason | null): string | null {
+function finishName(r: Finish | null): string | null {
   return r === null ? null : r.type;
 }
 
-function matchedStop(r: FinishReason | null): number | string | null {
+function matchedStop(r: Finish | null): number | string | null {
   return r && r.type === 'stop' ? r.matched : null;
 }
 
@@ -134,7 +134,7 @@ function handle(engine: SimEngine, call: Call, kind: Kind): void {
       const lp = !wantLogprobs ? null : kind === 'chat' ? chatLogprobs(seq, sentTokens[k], top) : completionLogprobs(seq, sentTokens[k], top);
       sentTokens[k] = seq.outputIds.length;
       if (delta === '' && !seq.done) return;
-      const fin = { finish_reason: finishName(seq.finishReason), matched_stop: matchedStop(seq.finishReason) };
+      const fin = { finish_reason: finishName(seq.finish), matched_stop: matchedStop(seq.finish) };
       if (kind === 'chat') write({ index: k, delta: delta === '' ? {} : { content: delta }, logprobs: lp, ...fin });
       else write({ index: k, text: delta, logprobs: lp, ...fin });
     }, () => {
@@ -149,7 +149,7 @@ function handle(engine: SimEngine, call: Call, kind: Kind): void {
 
   runSequences(engine, call, seqs, null, () => {
     const choices = seqs.map((s, k) => {
-      const fin = { finish_reason: finishName(s.finishReason), matched_stop: matchedStop(s.finishReason) };
+      const fin = { finish_reason: finishName(s.finish), matched_stop: matchedStop(s.finish) };
       if (kind === 'chat') {
         return {
           index: k,

@@ -3,10 +3,11 @@
 // /generate and the OpenAI routes; it never writes HTTP.
 
 import { randomUUID } from 'node:crypto';
+import { Sequence } from '../core/sequence.ts';
+import { seedOf } from '../core/tokens.ts';
 import type { SimEngine } from './engine.ts';
 import { isInt } from './reply.ts';
-import { Sequence } from './sequence.ts';
-import { seedOf } from '../core/tokens.ts';
+import { tokenAt } from './tokens.ts';
 
 export interface Sampling {
   maxNewTokens: number;
@@ -107,8 +108,8 @@ export function makeSequences(
         stopStrings: sp.stopStrings,
         noStopTrim: sp.noStopTrim,
         ignoreEos: sp.ignoreEos,
-        dpRank: engine.dpRank(askedRank),
-      }));
+        dpRank: engine.scheduler.rankFor(askedRank),
+      }, tokenAt));
     }
   }
   const seen = new Set<string>();

@@ -5,6 +5,7 @@
 
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { abortFinish } from '../core/sequence.ts';
 import type { TsEngine } from './engine.ts';
 import { FaultError, parseFaults } from './faults.ts';
 import { sendJson } from './reply.ts';
@@ -83,7 +84,7 @@ async function handle(engine: TsEngine, hooks: AdminHooks, method: string, path:
       const rid = typeof obj.rid === 'string' ? obj.rid : null;
       if (rid === null && obj.all !== true) return bad(res, 'give rid or all: true');
       const message = typeof obj.message === 'string' ? obj.message : 'Aborted by the engine';
-      const n = engine.scheduler.abortWhere((r) => obj.all === true || r === rid || r.startsWith(`${rid}-n`), engine.abortFinish(message, code as number | null));
+      const n = engine.scheduler.abortWhere((r) => obj.all === true || r === rid || r.startsWith(`${rid}-n`), abortFinish(message, code as number | null));
       return sendJson(res, 200, { aborted: n });
     }
     case 'POST /_sim/weight-version': {

@@ -3,6 +3,7 @@
 // occupation), health_generate, /v1/loads, versions, /model_info, /server_info, /is_paused.
 // They act on the engine state the gRPC servicer shares; weight routes live in refit.ts.
 
+import { abortFinish } from '../core/sequence.ts';
 import { MEMORY_TAGS, type TsEngine } from './engine.ts';
 import { invalid, ok, optionalBody, refuse, requiredBody, sendJson, type Call } from './reply.ts';
 import { PAUSE_MODES, type PauseMode } from './scheduler.ts';
@@ -20,7 +21,7 @@ export async function pauseGeneration(engine: TsEngine, call: Call): Promise<voi
     return invalid(call, `mode must be one of ${PAUSE_MODES.join(', ')}, got ${JSON.stringify(mode)}`);
   }
   // Admission is blocked first; `wait` answers once the requests already in flight have drained.
-  if (!call.claimSuccess) await engine.scheduler.pause(mode as PauseMode, engine.abortFinish('Aborted by pause_generation'));
+  if (!call.claimSuccess) await engine.scheduler.pause(mode as PauseMode, abortFinish('Aborted by pause_generation'));
   ok(call, { message: 'Paused generation.', mode });
 }
 
@@ -39,11 +40,11 @@ export function abortRequest(engine: TsEngine, call: Call): void {
   if (call.claimSuccess) return ok(call);
   if (all === true) {
     // Pause with mode abort, then resume: the engine is not left paused (even if it was before).
-    void engine.scheduler.pause('abort', engine.abortFinish('Aborted by abort_request'));
+    void engine.scheduler.pause('abort', abortFinish('Aborted by abort_request'));
     engine.scheduler.resume();
   } else if (typeof rid === 'string' && rid !== '') {
     const child = new RegExp(`^${escapeRegExp(rid)}-n\\d+$`);
-    engine.scheduler.abortWhere((r) => r === rid || child.test(r), engine.abortFinish('Aborted by abort_request'));
+    engine.scheduler.abortWhere((r) => r === rid || child.test(r), abortFinish('Aborted by abort_request'));
   }
   ok(call);
 }
@@ -108,7 +109,7 @@ export function updateWeightVersion(engine: TsEngine, call: Call): void {
     return refuse(call, `update_weight_version is refused with L3 KV storage (${engine.opts.kvstoreStorageBackend}): relabelling would serve stale cached KV under the new version.`);
   }
   if (!call.claimSuccess) {
-    if (body.abort_all_requests === true) engine.scheduler.abortWhere(() => true, engine.abortFinish('Aborted by update_weight_version'));
+    if (body.abort_all_requests === true) engine.scheduler.abortWhere(() => true, abortFinish('Aborted by update_weight_version'));
     engine.weightVersion = version;
   }
   ok(call, { message: `Weight version updated to ${version}.`, new_version: version });

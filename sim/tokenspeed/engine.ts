@@ -8,7 +8,6 @@ import { KvRelay } from './kv-events.ts';
 import type { ResolvedOptions } from './options.ts';
 import { Recorder } from './recorder.ts';
 import { Scheduler } from './scheduler.ts';
-import type { Finish } from './sequence.ts';
 import { WeightStore } from './weights.ts';
 import { MemoryGate } from '../core/memory-gate.ts';
 
@@ -47,7 +46,6 @@ export class TsEngine {
   controlInFlight = 0;
   peakControlInFlight = 0;
   readonly startedAt = Date.now();
-  private rr = 0;
 
   constructor(readonly opts: ResolvedOptions) {
     this.weightVersion = opts.weightVersion;
@@ -84,18 +82,6 @@ export class TsEngine {
     return this.scheduler.paused !== null;
   }
 
-  /** The attention-DP rank for a request: the one it pins, else round robin. */
-  dpRank(asked: number | undefined): number {
-    if (asked !== undefined && Number.isInteger(asked) && asked >= 0 && asked < this.opts.dpSize) return asked;
-    const r = this.rr;
-    this.rr = (this.rr + 1) % this.opts.dpSize;
-    return r;
-  }
-
-  abortFinish(message: string, statusCode: number | null = null): Finish {
-    return { type: 'abort', message, statusCode };
-  }
-
   releaseMemory(tags: readonly string[]): void {
     this.memory.release(tags);
   }
@@ -117,7 +103,6 @@ export class TsEngine {
 
   /** Everything GET /_sim/state reports. */
   state(): Record<string, unknown> {
-    const c = this.scheduler.counts();
     const o = this.opts;
     return {
       servicerImpl: o.servicerImpl,
@@ -128,12 +113,7 @@ export class TsEngine {
       weightVersion: this.weightVersion,
       launchWeightVersion: this.launchVersion,
       stamp: o.stamp.kind === 'fixed' ? o.stamp.value : o.stamp.kind,
-      paused: this.scheduler.paused,
-      gateOpen: this.scheduler.gateOpen,
-      running: c.running,
-      waiting: c.waiting,
-      held: c.held,
-      sequences: this.scheduler.sequences(1000),
+      ...this.scheduler.view(),
       memoryReleased: [...this.memory.released],
       profiling: this.profiling,
       weights: this.weights.snapshot(),

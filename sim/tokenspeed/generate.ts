@@ -8,8 +8,8 @@ import { status, type ServerWritableStream } from '@grpc/grpc-js';
 import type { TsEngine } from './engine.ts';
 import type { FaultRule } from './faults.ts';
 import { seedOf } from '../core/tokens.ts';
-import { choiceSeed, logprobAt, topLogprobsAt } from './sampler.ts';
-import { Sequence, type Finish } from './sequence.ts';
+import { choiceSeed, logprobAt, tokenAt, topLogprobsAt } from './sampler.ts';
+import { abortFinish, Sequence, type AbortFinish } from '../core/sequence.ts';
 
 type Req = Record<string, any>;
 export type GenerateCall = ServerWritableStream<Req, Record<string, unknown>>;
@@ -90,7 +90,6 @@ function makeSequences(engine: TsEngine, req: Req, rid: string): Sequence[] {
     if (engine.scheduler.isLive(childRid)) throw new RpcError(status.INVALID_ARGUMENT, `Duplicate request ID: ${childRid}`);
     seqs.push(new Sequence({
       rid: childRid,
-      index: i,
       promptIds,
       promptHash,
       seed: choiceSeed(promptIds, i, samplingSeed, greedy),
@@ -98,9 +97,10 @@ function makeSequences(engine: TsEngine, req: Req, rid: string): Sequence[] {
       minNewTokens: Number(sp.min_new_tokens ?? 0),
       stopTokenIds,
       stopStrings,
+      noStopTrim: sp.no_stop_trim === true,
       ignoreEos: sp.ignore_eos === true,
-      dpRank: engine.dpRank(pin),
-    }));
+      dpRank: engine.scheduler.rankFor(pin),
+    }, tokenAt));
   }
   return seqs;
 }
@@ -156,7 +156,7 @@ export function generate(engine: TsEngine, call: GenerateCall, fault: FaultRule 
     open = false;
     for (const s of seqs) engine.scheduler.cancel(s);
   };
-  const fail = (f: Extract<Finish, { type: 'abort' }>): void => {
+  const fail = (f: AbortFinish): void => {
     if (!open) return;
     stop();
     call.emit('error', { code: abortStatus(f.statusCode), details: f.message || 'aborted' });
@@ -168,12 +168,13 @@ export function generate(engine: TsEngine, call: GenerateCall, fault: FaultRule 
     return msg;
   };
 
-  for (const seq of seqs) {
+  // A choice's index is its place in the call: seqs hold the choices in order.
+  for (const [index, seq] of seqs.entries()) {
     let emitted = 0;
     seq.onUpdate = (s) => {
       if (!open) return;
       if (abortAfter !== undefined && !s.done && s.outputIds.length >= abortAfter) {
-        engine.scheduler.abortWhere((rid) => rid === s.rid, engine.abortFinish('Aborted by injected fault', fault?.fault.abortStatus ?? null));
+        engine.scheduler.abortWhere((rid) => rid === s.rid, abortFinish('Aborted by injected fault', fault?.fault.abortStatus ?? null));
         return;
       }
       const f = s.finish;
@@ -184,7 +185,7 @@ export function generate(engine: TsEngine, call: GenerateCall, fault: FaultRule 
         call.write({
           request_id: responseId,
           chunk: stamped({
-            token_ids: ids.slice(emitted, to), ...counts(s), output_logprobs: outputLogprobs(s, emitted, to, plan), index: s.params.index,
+            token_ids: ids.slice(emitted, to), ...counts(s), output_logprobs: outputLogprobs(s, emitted, to, plan), index,
           }),
         });
         emitted = to;
@@ -192,7 +193,7 @@ export function generate(engine: TsEngine, call: GenerateCall, fault: FaultRule 
       if (!f) return;
       const complete: Record<string, unknown> = {
         output_ids: ids, finish_reason: f.type, ...counts(s), output_logprobs: outputLogprobs(s, 0, ids.length, plan),
-        index: s.params.index, spec_accepted_tokens: 0, spec_draft_tokens: 0,
+        index, spec_accepted_tokens: 0, spec_draft_tokens: 0,
       };
       if (f.type === 'stop') {
         if (typeof f.matched === 'number') complete.matched_token_id = f.matched;
@@ -213,9 +214,9 @@ export function generate(engine: TsEngine, call: GenerateCall, fault: FaultRule 
   // A client that goes away aborts every engine request of the call.
   call.on('cancelled', stop);
   if (promptLen > engine.opts.contextLength) {
-    return fail(engine.abortFinish(
+    return fail(abortFinish(
       `The input (${promptLen} tokens) is longer than the model's context length (${engine.opts.contextLength} tokens).`, 400,
-    ) as Extract<Finish, { type: 'abort' }>);
+    ));
   }
   engine.scheduler.submit(seqs);
 }

@@ -4,12 +4,13 @@
 // Unary handlers return a message or throw RpcError; faults and recording wrap them elsewhere.
 
 import { status, type ServerWritableStream } from '@grpc/grpc-js';
+import { abortFinish } from '../core/sequence.ts';
+import { BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, VOCAB_SIZE } from '../core/tokens.ts';
 import { bundleChunks, zipStored } from './bundle.ts';
 import { MAX_TOTAL_TOKENS, type TsEngine } from './engine.ts';
 import { RpcError } from './generate.ts';
 import { toStruct } from './proto.ts';
 import { schedulerInfo, serverArgs } from './server-args.ts';
-import { BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, VOCAB_SIZE } from '../core/tokens.ts';
 import { tokenizerFiles } from './tokenizer.ts';
 
 type Req = Record<string, any>;
@@ -41,7 +42,7 @@ export function unaryHandlers(engine: TsEngine): Record<string, UnaryHandler> {
       const child = new RegExp(`^${escapeRegExp(rid)}-n\\d+$`);
       const n = engine.scheduler.abortWhere(
         (r) => r === rid || child.test(r),
-        engine.abortFinish(req.reason ? `Aborted: ${req.reason}` : 'Aborted by client'),
+        abortFinish(req.reason ? `Aborted: ${req.reason}` : 'Aborted by client'),
       );
       return n > 0
         ? { success: true, message: `Aborted ${n} request(s) for ${rid}` }

@@ -6,8 +6,8 @@
 import { crc32 } from 'node:zlib';
 import { MAX_TOTAL_TOKENS, type TsEngine } from '../tokenspeed/engine.ts';
 import { seedOf } from '../core/tokens.ts';
-import { choiceSeed, logprobAt } from '../tokenspeed/sampler.ts';
-import { Sequence } from '../tokenspeed/sequence.ts';
+import { choiceSeed, logprobAt, tokenAt } from '../tokenspeed/sampler.ts';
+import { abortFinish, Sequence } from '../core/sequence.ts';
 import { STANDING, type SimFault } from './faults.ts';
 import type { Link } from './link.ts';
 import { BadFrame, decodeAbort, decodeAdd, encodeBatch, refusal, REQ_ABORT, REQ_ADD, type AddRequest, type OutRow } from './wire.ts';
@@ -101,7 +101,6 @@ export class ZmqFace {
     const room = this.engine.opts.contextLength - req.inputIds.length;
     const seq = new Sequence({
       rid: req.rid,
-      index: 0,
       promptIds: req.inputIds,
       promptHash: seedOf(req.inputIds, 0),
       seed: (choiceSeed(req.inputIds, 0, BigInt(seed), greedy) ^ versionSalt(this.engine.weightVersion)) >>> 0,
@@ -109,9 +108,10 @@ export class ZmqFace {
       minNewTokens: s.minNewTokens,
       stopTokenIds: s.stopTokenIds ? new Set(s.stopTokenIds) : null,
       stopStrings: null, // string stops never cross this wire
+      noStopTrim: false,
       ignoreEos: s.ignoreEos,
       dpRank: 0,
-    });
+    }, tokenAt);
     const entry: Live = { seq, req, sent: 0 };
     this.live.set(req.rid, entry);
     seq.onUpdate = () => {
@@ -126,7 +126,7 @@ export class ZmqFace {
     for (const rid of rids) this.gatewayAborts.push(rid);
     if (this.gatewayAborts.length > RECORD_LIMIT) this.gatewayAborts.splice(0, this.gatewayAborts.length - RECORD_LIMIT);
     const set = new Set(rids);
-    this.engine.scheduler.abortWhere((rid) => set.has(rid), this.engine.abortFinish('Aborted by the frontend'));
+    this.engine.scheduler.abortWhere((rid) => set.has(rid), abortFinish('Aborted by the frontend'));
   }
 
   /** One batch per scheduler step: progress reported in the same tick goes out together. */
@@ -180,7 +180,7 @@ export class ZmqFace {
       case 'garbage': for (let i = 0; i < (f.count ?? 1); i++) this.link.push([Buffer.from([0xc1, 0xff, 0x00])]); break;
       case 'dead': this.link.die(); this.dead = true; break;
       case 'engine_abort': {
-        const finish = this.engine.abortFinish('Aborted by the engine');
+        const finish = abortFinish('Aborted by the engine');
         this.engine.scheduler.abortWhere((rid) => f.rid === undefined || rid === f.rid, finish);
         break;
       }
