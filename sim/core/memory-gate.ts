@@ -2,6 +2,9 @@
 // released tags, and a scheduler gate held shut while any tag is released. Shared by the SGLang
 // and TokenSpeed simulators; it never answers a route and never schedules anything itself.
 
+/** What a release or resume without `tags` covers. */
+export const MEMORY_TAGS = ['weights', 'kv_cache', 'cuda_graph'] as const;
+
 export class MemoryGate {
   readonly released = new Set<string>();
   private unlock: (() => void) | null = null;

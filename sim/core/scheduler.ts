@@ -16,13 +16,14 @@ export interface PauseEffect {
   freezes: boolean;
 }
 
-export interface SchedulerOptions<Mode extends string> {
+export interface SchedulerOptions {
   /** Tokens per second per request; Infinity (or ≤ 0) = everything at admission. */
   tokenRate: number;
   maxRunningRequests: number;
   dpSize: number;
-  modes: Readonly<Record<Mode, PauseEffect>>;
 }
+
+export type PauseModes<Mode extends string> = Readonly<Record<Mode, PauseEffect>>;
 
 /** Hooks an observer (the KV-event relay) listens on; the scheduler does not know what they feed. */
 export interface SchedulerHooks {
@@ -52,7 +53,7 @@ export class Scheduler<Mode extends string> {
   private readonly instant: boolean;
   private rr = 0;
 
-  constructor(private readonly opts: SchedulerOptions<Mode>) {
+  constructor(private readonly opts: SchedulerOptions, private readonly modes: PauseModes<Mode>) {
     this.instant = !Number.isFinite(opts.tokenRate) || opts.tokenRate <= 0;
     this.tickMs = this.instant ? 0 : Math.max(1, Math.min(20, 1000 / opts.tokenRate));
   }
@@ -205,13 +206,13 @@ export class Scheduler<Mode extends string> {
   protected enterPause(mode: Mode): void {
     const wasFrozen = this.frozen;
     this.paused = mode;
-    if (this.opts.modes[mode].freezes) this.stopTicker();
+    if (this.modes[mode].freezes) this.stopTicker();
     else if (wasFrozen) this.rebase();
   }
 
   /** Starts waiting requests while there is room, unless the pause forbids it. */
   protected admit(): void {
-    if (this.paused !== null && !this.opts.modes[this.paused].admits) return;
+    if (this.paused !== null && !this.modes[this.paused].admits) return;
     const now = performance.now();
     while (this.waiting.length > 0 && this.running.size < this.opts.maxRunningRequests) {
       const s = this.waiting.shift()!;
@@ -237,7 +238,7 @@ export class Scheduler<Mode extends string> {
   }
 
   private get frozen(): boolean {
-    return this.paused !== null && this.opts.modes[this.paused].freezes;
+    return this.paused !== null && this.modes[this.paused].freezes;
   }
 
   /** Pacing restarts from now: a frozen request does not catch up on the time it was frozen. */

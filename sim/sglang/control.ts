@@ -2,12 +2,10 @@
 // prefix match), flush_cache (plain text, no content-type, 400 while busy), memory occupation,
 // and health/readiness. It changes scheduler state only; it never loads weights.
 
+import { MEMORY_TAGS } from '../core/memory-gate.ts';
+import { sendBuffer, sendEmpty, type Call } from '../core/reply.ts';
 import type { SimEngine } from './engine.ts';
-import { MEMORY_TAGS } from './engine.ts';
-import {
-  BUF, jsonObject, jsonObjectOrEmpty, queryParam, sendBuffer, sendConst, sendEmpty, sendError, sendInvalid,
-  type Call,
-} from './reply.ts';
+import { BUF, jsonObject, jsonObjectOrEmpty, queryParam, sendConst, sendError, sendInvalid } from './reply.ts';
 import { PAUSE_MODES, type PauseMode } from './scheduler.ts';
 
 export function pauseGeneration(engine: SimEngine, call: Call): void {

@@ -2,15 +2,15 @@
 // scheduler, the weight store, memory occupation, faults, the request record and concurrency
 // counters. Handlers read and write it; it never touches sockets.
 
-import type { ServerResponse } from 'node:http';
-import { FaultTable } from './faults.ts';
+import { FaultTable } from '../core/faults.ts';
+import { Holds } from '../core/holds.ts';
+import { MemoryGate } from '../core/memory-gate.ts';
+import { Concurrency, RequestLog } from '../core/recorder.ts';
+import type { RouteRule } from '../core/route-faults.ts';
+import { ruleOf } from './faults.ts';
 import type { ResolvedOptions } from './options.ts';
-import { Concurrency, RequestRecorder } from './recorder.ts';
 import { Scheduler } from './scheduler.ts';
 import { WeightStore } from './weights.ts';
-import { MemoryGate } from '../core/memory-gate.ts';
-
-export const MEMORY_TAGS = ['weights', 'kv_cache', 'cuda_graph'] as const;
 
 export class SimEngine {
   weightVersion: string;
@@ -18,14 +18,11 @@ export class SimEngine {
   /** Released memory tags; admission stays shut while any is released. */
   readonly memory = new MemoryGate(() => this.scheduler.lockGate());
   readonly weights: WeightStore;
-  readonly faults = new FaultTable();
-  readonly recorder: RequestRecorder;
+  readonly faults = new FaultTable<RouteRule>();
+  readonly recorder: RequestLog;
   readonly concurrency = new Concurrency();
-  /** Memory tags currently released; any released tag holds new requests at the gate. */
-  /** Responses held by a `hang` fault, ended only by close or POST /_sim/release-hung. */
-  readonly hung = new Set<ServerResponse>();
-  /** Requests sleeping in a `delayMs` fault right now. */
-  delayed = 0;
+  /** Calls held by `hang` faults (ended only by close or POST /_sim/release-hung) and sleeping in delays. */
+  readonly holds = new Holds();
   readonly startedAt = Date.now();
 
   constructor(readonly opts: ResolvedOptions) {
@@ -36,8 +33,8 @@ export class SimEngine {
       dpSize: opts.dpSize,
     });
     this.weights = new WeightStore(opts.model);
-    this.recorder = new RequestRecorder(opts.recordLimit);
-    this.faults.add(opts.faults);
+    this.recorder = new RequestLog(opts.recordLimit);
+    this.faults.add(opts.faults.map(ruleOf));
   }
 
   releaseMemory(tags: readonly string[]): void {
@@ -62,8 +59,8 @@ export class SimEngine {
       peakInFlight: this.concurrency.peak,
       controlInFlight: this.concurrency.controlInFlight,
       peakControlInFlight: this.concurrency.controlPeak,
-      hung: this.hung.size,
-      delayed: this.delayed,
+      hung: this.holds.hung.size,
+      delayed: this.holds.delayed,
       requestsSeen: this.recorder.total,
       faults: this.faults.list(),
       tokenRate: Number.isFinite(this.opts.tokenRate) ? this.opts.tokenRate : null,

@@ -4,10 +4,11 @@
 // It also runs a set of sequences against one HTTP response (used by openai.ts); it never paces
 // tokens itself (the scheduler does).
 
+import { isInt, sendJson, type Call } from '../core/reply.ts';
 import type { Sequence } from '../core/sequence.ts';
 import { encode, tokenText } from '../core/tokens.ts';
 import type { SimEngine } from './engine.ts';
-import { isInt, jsonObject, sendError, sendInvalid, sendJson, type Call } from './reply.ts';
+import { jsonObject, sendError, sendInvalid } from './reply.ts';
 import { expandRids, makeSequences, parseSampling, type Sampling } from './sampling.ts';
 import { logprobAt, topLogprobsAt } from './tokens.ts';
 

@@ -3,10 +3,11 @@
 // mismatched lists are success:false/400). Bytes move through the injected JoinGroup transport;
 // without one the routes validate and record metadata only. It never opens sockets itself.
 
-import type { JoinParams } from '../broadcast/types.ts';
 import { decodeValues } from '../broadcast/dtype.ts';
+import type { JoinParams } from '../broadcast/types.ts';
+import { isInt, isStringList, sendJson, type Call } from '../core/reply.ts';
 import type { SimEngine } from './engine.ts';
-import { isInt, isStringList, jsonObject, sendInvalid, sendJson, type Call } from './reply.ts';
+import { jsonObject, sendInvalid } from './reply.ts';
 import { knownDtype, runLoad, tensorBytes, type GroupEntry } from './weights.ts';
 
 const DEFAULT_GROUP = 'weight_update_group';

@@ -2,9 +2,9 @@
 // version), /model_info, /v1/loads and /get_load, /v1/models. It only reads engine state; the
 // constant part of each answer is built once.
 
-import type { SimEngine } from './engine.ts';
-import { sendJson, type Call } from './reply.ts';
+import { sendJson, type Call } from '../core/reply.ts';
 import { VOCAB_SIZE } from '../core/tokens.ts';
+import type { SimEngine } from './engine.ts';
 
 const MAX_TOTAL_TOKENS = 1_000_000;
 

@@ -4,9 +4,9 @@
 // engine behaviour of its own.
 
 import type { JoinGroup } from '../broadcast/types.ts';
+import { runAsMain, runUntilStopped } from '../core/lifetime.ts';
 import { HELP, parseArgs, type Transport } from './options.ts';
 import { startSglangSim } from './server.ts';
-import { runAsMain, runUntilStopped } from '../core/lifetime.ts';
 
 /** The TCP broadcast transport, when its module is present and loads; null otherwise. */
 async function loadTransport(transport: Transport): Promise<JoinGroup | null> {

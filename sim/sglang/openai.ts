@@ -2,11 +2,12 @@
 // (with `metadata.weight_version`, no system_fingerprint: the gateway stamps that) or streamed as
 // chunks ending `data: [DONE]`. It never stamps versions into streams; SGLang does not either.
 
+import { isInt, sendJson, type Call } from '../core/reply.ts';
 import type { Finish, Sequence } from '../core/sequence.ts';
 import { encode, tokenText } from '../core/tokens.ts';
 import type { SimEngine } from './engine.ts';
 import { runSequences, SSE_DONE, SSE_HEADERS } from './generation.ts';
-import { isInt, jsonObject, sendInvalid, sendJson, type Call } from './reply.ts';
+import { jsonObject, sendInvalid } from './reply.ts';
 import { expandRids, makeSequences, parseSampling, type Sampling } from './sampling.ts';
 import { logprobAt, topLogprobsAt } from './tokens.ts';
 

@@ -3,10 +3,10 @@
 // /generate and the OpenAI routes; it never writes HTTP.
 
 import { randomUUID } from 'node:crypto';
+import { isInt } from '../core/reply.ts';
 import { Sequence } from '../core/sequence.ts';
 import { seedOf } from '../core/tokens.ts';
 import type { SimEngine } from './engine.ts';
-import { isInt } from './reply.ts';
 import { tokenAt } from './tokens.ts';
 
 export interface Sampling {

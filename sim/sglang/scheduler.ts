@@ -3,26 +3,19 @@
 // abort_request (an exact-rid gate at the tokenizer front, then a prefix match in the scheduler,
 // with SGLang's messages). It never parses HTTP and never knows weight versions.
 
-import { Scheduler as BaseScheduler, type PauseEffect } from '../core/scheduler.ts';
+import { Scheduler as BaseScheduler, type PauseModes, type SchedulerOptions } from '../core/scheduler.ts';
 import { abortFinish } from '../core/sequence.ts';
 
 export type PauseMode = 'abort' | 'retract' | 'in_place';
 
 // Every SGLang pause closes admission and stops the running set: `abort` ends it, `retract`
 // sends it back to the waiting queue, `in_place` freezes it as it is.
-const MODES: Record<PauseMode, PauseEffect> = {
+const MODES: PauseModes<PauseMode> = {
   abort: { admits: false, freezes: true },
   retract: { admits: false, freezes: true },
   in_place: { admits: false, freezes: true },
 };
 export const PAUSE_MODES = Object.keys(MODES) as PauseMode[];
-
-export interface SchedulerOptions {
-  /** Tokens per second per request; Infinity = produce everything at admission. */
-  tokenRate: number;
-  maxRunningRequests: number;
-  dpSize: number;
-}
 
 // SGLang's messages: the tokenizer's default for a request dropped from the waiting queue, and
 // FINISH_ABORT's default for a running one.
@@ -31,7 +24,7 @@ const ABORT_RUNNING = 'Aborted';
 
 export class Scheduler extends BaseScheduler<PauseMode> {
   constructor(opts: SchedulerOptions) {
-    super({ ...opts, modes: MODES });
+    super(opts, MODES);
   }
 
   /**

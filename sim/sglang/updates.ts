@@ -3,8 +3,9 @@
 // Every load goes through weights.ts#runLoad so the version changes only on success; this file
 // never touches the broadcast group.
 
+import { sendJson, type Call } from '../core/reply.ts';
 import type { SimEngine } from './engine.ts';
-import { jsonObject, sendInvalid, sendJson, type Call } from './reply.ts';
+import { jsonObject, sendInvalid } from './reply.ts';
 import { runLoad } from './weights.ts';
 
 function versionOf(call: Call, v: unknown): string | null | false {

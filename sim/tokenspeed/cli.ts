@@ -2,8 +2,9 @@
 // unknown flags refused) into simulator options, and the --help text. `--servicer-impl` is kept
 // raw here: main.ts resolves it against the environment. It never starts anything.
 
+import { FaultError } from '../core/faults.ts';
 import { flagJson, flagNumber, readFlags } from '../core/flags.ts';
-import { FaultError, parseFaults, type FaultRule } from './faults.ts';
+import { parseFaults, type FaultRule } from './faults.ts';
 import type { StampMode, TokenspeedSimOptions } from './options.ts';
 
 export interface CliOptions {

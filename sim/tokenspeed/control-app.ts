@@ -1,51 +1,45 @@
-// The in-engine HTTP RL control app (spec/engines.md §3) on --rl-control-port: every request is
-// recorded, then route faults apply, then the bearer check (constant-time; 401 `unauthorized`),
-// then the route table below, which shows each SGLang-named route next to its handler. It can be
-// stopped and started again on the same port without touching the engine (a crash of the app does
-// not kill the engine).
+// The in-engine HTTP RL control app (spec/engines.md §3) on --rl-control-port: every request goes
+// through the shared front (sim/core/http-front.ts: recorded and counted, then route faults, then
+// the bearer check, here constant-time with a 401 `unauthorized`), then the route table below,
+// which shows each SGLang-named route next to its handler. It can be stopped and started again on
+// the same port without touching the engine (a crash of the app does not kill the engine).
 
 import { timingSafeEqual } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import { HttpFront, RouteTable, type FrontAnswers } from '../core/http-front.ts';
+import { engineServer, listen, shut } from '../core/http-server.ts';
+import { callOf, sendJson, type Call } from '../core/reply.ts';
 import * as control from './control-routes.ts';
 import type { TsEngine } from './engine.ts';
-import { normaliseRoute, type FaultRule } from './faults.ts';
 import * as refit from './refit.ts';
-import { sendJson, type Call, type Handler } from './reply.ts';
 import { controlUrlFor } from './server-args.ts';
-
-interface Route {
-  methods: ReadonlySet<string>;
-  handler: Handler;
-}
 
 const GET = ['GET'];
 const POST = ['POST'];
 
-function routeTable(): Map<string, Route> {
-  const t = new Map<string, Route>();
-  const add = (path: string, methods: string[], handler: Handler): void => { t.set(path, { methods: new Set(methods), handler }); };
+function routeTable(): RouteTable<TsEngine> {
+  const t = new RouteTable<TsEngine>();
   // refit.ts
-  add('/init_weights_update_group', POST, refit.initWeightsUpdateGroup);
-  add('/update_weights_from_distributed', POST, refit.updateWeightsFromDistributed);
-  add('/destroy_weights_update_group', POST, refit.destroyWeightsUpdateGroup);
-  add('/update_weights_from_disk', POST, refit.refuseSource('update_weights_from_disk'));
-  add('/update_weights_from_tensor', POST, refit.refuseSource('update_weights_from_tensor'));
-  add('/update_weights_from_mooncake', POST, refit.updateWeightsFromMooncake);
+  t.add('/init_weights_update_group', POST, refit.initWeightsUpdateGroup);
+  t.add('/update_weights_from_distributed', POST, refit.updateWeightsFromDistributed);
+  t.add('/destroy_weights_update_group', POST, refit.destroyWeightsUpdateGroup);
+  t.add('/update_weights_from_disk', POST, refit.refuseSource('update_weights_from_disk'));
+  t.add('/update_weights_from_tensor', POST, refit.refuseSource('update_weights_from_tensor'));
+  t.add('/update_weights_from_mooncake', POST, refit.updateWeightsFromMooncake);
   // control-routes.ts
-  add('/pause_generation', POST, control.pauseGeneration);
-  add('/continue_generation', POST, control.continueGeneration);
-  add('/abort_request', POST, control.abortRequest);
-  add('/flush_cache', ['GET', 'POST'], control.flushCache);
-  add('/release_memory_occupation', POST, control.releaseMemoryOccupation);
-  add('/resume_memory_occupation', POST, control.resumeMemoryOccupation);
-  add('/health_generate', GET, control.healthGenerate);
-  add('/v1/loads', GET, control.loads);
-  add('/get_weight_version', GET, control.getWeightVersion);
-  add('/update_weight_version', POST, control.updateWeightVersion);
-  add('/model_info', GET, control.modelInfo);
-  add('/server_info', GET, control.serverInfo);
-  add('/is_paused', GET, control.isPaused);
+  t.add('/pause_generation', POST, control.pauseGeneration);
+  t.add('/continue_generation', POST, control.continueGeneration);
+  t.add('/abort_request', POST, control.abortRequest);
+  t.add('/flush_cache', ['GET', 'POST'], control.flushCache);
+  t.add('/release_memory_occupation', POST, control.releaseMemoryOccupation);
+  t.add('/resume_memory_occupation', POST, control.resumeMemoryOccupation);
+  t.add('/health_generate', GET, control.healthGenerate);
+  t.add('/v1/loads', GET, control.loads);
+  t.add('/get_weight_version', GET, control.getWeightVersion);
+  t.add('/update_weight_version', POST, control.updateWeightVersion);
+  t.add('/model_info', GET, control.modelInfo);
+  t.add('/server_info', GET, control.serverInfo);
+  t.add('/is_paused', GET, control.isPaused);
   return t;
 }
 
@@ -60,114 +54,48 @@ export interface ControlApp {
   start(): Promise<void>;
 }
 
+const ANSWERS: FrontAnswers = {
+  unauthorized: (res) => sendJson(res, 401, { success: false, message: 'unauthorized' }),
+  notFound: (res) => sendJson(res, 404, { detail: 'Not Found' }),
+  methodNotAllowed: (res) => sendJson(res, 405, { detail: 'Method Not Allowed' }),
+  internal: (res, message) => sendJson(res, 500, { success: false, message }),
+};
+
 export async function startControlApp(engine: TsEngine, exit: (code: number) => void): Promise<ControlApp> {
   const o = engine.opts;
-  const routes = routeTable();
   const key = o.rlControlApiKey === null ? null : Buffer.from(`Bearer ${o.rlControlApiKey}`);
-  const timers = new Set<NodeJS.Timeout>();
   let server: Server | null = null;
   let port = o.rlControlPort ?? 0;
   let url: string | null = null;
 
-  const authorized = (req: IncomingMessage): boolean => {
+  const authorized = (call: Call): boolean => {
     if (key === null) return true;
-    const got = Buffer.from(req.headers.authorization ?? '');
+    const got = Buffer.from(call.req.headers.authorization ?? '');
     return got.length === key.length && timingSafeEqual(got, key);
   };
+  const front = new HttpFront<TsEngine>({
+    engine,
+    routes: routeTable(),
+    log: engine.recorder.control,
+    concurrency: engine.concurrency,
+    holds: engine.holds,
+    faults: engine.faults,
+    authorized,
+    answers: ANSWERS,
+    exit,
+  });
 
-  const run = (call: Call): void => {
-    if (!authorized(call.req)) return sendJson(call.res, 401, { success: false, message: 'unauthorized' });
-    const route = routes.get(call.path);
-    if (!route) return sendJson(call.res, 404, { detail: 'Not Found' });
-    if (!route.methods.has(call.method)) return sendJson(call.res, 405, { detail: 'Method Not Allowed' });
-    const fail = (e: unknown): void => {
-      if (call.res.headersSent) call.res.destroy();
-      else sendJson(call.res, 500, { success: false, message: (e as Error)?.message ?? String(e) });
-    };
-    try {
-      const r = route.handler(engine, call);
-      if (r) r.catch(fail);
-    } catch (e) {
-      fail(e);
-    }
-  };
-
-  const applyFault = async (rule: FaultRule, call: Call): Promise<void> => {
-    const f = rule.fault;
-    if (f.delayMs) {
-      engine.delayed++;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(() => { timers.delete(t); resolve(); }, f.delayMs);
-        timers.add(t);
-      });
-      engine.delayed--;
-      if (call.res.destroyed) return;
-    }
-    if (f.exit !== undefined && f.exit !== false) return exit(f.exit === true ? 1 : f.exit);
-    if (f.drop) { call.req.socket.destroy(); return; }
-    if (f.hang) {
-      const end = (): void => { engine.hung.delete(end); call.res.destroy(); };
-      engine.hung.add(end);
-      call.res.on('close', () => engine.hung.delete(end));
-      return;
-    }
-    if (f.status !== undefined || f.body !== undefined) {
-      const status = f.status ?? 200;
-      const text = typeof f.body === 'string';
-      const body = Buffer.from(text ? (f.body as string) : JSON.stringify(f.body ?? { success: status < 400, message: status < 400 ? 'ok' : 'injected fault' }));
-      const headers: Record<string, string | number> = { ...(f.headers ?? {}), 'content-length': body.length };
-      const type = f.contentType === undefined ? (text ? 'text/plain; charset=utf-8' : 'application/json') : f.contentType;
-      if (type !== null) headers['content-type'] = type;
-      call.res.writeHead(status, headers);
-      call.res.end(body);
-      return;
-    }
-    run({ ...call, claimSuccess: f.claimSuccessWithoutApplying === true });
-  };
-
-  const dispatch = (req: IncomingMessage, res: ServerResponse, body: Buffer): void => {
-    const raw = req.url ?? '/';
-    const q = raw.indexOf('?');
-    const path = q < 0 ? raw : raw.slice(0, q);
-    const query = q < 0 ? '' : raw.slice(q + 1);
-    const method = req.method ?? 'GET';
-    engine.recorder.control.add({
-      method, path, query, headers: { ...req.headers }, body: body.toString('utf8'), bodyBytes: body.length, httpVersion: req.httpVersion, remotePort: req.socket.remotePort,
-    });
-    engine.controlInFlight++;
-    engine.peakControlInFlight = Math.max(engine.peakControlInFlight, engine.controlInFlight);
-    res.once('close', () => { engine.controlInFlight--; });
-    const call: Call = { req, res, method, path, query, body, claimSuccess: false };
-    const rule = engine.faults.takeRoute(method, normaliseRoute(path));
-    if (rule) {
-      applyFault(rule, call).catch(() => res.destroy());
-      return;
-    }
-    run(call);
-  };
-
-  const listen = async (): Promise<void> => {
-    const s = createServer({ noDelay: true, requestTimeout: 0, keepAliveTimeout: 65_000 });
-    s.on('request', (req, res) => {
-      const chunks: Buffer[] = [];
-      req.on('data', (c: Buffer) => chunks.push(c));
-      req.on('error', () => res.destroy());
-      req.on('end', () => dispatch(req, res, Buffer.concat(chunks)));
-    });
-    s.on('clientError', (_err, socket) => socket.destroy());
-    await new Promise<void>((resolve, reject) => {
-      s.once('error', reject);
-      s.listen(port, o.rlControlHost, () => { s.off('error', reject); resolve(); });
-    });
+  const start = async (): Promise<void> => {
+    const s = engineServer((req, res, body) => front.handle(callOf(req, res, body)));
+    port = await listen(s, port, o.rlControlHost);
     server = s;
-    port = (s.address() as AddressInfo).port;
     url = controlUrlFor(o.rlControlHost, port);
     engine.controlUrl = url;
     engine.controlPort = port;
     engine.controlApp = 'running';
   };
 
-  await listen();
+  await start();
   return {
     get url() { return url; },
     get port() { return port; },
@@ -178,14 +106,11 @@ export async function startControlApp(engine: TsEngine, exit: (code: number) => 
       server = null;
       // The servicer keeps advertising the configured URL, as a real engine whose app crashed does.
       engine.controlApp = 'stopped';
-      for (const t of timers) clearTimeout(t);
-      timers.clear();
-      const closed = new Promise<void>((resolve) => s.close(() => resolve()));
-      s.closeAllConnections();
-      await closed;
+      front.clearTimers();
+      await shut(s);
     },
     async start() {
-      if (!server) await listen();
+      if (!server) await start();
     },
   };
 }

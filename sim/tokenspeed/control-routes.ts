@@ -3,9 +3,11 @@
 // occupation), health_generate, /v1/loads, versions, /model_info, /server_info, /is_paused.
 // They act on the engine state the gRPC servicer shares; weight routes live in refit.ts.
 
+import { MEMORY_TAGS } from '../core/memory-gate.ts';
+import { sendJson, type Call } from '../core/reply.ts';
 import { abortFinish } from '../core/sequence.ts';
-import { MEMORY_TAGS, type TsEngine } from './engine.ts';
-import { invalid, ok, optionalBody, refuse, requiredBody, sendJson, type Call } from './reply.ts';
+import type { TsEngine } from './engine.ts';
+import { invalid, ok, optionalBody, refuse, requiredBody } from './reply.ts';
 import { PAUSE_MODES, type PauseMode } from './scheduler.ts';
 import { serverArgs } from './server-args.ts';
 

@@ -3,15 +3,17 @@
 // requests), weight store and groups, memory occupation, profiling, faults, records, KV relay.
 // Handlers read and write it; it never touches sockets.
 
-import { FaultTable } from './faults.ts';
+import { FaultTable } from '../core/faults.ts';
+import { Holds } from '../core/holds.ts';
+import { MemoryGate } from '../core/memory-gate.ts';
+import { Concurrency } from '../core/recorder.ts';
+import type { FaultRule } from './faults.ts';
 import { KvRelay } from './kv-events.ts';
 import type { ResolvedOptions } from './options.ts';
 import { Recorder } from './recorder.ts';
 import { Scheduler } from './scheduler.ts';
 import { WeightStore } from './weights.ts';
-import { MemoryGate } from '../core/memory-gate.ts';
 
-export const MEMORY_TAGS = ['weights', 'kv_cache', 'cuda_graph'] as const;
 /** Reported as max_total_num_tokens; the simulator has no real KV pool. */
 export const MAX_TOTAL_TOKENS = 1_000_000;
 
@@ -23,7 +25,7 @@ export class TsEngine {
   /** Released memory tags; admission stays shut while any is released. */
   readonly memory = new MemoryGate(() => this.scheduler.lockGate());
   readonly weights: WeightStore;
-  readonly faults = new FaultTable();
+  readonly faults = new FaultTable<FaultRule>();
   readonly recorder: Recorder;
   /** null when SubscribeKvEvents answers UNIMPLEMENTED. */
   readonly kv: KvRelay | null;
@@ -39,12 +41,10 @@ export class TsEngine {
   grpcPort = 0;
   /** Open subscription streams (SubscribeKvEvents): each entry ends its call cleanly. */
   readonly subscriptions = new Set<() => void>();
-  /** Calls held by a `hang` fault: each entry ends its call. */
-  readonly hung = new Set<() => void>();
-  delayed = 0;
+  /** Calls (gRPC and control app) held by `hang` faults and sleeping in delays. */
+  readonly holds = new Holds();
   /** Control-app requests being handled now, and the most at once since the last reset. */
-  controlInFlight = 0;
-  peakControlInFlight = 0;
+  readonly concurrency = new Concurrency();
   readonly startedAt = Date.now();
 
   constructor(readonly opts: ResolvedOptions) {
@@ -123,10 +123,10 @@ export class TsEngine {
       kvEvents: { ...o.kvEvents, subscribers: this.kv?.subscriberCount ?? 0, lastSequence: this.kv?.lastSequence ?? null },
       rustTuning: o.rustTuning,
       shuttingDown: this.shuttingDown,
-      hung: this.hung.size,
-      delayed: this.delayed,
-      controlInFlight: this.controlInFlight,
-      peakControlInFlight: this.peakControlInFlight,
+      hung: this.holds.hung.size,
+      delayed: this.holds.delayed,
+      controlInFlight: this.concurrency.controlInFlight,
+      peakControlInFlight: this.concurrency.controlPeak,
       controlRequestsSeen: this.recorder.control.total,
       rpcsSeen: this.recorder.rpcs.total,
       faults: this.faults.list(),
@@ -137,17 +137,10 @@ export class TsEngine {
     };
   }
 
-  releaseHung(): number {
-    const n = this.hung.size;
-    for (const end of [...this.hung]) end();
-    this.hung.clear();
-    return n;
-  }
-
   close(): void {
     this.scheduler.close();
     this.weights.close();
     this.kv?.close();
-    this.releaseHung();
+    this.holds.releaseHung();
   }
 }

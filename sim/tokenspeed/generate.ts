@@ -5,11 +5,11 @@
 
 import { randomUUID } from 'node:crypto';
 import { status, type ServerWritableStream } from '@grpc/grpc-js';
+import { abortFinish, Sequence, type AbortFinish } from '../core/sequence.ts';
+import { seedOf } from '../core/tokens.ts';
 import type { TsEngine } from './engine.ts';
 import type { FaultRule } from './faults.ts';
-import { seedOf } from '../core/tokens.ts';
 import { choiceSeed, logprobAt, tokenAt, topLogprobsAt } from './sampler.ts';
-import { abortFinish, Sequence, type AbortFinish } from '../core/sequence.ts';
 
 type Req = Record<string, any>;
 export type GenerateCall = ServerWritableStream<Req, Record<string, unknown>>;

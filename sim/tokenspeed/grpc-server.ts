@@ -5,7 +5,7 @@
 
 import * as grpc from '@grpc/grpc-js';
 import type { TsEngine } from './engine.ts';
-import type { FaultRule } from './faults.ts';
+import { rpcMatch, type FaultRule } from './faults.ts';
 import { generate, RpcError, type GenerateCall } from './generate.ts';
 import { loadProtos, SCHEDULER_SERVICE } from './proto.ts';
 import { streamHandlers, unaryHandlers } from './servicer.ts';
@@ -34,9 +34,9 @@ function metadataOf(md: grpc.Metadata): Record<string, unknown> {
 }
 
 function sleep(engine: TsEngine, ms: number, timers: Set<NodeJS.Timeout>): Promise<void> {
-  engine.delayed++;
+  engine.holds.delayed++;
   return new Promise((resolve) => {
-    const t = setTimeout(() => { timers.delete(t); engine.delayed--; resolve(); }, ms);
+    const t = setTimeout(() => { timers.delete(t); engine.holds.delayed--; resolve(); }, ms);
     timers.add(t);
   });
 }
@@ -58,8 +58,8 @@ export async function startGrpc(engine: TsEngine, exit: (code: number) => void):
     if (cancelled()) return true;
     if (f.exit !== undefined && f.exit !== false) { exit(f.exit === true ? 1 : f.exit); return true; }
     if (f.hang) {
-      const end = (): void => { engine.hung.delete(end); fail(grpc.status.UNAVAILABLE, 'released by the simulator'); };
-      engine.hung.add(end);
+      const end = (): void => { engine.holds.hung.delete(end); fail(grpc.status.UNAVAILABLE, 'released by the simulator'); };
+      engine.holds.hung.add(end);
       return true;
     }
     if (rule.grpcCode !== null) { fail(rule.grpcCode, f.message ?? 'injected fault'); return true; }
@@ -82,7 +82,7 @@ export async function startGrpc(engine: TsEngine, exit: (code: number) => void):
         callback(null, msg);
       };
       const run = async (): Promise<void> => {
-        const rule = engine.faults.takeRpc(name);
+        const rule = engine.faults.take(rpcMatch(name));
         if (rule) {
           if (await applyFault(rule, fail, () => call.cancelled)) return;
           if (rule.fault.response) return answer(rule.fault.response);
@@ -104,7 +104,7 @@ export async function startGrpc(engine: TsEngine, exit: (code: number) => void):
       record(name, call);
       const fail = (code: number, details: string): void => { if (!call.cancelled) call.emit('error', { code, details }); };
       const run = async (): Promise<void> => {
-        const rule = engine.faults.takeRpc(name);
+        const rule = engine.faults.take(rpcMatch(name));
         if (rule && (await applyFault(rule, fail, () => call.cancelled))) return;
         handler(call, rule);
       };

@@ -4,10 +4,10 @@
 // on SIGTERM/SIGINT (or stdin EOF when asked). It holds no engine behaviour of its own.
 
 import { joinGroup } from '../broadcast/member.ts';
+import { runAsMain, runUntilStopped } from '../core/lifetime.ts';
 import { HELP, parseArgs } from './cli.ts';
 import { IMPL_ENV, implLogLine, resolveServicerImpl, ServicerImplError } from './profile.ts';
 import { startTokenspeedSim } from './server.ts';
-import { runAsMain, runUntilStopped } from '../core/lifetime.ts';
 
 /**
  * Runs one simulator until SIGTERM/SIGINT (or an `exit` fault / POST /_sim/exit, which exit the

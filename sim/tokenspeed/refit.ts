@@ -5,8 +5,9 @@
 
 import { dtypeWidth } from '../broadcast/dtype.ts';
 import type { GroupMember } from '../broadcast/types.ts';
+import { isInt, isStringList, type Call } from '../core/reply.ts';
 import type { TsEngine } from './engine.ts';
-import { invalid, isInt, isStringList, ok, optionalBody, refuse, requiredBody, type Call } from './reply.ts';
+import { invalid, ok, optionalBody, refuse, requiredBody } from './reply.ts';
 import type { GroupEntry } from './weights.ts';
 
 const DEFAULT_GROUP = 'weight_update_group';

@@ -2,28 +2,21 @@
 // prefix cache, KV hooks): its pause modes (wait = drain, abort = abort in flight, keep =
 // freeze) and the deep health probe. It never touches the wire and never knows weight versions.
 
-import { Scheduler as BaseScheduler, type PauseEffect } from '../core/scheduler.ts';
+import { Scheduler as BaseScheduler, type PauseModes, type SchedulerOptions } from '../core/scheduler.ts';
 import type { Finish } from '../core/sequence.ts';
 
 export type PauseMode = 'wait' | 'abort' | 'keep';
 
-const MODES: Record<PauseMode, PauseEffect> = {
+const MODES: PauseModes<PauseMode> = {
   wait: { admits: true, freezes: false },
   abort: { admits: false, freezes: false },
   keep: { admits: false, freezes: true },
 };
 export const PAUSE_MODES = Object.keys(MODES) as PauseMode[];
 
-export interface SchedulerOptions {
-  /** Tokens per second per request; Infinity = everything at admission. */
-  tokenRate: number;
-  maxRunningRequests: number;
-  dpSize: number;
-}
-
 export class Scheduler extends BaseScheduler<PauseMode> {
   constructor(opts: SchedulerOptions) {
-    super({ ...opts, modes: MODES });
+    super(opts, MODES);
   }
 
   /**

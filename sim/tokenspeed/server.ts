@@ -3,10 +3,9 @@
 // health turns NOT_SERVING, in-flight requests get the drain window). It holds no engine
 // behaviour of its own.
 
-import { startAdmin, type AdminServer } from './admin.ts';
-import { startControlApp, type ControlApp } from './control-app.ts';
 import { TsEngine } from './engine.ts';
 import { startGrpc, type GrpcFace } from './grpc-server.ts';
+import { startHttpFaces, type HttpFaces } from './http-faces.ts';
 import { resolveOptions, type TokenspeedSimOptions } from './options.ts';
 import type { ServicerImpl } from './profile.ts';
 
@@ -33,8 +32,7 @@ export async function startTokenspeedSim(options: TokenspeedSimOptions = {}): Pr
   const opts = resolveOptions(options);
   const engine = new TsEngine(opts);
   let grpcFace: GrpcFace | null = null;
-  let control: ControlApp | null = null;
-  let admin: AdminServer | null = null;
+  let http: HttpFaces | null = null;
   let closed = false;
 
   const close = async (): Promise<void> => {
@@ -43,7 +41,7 @@ export async function startTokenspeedSim(options: TokenspeedSimOptions = {}): Pr
     engine.shuttingDown = true;
     engine.close();
     grpcFace?.close();
-    await Promise.all([control?.stop(), admin?.close()]);
+    await http?.close();
   };
   let exited = false;
   const exit = (code: number): void => {
@@ -56,12 +54,7 @@ export async function startTokenspeedSim(options: TokenspeedSimOptions = {}): Pr
 
   try {
     grpcFace = await startGrpc(engine, exit);
-    if (opts.rlControlPort !== null) control = await startControlApp(engine, exit);
-    admin = await startAdmin(engine, {
-      stopControlApp: async () => { if (!control?.running) return false; await control.stop(); return true; },
-      startControlApp: async () => { if (!control || control.running) return false; await control.start(); return true; },
-      exit,
-    }, opts.adminPort);
+    http = await startHttpFaces(engine, exit, opts.adminPort);
   } catch (e) {
     await close();
     throw e;
@@ -71,9 +64,9 @@ export async function startTokenspeedSim(options: TokenspeedSimOptions = {}): Pr
   return {
     url: `grpc://${host}:${grpcFace.port}`,
     port: grpcFace.port,
-    controlUrl: control?.url ?? null,
-    controlPort: control?.port ?? null,
-    adminUrl: admin.url,
+    controlUrl: http.control?.url ?? null,
+    controlPort: http.control?.port ?? null,
+    adminUrl: http.admin.url,
     servicerImpl: opts.servicerImpl,
     state: () => engine.state(),
     close,

@@ -3,59 +3,47 @@
 // lane's state added, and every other `/_sim/*` route passed to the shared TokenSpeed engine's own
 // admin server (control-route faults, control requests, weights, aborts, weight version, exit).
 
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { badBody } from '../core/admin.ts';
+import { serveLocal, type LocalServer } from '../core/http-server.ts';
+import { readJson, sendJson } from '../core/reply.ts';
 import type { TsEngine } from '../tokenspeed/engine.ts';
 import type { ZmqFace } from './face.ts';
 import { parseFaults } from './faults.ts';
 
-export interface ZmqAdmin {
-  url: string;
-  port: number;
-  close(): Promise<void>;
-}
-
-function send(res: ServerResponse, status: number, body: unknown): void {
-  if (res.headersSent || res.destroyed) return;
-  const text = Buffer.from(JSON.stringify(body));
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': text.length });
-  res.end(text);
-}
+export type ZmqAdmin = LocalServer;
 
 function lane(face: ZmqFace, method: string, path: string, body: Buffer, res: ServerResponse): void {
-  let b: unknown;
-  try {
-    b = body.length === 0 ? undefined : JSON.parse(body.toString('utf8'));
-  } catch {
-    return send(res, 400, { error: 'invalid_body', message: 'the body must be JSON' });
-  }
+  const parsed = readJson(body);
+  if (!parsed.ok) return badBody(res, 'the body must be JSON');
+  const b = parsed.value;
   try {
     switch (`${method} ${path}`) {
       case 'GET /_sim/zmq/requests':
-        return send(res, 200, face.adds);
+        return sendJson(res, 200, face.adds);
       case 'GET /_sim/zmq/aborts':
-        return send(res, 200, face.gatewayAborts);
+        return sendJson(res, 200, face.gatewayAborts);
       case 'DELETE /_sim/zmq/requests':
         face.adds.length = 0;
         face.gatewayAborts.length = 0;
-        return send(res, 200, { cleared: true });
+        return sendJson(res, 200, { cleared: true });
       case 'GET /_sim/zmq/faults':
-        return send(res, 200, face.faults());
+        return sendJson(res, 200, face.faults());
       case 'POST /_sim/zmq/faults':
         for (const f of parseFaults(b)) face.applyFault(f);
-        return send(res, 200, face.faults());
+        return sendJson(res, 200, face.faults());
       case 'PUT /_sim/zmq/faults':
         face.clearFaults();
         for (const f of parseFaults(b)) face.applyFault(f);
-        return send(res, 200, face.faults());
+        return sendJson(res, 200, face.faults());
       case 'DELETE /_sim/zmq/faults':
         face.clearFaults();
-        return send(res, 200, []);
+        return sendJson(res, 200, []);
       default:
-        return send(res, 404, { error: 'not_found', message: `no lane admin route ${method} ${path}` });
+        return sendJson(res, 404, { error: 'not_found', message: `no lane admin route ${method} ${path}` });
     }
   } catch (e) {
-    return send(res, 400, { error: 'invalid_body', message: (e as Error).message });
+    return badBody(res, (e as Error).message);
   }
 }
 
@@ -73,31 +61,12 @@ async function pass(engineAdmin: string, req: IncomingMessage, body: Buffer, res
   res.end(text);
 }
 
-export async function startZmqAdmin(engine: TsEngine, face: ZmqFace, engineAdminUrl: string, port: number): Promise<ZmqAdmin> {
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      const method = req.method ?? 'GET';
-      const path = (req.url ?? '/').split('?')[0];
-      if (path.startsWith('/_sim/zmq/')) return lane(face, method, path, body, res);
-      if (method === 'GET' && path === '/_sim/state') return send(res, 200, { ...engine.state(), zmq: face.state() });
-      pass(engineAdminUrl, req, body, res).catch((e: unknown) => send(res, 502, { error: 'engine_admin', message: (e as Error).message }));
-    });
+export function startZmqAdmin(engine: TsEngine, face: ZmqFace, engineAdminUrl: string, port: number): Promise<ZmqAdmin> {
+  return serveLocal(port, (req, res, body) => {
+    const method = req.method ?? 'GET';
+    const path = (req.url ?? '/').split('?')[0];
+    if (path.startsWith('/_sim/zmq/')) return lane(face, method, path, body, res);
+    if (method === 'GET' && path === '/_sim/state') return sendJson(res, 200, { ...engine.state(), zmq: face.state() });
+    pass(engineAdminUrl, req, body, res).catch((e: unknown) => sendJson(res, 502, { error: 'engine_admin', message: (e as Error).message }));
   });
-  await new Promise<void>((ok, fail) => {
-    server.once('error', fail);
-    server.listen(port, '127.0.0.1', () => { server.off('error', fail); ok(); });
-  });
-  const bound = (server.address() as AddressInfo).port;
-  return {
-    url: `http://127.0.0.1:${bound}`,
-    port: bound,
-    close: async () => {
-      const closed = new Promise<void>((ok) => server.close(() => ok()));
-      server.closeAllConnections();
-      await closed;
-    },
-  };
 }

@@ -4,10 +4,10 @@
 // in. Scheduling, pause modes and the control app are the TsEngine's, never this file's.
 
 import { crc32 } from 'node:zlib';
-import { MAX_TOTAL_TOKENS, type TsEngine } from '../tokenspeed/engine.ts';
-import { seedOf } from '../core/tokens.ts';
-import { choiceSeed, logprobAt, tokenAt } from '../tokenspeed/sampler.ts';
 import { abortFinish, Sequence } from '../core/sequence.ts';
+import { seedOf } from '../core/tokens.ts';
+import { MAX_TOTAL_TOKENS, type TsEngine } from '../tokenspeed/engine.ts';
+import { choiceSeed, logprobAt, tokenAt } from '../tokenspeed/sampler.ts';
 import { STANDING, type SimFault } from './faults.ts';
 import type { Link } from './link.ts';
 import { BadFrame, decodeAbort, decodeAdd, encodeBatch, refusal, REQ_ABORT, REQ_ADD, type AddRequest, type OutRow } from './wire.ts';

@@ -3,9 +3,9 @@
 // SIGTERM/SIGINT (or stdin EOF with --exit-on-stdin-close). No engine behaviour of its own.
 
 import { joinGroup } from '../broadcast/member.ts';
+import { runAsMain, runUntilStopped } from '../core/lifetime.ts';
 import { HELP, parseArgs } from './options.ts';
 import { startZmqSim } from './server.ts';
-import { runAsMain, runUntilStopped } from '../core/lifetime.ts';
 
 /**
  * Runs one simulator until a signal (or an `exit` fault / POST /_sim/exit, which exit the process

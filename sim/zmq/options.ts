@@ -7,10 +7,11 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { JoinGroup } from '../broadcast/types.ts';
-import { FaultError, parseFaults as parseControlFaults, type FaultRule } from '../tokenspeed/faults.ts';
+import { FaultError } from '../core/faults.ts';
+import { flagJson, flagNumber, readFlags } from '../core/flags.ts';
+import { parseFaults as parseControlFaults, type FaultRule } from '../tokenspeed/faults.ts';
 import type { TokenspeedSimOptions } from '../tokenspeed/options.ts';
 import { parseFaults, type SimFault } from './faults.ts';
-import { flagJson, flagNumber, readFlags } from '../core/flags.ts';
 
 export interface ZmqSimOptions {
   /** Worker URL the gateway registers: `ipc://<path>` or `tcp://127.0.0.1:<port>`. Default: a fresh ipc path. */

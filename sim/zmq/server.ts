@@ -3,9 +3,8 @@
 // lane's admin server in front. Returns its URLs and a clean close; no engine behaviour here.
 
 import { rmSync } from 'node:fs';
-import { startAdmin, type AdminServer } from '../tokenspeed/admin.ts';
-import { startControlApp, type ControlApp } from '../tokenspeed/control-app.ts';
 import { TsEngine } from '../tokenspeed/engine.ts';
+import { startHttpFaces, type HttpFaces } from '../tokenspeed/http-faces.ts';
 import { resolveOptions } from '../tokenspeed/options.ts';
 import { startZmqAdmin, type ZmqAdmin } from './admin.ts';
 import { KV_TOTAL_PAGES, PAGE_SIZE, ZmqFace } from './face.ts';
@@ -57,8 +56,7 @@ export async function startZmqSim(options: ZmqSimOptions = {}): Promise<ZmqSim> 
   let face: ZmqFace | null = null;
   const link = new Link({ handshakeAddress: o.handshakeAddress, rank: o.rank, readyResponse }, (frames) => face?.onRequest(frames));
   face = new ZmqFace(engine, link, o.rank, o.onExit);
-  let control: ControlApp | null = null;
-  let engineAdmin: AdminServer | null = null;
+  let http: HttpFaces | null = null;
   let admin: ZmqAdmin | null = null;
   let closed = false;
   const close = async (): Promise<void> => {
@@ -67,17 +65,13 @@ export async function startZmqSim(options: ZmqSimOptions = {}): Promise<ZmqSim> 
     engine.shuttingDown = true;
     face?.close();
     engine.close();
-    await Promise.all([control?.stop(), engineAdmin?.close(), admin?.close(), link.close()]);
+    await Promise.all([http?.close(), admin?.close(), link.close()]);
     if (o.createdDir) rmSync(o.createdDir, { recursive: true, force: true });
   };
   try {
-    if (ts.rlControlPort !== null) control = await startControlApp(engine, o.onExit);
-    engineAdmin = await startAdmin(engine, {
-      stopControlApp: async () => { if (!control?.running) return false; await control.stop(); return true; },
-      startControlApp: async () => { if (!control || control.running) return false; await control.start(); return true; },
-      exit: o.onExit,
-    }, 0);
-    admin = await startZmqAdmin(engine, face, engineAdmin.url, o.adminPort);
+    // The engine's own admin server sits behind the lane's, on any free port.
+    http = await startHttpFaces(engine, o.onExit, 0);
+    admin = await startZmqAdmin(engine, face, http.admin.url, o.adminPort);
   } catch (e) {
     await close();
     throw e;
@@ -87,7 +81,7 @@ export async function startZmqSim(options: ZmqSimOptions = {}): Promise<ZmqSim> 
   return {
     url: o.url,
     handshakeAddress: o.handshakeAddress,
-    controlUrl: control?.url ?? null,
+    controlUrl: http.control?.url ?? null,
     adminUrl: admin.url,
     port: admin.port,
     engine,
