@@ -2,43 +2,28 @@
 // --help text. It owns every option name and default; it never starts a server.
 
 import type { JoinGroup } from '../broadcast/types.ts';
-import { flagJson, flagNumber, readFlags } from '../core/flags.ts';
+import { flagJson, flagNumber } from '../core/flags.ts';
+import { positiveInt, readEngineFlags, resolveEngineOptions, type CommandLine, type EngineOptions } from '../core/options.ts';
 import { parseFaults, type Fault } from './faults.ts';
 
 export type HealthMode = 'generate' | 'liveness';
 
-export interface SglangSimOptions {
+export interface SglangSimOptions extends EngineOptions {
   /** Bind address; default 127.0.0.1. */
   host?: string;
   /** 0 = any free port. */
   port?: number;
-  /** `model_path`; default `sim-model`. */
-  model?: string;
-  /** `served_model_name`; default = model. */
-  servedModelName?: string;
-  /** Initial `weight_version`; default `"default"`. */
-  weightVersion?: string;
   tpSize?: number;
   dpSize?: number;
   ppSize?: number;
-  /** Tokens/s per request; 0 or Infinity = as fast as possible. Default 2000. */
-  tokenRate?: number;
   /** When set, every route but /health*, /metrics and /_sim/* needs `Authorization: Bearer <key>`. */
   apiKey?: string;
-  /** SGLang version reported by /server_info. */
-  version?: string;
   /** Faults active from the start. */
   faults?: Fault[];
-  maxRunningRequests?: number;
-  contextLength?: number;
   /** How long /health_generate waits for a closed gate (pause) before 503; SGLang's 20 s. */
   healthCheckTimeoutMs?: number;
   /** `generate` (newer builds: /health = /health_generate) or `liveness` (always 200). */
   healthMode?: HealthMode;
-  /** Rendezvous and per-chunk receive deadline for the broadcast group. */
-  groupTimeoutMs?: number;
-  /** Requests kept by /_sim/requests; 0 disables recording. Default 10000. */
-  recordLimit?: number;
   enableMemorySaver?: boolean;
   /** Broadcast-group transport; without it the NCCL routes validate and record metadata only. */
   joinGroup?: JoinGroup;
@@ -71,32 +56,18 @@ export interface ResolvedOptions {
 }
 
 export function resolveOptions(o: SglangSimOptions): ResolvedOptions {
-  const model = o.model ?? 'sim-model';
-  const tokenRate = o.tokenRate === undefined ? 2000 : o.tokenRate <= 0 ? Infinity : o.tokenRate;
-  const positive = (v: number | undefined, d: number, name: string): number => {
-    const x = v ?? d;
-    if (!Number.isInteger(x) || x < 1) throw new Error(`${name} must be a positive integer`);
-    return x;
-  };
   return {
     host: o.host ?? '127.0.0.1',
     port: o.port ?? 0,
-    model,
-    servedModelName: o.servedModelName ?? model,
-    weightVersion: o.weightVersion ?? 'default',
-    tpSize: positive(o.tpSize, 1, 'tpSize'),
-    dpSize: positive(o.dpSize, 1, 'dpSize'),
-    ppSize: positive(o.ppSize, 1, 'ppSize'),
-    tokenRate,
+    ...resolveEngineOptions(o),
+    tpSize: positiveInt(o.tpSize, 1, 'tpSize'),
+    dpSize: positiveInt(o.dpSize, 1, 'dpSize'),
+    ppSize: positiveInt(o.ppSize, 1, 'ppSize'),
     apiKey: o.apiKey ? o.apiKey : null,
     version: o.version ?? '0.5.19',
     faults: o.faults ?? [],
-    maxRunningRequests: positive(o.maxRunningRequests, 256, 'maxRunningRequests'),
-    contextLength: positive(o.contextLength, 32768, 'contextLength'),
     healthCheckTimeoutMs: o.healthCheckTimeoutMs ?? 20_000,
     healthMode: o.healthMode ?? 'generate',
-    groupTimeoutMs: o.groupTimeoutMs ?? 120_000,
-    recordLimit: o.recordLimit ?? 10_000,
     enableMemorySaver: o.enableMemorySaver ?? true,
     joinGroup: o.joinGroup ?? null,
     onExit: o.onExit ?? null,
@@ -105,12 +76,9 @@ export function resolveOptions(o: SglangSimOptions): ResolvedOptions {
 
 export type Transport = 'auto' | 'metadata';
 
-export interface CliOptions {
+export interface CliOptions extends CommandLine {
   options: SglangSimOptions;
   transport: Transport;
-  /** Stop when stdin closes: a test harness that dies takes its simulators with it. */
-  exitOnStdinClose: boolean;
-  help: boolean;
 }
 
 export const HELP = `Usage: rlgate sim sglang [flags]
@@ -150,24 +118,16 @@ export function parseArgs(argv: readonly string[]): CliOptions {
   const o: SglangSimOptions = {};
   const faults: Fault[] = [];
   let transport: Transport = 'auto';
-  let exitOnStdinClose = false;
-  let help = false;
-  readFlags(argv, (flag, next) => {
+  const line = readEngineFlags(argv, o, (flag, next) => {
     switch (flag) {
-      case '--help': case '-h': help = true; break;
       case '--host': o.host = next(); break;
       case '--port': o.port = flagNumber(flag, next()); break;
-      case '--model': case '--model-path': o.model = next(); break;
       case '--served-model-name': o.servedModelName = next(); break;
-      case '--weight-version': o.weightVersion = next(); break;
       case '--tp-size': case '--tp': case '--tensor-parallel-size': o.tpSize = flagNumber(flag, next()); break;
       case '--dp-size': case '--dp': case '--data-parallel-size': o.dpSize = flagNumber(flag, next()); break;
       case '--pp-size': case '--pp': case '--pipeline-parallel-size': o.ppSize = flagNumber(flag, next()); break;
-      case '--token-rate': o.tokenRate = flagNumber(flag, next()); break;
       case '--max-running': case '--max-running-requests': o.maxRunningRequests = flagNumber(flag, next()); break;
-      case '--context-length': o.contextLength = flagNumber(flag, next()); break;
       case '--api-key': o.apiKey = next(); break;
-      case '--version': o.version = next(); break;
       case '--fault': {
         const parsed = flagJson(flag, next());
         faults.push(...parseFaults(parsed));
@@ -180,19 +140,17 @@ export function parseArgs(argv: readonly string[]): CliOptions {
         break;
       }
       case '--health-check-timeout': o.healthCheckTimeoutMs = flagNumber(flag, next()); break;
-      case '--group-timeout': o.groupTimeoutMs = flagNumber(flag, next()); break;
-      case '--record-limit': o.recordLimit = flagNumber(flag, next()); break;
       case '--no-memory-saver': o.enableMemorySaver = false; break;
-      case '--exit-on-stdin-close': exitOnStdinClose = true; break;
       case '--transport': {
         const v = next();
         if (v !== 'auto' && v !== 'metadata') throw new Error('--transport is auto or metadata');
         transport = v;
         break;
       }
-      default: throw new Error(`unknown flag ${flag} (see --help)`);
+      default: return false;
     }
+    return true;
   });
   if (faults.length > 0) o.faults = faults;
-  return { options: o, transport, exitOnStdinClose, help };
+  return { options: o, transport, ...line };
 }

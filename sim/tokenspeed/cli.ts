@@ -3,16 +3,15 @@
 // raw here: main.ts resolves it against the environment. It never starts anything.
 
 import { FaultError } from '../core/faults.ts';
-import { flagJson, flagNumber, readFlags } from '../core/flags.ts';
+import { flagJson, flagNumber } from '../core/flags.ts';
+import { readEngineFlags, type CommandLine } from '../core/options.ts';
 import { parseFaults, type FaultRule } from './faults.ts';
 import type { StampMode, TokenspeedSimOptions } from './options.ts';
 
-export interface CliOptions {
+export interface CliOptions extends CommandLine {
   options: TokenspeedSimOptions;
   /** `--servicer-impl` as given (validated later, flag > env > default). */
   servicerImplFlag: string | undefined;
-  exitOnStdinClose: boolean;
-  help: boolean;
 }
 
 export const HELP = `Usage: rlgate sim tokenspeed [flags]
@@ -79,11 +78,8 @@ export function parseArgs(argv: readonly string[]): CliOptions {
   const faults: FaultRule[] = [];
   const extra: Record<string, unknown> = {};
   let servicerImplFlag: string | undefined;
-  let exitOnStdinClose = false;
-  let help = false;
-  readFlags(argv, (flag, next) => {
+  const line = readEngineFlags(argv, o, (flag, next) => {
     switch (flag) {
-      case '--help': case '-h': help = true; break;
       case '--host': o.host = next(); break;
       case '--port': o.port = flagNumber(flag, next()); break;
       case '--admin-port': o.adminPort = flagNumber(flag, next()); break;
@@ -93,36 +89,29 @@ export function parseArgs(argv: readonly string[]): CliOptions {
       case '--rl-update-from': o.rlUpdateFrom = next().split(','); break;
       case '--no-rl-advertise': o.rlAdvertise = false; break;
       case '--servicer-impl': servicerImplFlag = next(); break;
-      case '--model': case '--model-path': o.model = next(); break;
       case '--served-model-name': o.servedModelName = next(); break;
       case '--tokenizer': o.tokenizerPath = next(); break;
       case '--no-tokenizer': o.tokenizerPath = ''; break;
-      case '--weight-version': o.weightVersion = next(); break;
       case '--stamp-weight-version': o.stamp = stampOf(next()); break;
       case '--attn-tp-size': { const v = next(); o.attnTpSize = v === 'none' ? null : flagNumber(flag, v); break; }
       case '--dp-size': case '--data-parallel-size': o.dpSize = flagNumber(flag, next()); break;
-      case '--token-rate': o.tokenRate = flagNumber(flag, next()); break;
       case '--max-running-requests': case '--max-running': o.maxRunningRequests = flagNumber(flag, next()); break;
-      case '--context-length': o.contextLength = flagNumber(flag, next()); break;
       case '--enable-output-logprobs': o.enableOutputLogprobs = true; break;
       case '--kv-events-config': o.kvEventsConfig = next(); break;
       case '--kv-load-interval': o.kvLoadIntervalMs = flagNumber(flag, next()); break;
       case '--kvstore-storage-backend': o.kvstoreStorageBackend = next(); break;
-      case '--version': o.version = next(); break;
       case '--server-arg': serverArg(next(), extra); break;
       case '--fault': {
         const parsed = flagJson(flag, next());
         try { faults.push(...parseFaults(parsed)); } catch (e) { throw new Error(`--fault: ${(e as FaultError).message}`); }
         break;
       }
-      case '--group-timeout': o.groupTimeoutMs = flagNumber(flag, next()); break;
-      case '--record-limit': o.recordLimit = flagNumber(flag, next()); break;
       case '--drain-secs': o.drainMs = flagNumber(flag, next()) * 1000; break;
-      case '--exit-on-stdin-close': exitOnStdinClose = true; break;
-      default: throw new Error(`unknown flag ${flag} (see --help)`);
+      default: return false;
     }
+    return true;
   });
   if (faults.length > 0) o.faults = faults;
   if (Object.keys(extra).length > 0) o.serverArgs = extra;
-  return { options: o, servicerImplFlag, exitOnStdinClose, help };
+  return { options: o, servicerImplFlag, ...line };
 }

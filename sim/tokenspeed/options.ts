@@ -3,6 +3,7 @@
 // and default; the command line lives in cli.ts. It never starts a server.
 
 import type { JoinGroup } from '../broadcast/types.ts';
+import { positiveInt, resolveEngineOptions, type EngineOptions } from '../core/options.ts';
 import type { FaultRule } from './faults.ts';
 import {
   healthCheckTimeoutMs, profileFor, rustTuning, type ImplSource, type RustTuning, type ServicerImpl,
@@ -12,7 +13,7 @@ import {
 /** What goes into weight_version fields 7/12: the live version, nothing, or a fixed string. */
 export type StampMode = { kind: 'live' } | { kind: 'none' } | { kind: 'fixed'; value: string };
 
-export interface TokenspeedSimOptions {
+export interface TokenspeedSimOptions extends EngineOptions {
   /** gRPC bind address; default 127.0.0.1. */
   host?: string;
   /** gRPC port; 0 = any free port. */
@@ -31,11 +32,8 @@ export interface TokenspeedSimOptions {
   rlUpdateFrom?: string[];
   servicerImpl?: ServicerImpl;
   servicerImplSource?: ImplSource;
-  model?: string;
-  servedModelName?: string;
   /** Tokenizer path reported and served by GetTokenizer; '' = none (FAILED_PRECONDITION). Default = model. */
   tokenizerPath?: string;
-  weightVersion?: string;
   /** Default: live for python, none for rust. */
   stamp?: StampMode;
   /**
@@ -45,10 +43,6 @@ export interface TokenspeedSimOptions {
   attnTpSize?: number | null;
   /** Attention-DP width: `data_parallel_size`, `dp_size` when > 1, one load entry per rank. */
   dpSize?: number;
-  /** Tokens/s per request; 0 or Infinity = as fast as possible. Default 2000. */
-  tokenRate?: number;
-  maxRunningRequests?: number;
-  contextLength?: number;
   /** `--enable-output-logprobs`: without it, Generate carries no logprobs. Default false. */
   enableOutputLogprobs?: boolean;
   /** `--kv-events-config` JSON as given (or 'off'); undefined = the profile's default. */
@@ -57,15 +51,9 @@ export interface TokenspeedSimOptions {
   kvLoadIntervalMs?: number;
   /** L3 KV storage backend (refuses update_weight_version and versionless flushing refits). */
   kvstoreStorageBackend?: string | null;
-  /** `tokenspeed_version`; default 0.2.0. */
-  version?: string;
   faults?: FaultRule[];
   /** Deep health probe timeout; default TOKENSPEED_HEALTH_CHECK_TIMEOUT (20 s). */
   healthCheckTimeoutMs?: number;
-  /** Broadcast-group rendezvous and per-chunk receive deadline; default 120 s. */
-  groupTimeoutMs?: number;
-  /** Records kept per log (control requests, RPCs); 0 = none. Default 10000. */
-  recordLimit?: number;
   /** Extra ServerArgs keys (a way to show redaction or add `tp_size`). */
   serverArgs?: Record<string, unknown>;
   /** How long SIGTERM lets in-flight requests finish; default rust DRAIN_SECS, else 5 s. */
@@ -120,13 +108,7 @@ export function resolveOptions(o: TokenspeedSimOptions): ResolvedOptions {
   const impl = o.servicerImpl ?? 'python';
   const profile = profileFor(impl, env);
   const tuning = impl === 'rust' ? rustTuning(env) : null;
-  const model = o.model ?? 'sim-model';
-  const tokenRate = o.tokenRate === undefined ? 2000 : o.tokenRate <= 0 ? Infinity : o.tokenRate;
-  const positive = (v: number | undefined, d: number, name: string): number => {
-    const x = v ?? d;
-    if (!Number.isInteger(x) || x < 1) throw new Error(`${name} must be a positive integer`);
-    return x;
-  };
+  const engine = resolveEngineOptions(o);
   const port = (v: number | null | undefined, name: string): number | null => {
     if (v === undefined || v === null) return null;
     if (!Number.isInteger(v) || v < 0 || v > 65535) throw new Error(`${name} must be a port number`);
@@ -144,25 +126,18 @@ export function resolveOptions(o: TokenspeedSimOptions): ResolvedOptions {
     rlUpdateFrom: updateFrom,
     servicerImpl: impl,
     servicerImplSource: o.servicerImplSource ?? 'default',
-    model,
-    servedModelName: o.servedModelName ?? model,
-    tokenizerPath: o.tokenizerPath ?? model,
-    weightVersion: o.weightVersion ?? 'default',
+    ...engine,
+    tokenizerPath: o.tokenizerPath ?? engine.model,
     stamp: o.stamp ?? (profile.stampsWeightVersion ? { kind: 'live' } : { kind: 'none' }),
-    attnTpSize: o.attnTpSize === null ? null : positive(o.attnTpSize, 1, 'attnTpSize'),
-    dpSize: positive(o.dpSize, 1, 'dpSize'),
-    tokenRate,
-    maxRunningRequests: positive(o.maxRunningRequests, 256, 'maxRunningRequests'),
-    contextLength: positive(o.contextLength, 32768, 'contextLength'),
+    attnTpSize: o.attnTpSize === null ? null : positiveInt(o.attnTpSize, 1, 'attnTpSize'),
+    dpSize: positiveInt(o.dpSize, 1, 'dpSize'),
     enableOutputLogprobs: o.enableOutputLogprobs ?? false,
     kvEvents: resolveKvEvents(o.kvEventsConfig, profile),
-    kvLoadIntervalMs: positive(o.kvLoadIntervalMs, 1000, 'kvLoadIntervalMs'),
+    kvLoadIntervalMs: positiveInt(o.kvLoadIntervalMs, 1000, 'kvLoadIntervalMs'),
     kvstoreStorageBackend: o.kvstoreStorageBackend ? o.kvstoreStorageBackend : null,
     version: o.version ?? '0.2.0',
     faults: o.faults ?? [],
     healthCheckTimeoutMs: o.healthCheckTimeoutMs ?? healthCheckTimeoutMs(env),
-    groupTimeoutMs: o.groupTimeoutMs ?? 120_000,
-    recordLimit: o.recordLimit ?? 10_000,
     serverArgs: o.serverArgs ?? {},
     drainMs: o.drainMs ?? (tuning ? tuning.drainSecs * 1000 : 5_000),
     joinGroup: o.joinGroup ?? null,

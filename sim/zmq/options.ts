@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { JoinGroup } from '../broadcast/types.ts';
 import { FaultError } from '../core/faults.ts';
-import { flagJson, flagNumber, readFlags } from '../core/flags.ts';
+import { flagJson, flagNumber } from '../core/flags.ts';
+import { positiveInt, readEngineFlags, type CommandLine } from '../core/options.ts';
 import { parseFaults as parseControlFaults, type FaultRule } from '../tokenspeed/faults.ts';
 import type { TokenspeedSimOptions } from '../tokenspeed/options.ts';
 import { parseFaults, type SimFault } from './faults.ts';
@@ -81,23 +82,18 @@ export function resolve(o: ZmqSimOptions): Resolved {
   const url = o.url ?? `ipc://${join(createdDir!, 'engine')}`;
   const handshakeAddress = o.handshakeAddress ?? (url.startsWith('tcp://') ? url : `tcp://127.0.0.1:${defaultHandshakePort(url.slice('ipc://'.length))}`);
   if (!handshakeAddress.startsWith('tcp://')) throw new Error(`--handshake-address must be tcp://, got ${handshakeAddress}`);
-  const positive = (v: number | undefined, d: number, name: string): number => {
-    const x = v ?? d;
-    if (!Number.isInteger(x) || x < 1) throw new Error(`${name} must be a positive integer`);
-    return x;
-  };
   const rank = o.rank ?? 0;
   if (!Number.isInteger(rank) || rank < 0 || rank > 0xffff) throw new Error('--dp-rank must be an integer in 0..65535');
   const onExit = o.onExit ?? ((code: number) => process.exit(code));
-  const tpSize = positive(o.tpSize, 1, 'tpSize');
+  const tpSize = positiveInt(o.tpSize, 1, 'tpSize');
   return {
     url,
     createdDir,
     handshakeAddress,
     rank,
-    dpSize: positive(o.dpSize, rank + 1, 'dpSize'),
+    dpSize: positiveInt(o.dpSize, rank + 1, 'dpSize'),
     tpSize,
-    ppSize: positive(o.ppSize, 1, 'ppSize'),
+    ppSize: positiveInt(o.ppSize, 1, 'ppSize'),
     adminPort: o.adminPort ?? 0,
     faults: o.faults ?? [],
     onExit,
@@ -123,10 +119,8 @@ export function resolve(o: ZmqSimOptions): Resolved {
   };
 }
 
-export interface Cli {
+export interface Cli extends CommandLine {
   options: ZmqSimOptions;
-  exitOnStdinClose: boolean;
-  help: boolean;
 }
 
 export const HELP = `Usage: rlgate sim zmq [flags]
@@ -165,23 +159,15 @@ export function parseArgs(argv: readonly string[]): Cli {
   const o: ZmqSimOptions = {};
   const faults: SimFault[] = [];
   const controlFaults: FaultRule[] = [];
-  let exitOnStdinClose = false;
-  let help = false;
-  readFlags(argv, (flag, next) => {
+  const line = readEngineFlags(argv, o, (flag, next) => {
     switch (flag) {
-      case '--help': case '-h': help = true; break;
       case '--url': o.url = next(); break;
       case '--handshake-address': o.handshakeAddress = next(); break;
       case '--dp-rank': o.rank = flagNumber(flag, next()); break;
       case '--dp-size': o.dpSize = flagNumber(flag, next()); break;
       case '--tp-size': o.tpSize = flagNumber(flag, next()); break;
       case '--pp-size': o.ppSize = flagNumber(flag, next()); break;
-      case '--model': case '--model-path': o.model = next(); break;
-      case '--weight-version': o.weightVersion = next(); break;
-      case '--token-rate': o.tokenRate = flagNumber(flag, next()); break;
       case '--max-running': o.maxRunning = flagNumber(flag, next()); break;
-      case '--context-length': o.contextLength = flagNumber(flag, next()); break;
-      case '--version': o.version = next(); break;
       case '--port': case '--admin-port': o.adminPort = flagNumber(flag, next()); break;
       case '--rl-control-port': o.rlControlPort = flagNumber(flag, next()); break;
       case '--no-rl-control': o.rlControlPort = null; break;
@@ -193,13 +179,11 @@ export function parseArgs(argv: readonly string[]): Cli {
           throw e instanceof FaultError ? new Error(`--control-fault: ${e.message}`) : e;
         }
         break;
-      case '--group-timeout': o.groupTimeoutMs = flagNumber(flag, next()); break;
-      case '--record-limit': o.recordLimit = flagNumber(flag, next()); break;
-      case '--exit-on-stdin-close': exitOnStdinClose = true; break;
-      default: throw new Error(`unknown flag ${flag} (see --help)`);
+      default: return false;
     }
+    return true;
   });
   if (faults.length > 0) o.faults = faults;
   if (controlFaults.length > 0) o.controlFaults = controlFaults;
-  return { options: o, exitOnStdinClose, help };
+  return { options: o, ...line };
 }
