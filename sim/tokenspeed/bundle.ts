@@ -13,6 +13,19 @@ const DOS_DATE = (1 << 5) | 1;
 const DOS_TIME = 0;
 const UTF8_FLAG = 0x0800;
 
+/** The fields an entry's local and central headers share, from "version needed" to the name's length. */
+function writeEntryFields(header: Buffer, at: number, crc: number, size: number, nameLength: number): void {
+  header.writeUInt16LE(20, at); // version needed: 2.0
+  header.writeUInt16LE(UTF8_FLAG, at + 2);
+  header.writeUInt16LE(0, at + 4); // method: stored
+  header.writeUInt16LE(DOS_TIME, at + 6);
+  header.writeUInt16LE(DOS_DATE, at + 8);
+  header.writeUInt32LE(crc, at + 10);
+  header.writeUInt32LE(size, at + 14); // compressed = uncompressed: stored
+  header.writeUInt32LE(size, at + 18);
+  header.writeUInt16LE(nameLength, at + 22);
+}
+
 export function zipStored(files: ReadonlyArray<{ name: string; content: Buffer }>): Buffer {
   const locals: Buffer[] = [];
   const centrals: Buffer[] = [];
@@ -20,31 +33,15 @@ export function zipStored(files: ReadonlyArray<{ name: string; content: Buffer }
   for (const f of files) {
     const name = Buffer.from(f.name, 'utf8');
     const crc = crc32(f.content) >>> 0;
+    // Fields not written stay 0: the local header's extra length; the central header's extra,
+    // comment, disk, internal and external attributes.
     const local = Buffer.alloc(30);
     local.writeUInt32LE(0x04034b50, 0);
-    local.writeUInt16LE(20, 4);
-    local.writeUInt16LE(UTF8_FLAG, 6);
-    local.writeUInt16LE(0, 8); // method: stored
-    local.writeUInt16LE(DOS_TIME, 10);
-    local.writeUInt16LE(DOS_DATE, 12);
-    local.writeUInt32LE(crc, 14);
-    local.writeUInt32LE(f.content.length, 18);
-    local.writeUInt32LE(f.content.length, 22);
-    local.writeUInt16LE(name.length, 26);
-    local.writeUInt16LE(0, 28);
+    writeEntryFields(local, 4, crc, f.content.length, name.length);
     const central = Buffer.alloc(46);
     central.writeUInt32LE(0x02014b50, 0);
-    central.writeUInt16LE(20, 4);
-    central.writeUInt16LE(20, 6);
-    central.writeUInt16LE(UTF8_FLAG, 8);
-    central.writeUInt16LE(0, 10);
-    central.writeUInt16LE(DOS_TIME, 12);
-    central.writeUInt16LE(DOS_DATE, 14);
-    central.writeUInt32LE(crc, 16);
-    central.writeUInt32LE(f.content.length, 20);
-    central.writeUInt32LE(f.content.length, 24);
-    central.writeUInt16LE(name.length, 28);
-    // extra, comment, disk, internal and external attributes stay 0
+    central.writeUInt16LE(20, 4); // version made by
+    writeEntryFields(central, 6, crc, f.content.length, name.length);
     central.writeUInt32LE(offset, 42);
     locals.push(local, name, f.content);
     centrals.push(central, name);
