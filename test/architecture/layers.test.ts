@@ -1,5 +1,5 @@
 // The layers of docs/layers.md, held: the table there is read as the rule, then every import line
-// of every file under src/ and actors/ (and a top-level sim/, once the simulators move there) is
+// of every file under src/, actors/ and sim/ (the simulators, which may import only proto/) is
 // checked against it. Fails naming the file and the import on an import the table does not allow,
 // on a cycle between folders and on a cycle between files, type-only imports included. Reads
 // files only: no process, no socket.
@@ -10,22 +10,6 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-
-/**
- * What the simulators import from the product today, by the file imported: nothing else is
- * allowed, and an entry no simulator needs any more fails the test, so the list only shrinks.
- * Known exceptions: the simulators' move out of src/ (to sim/, sharing nothing with the gateway
- * but proto/) removes them.
- */
-const SIM_IMPORTS_TODAY = [
-  'src/bus/client-flags.ts',
-  'src/bus/connect-options.ts',
-  'src/bus/connection.ts',
-  'src/bus/refit-report.ts',
-  'src/bus/subjects.ts',
-  'src/cli/refit-display.ts',
-  'src/obs/redact-url.ts',
-];
 
 /** Where a folder's package imports are narrower than "any": what it may take, said for the failure. */
 const PACKAGES: Record<string, { ok: (i: Import) => boolean; rule: string }> = {
@@ -179,15 +163,12 @@ describe('the layers of docs/layers.md', () => {
     expect(refused).toEqual([]);
   });
 
-  it('lets the simulators import only proto/ and what they import today', () => {
+  it('lets the simulators import nothing of the product but proto/', () => {
     const refused: string[] = [];
-    const used = new Set<string>();
     for (const i of imports) {
       if (!i.target || !isSim(i.file) || isSim(i.target) || folderOf(i.target) === 'proto') continue;
-      if (SIM_IMPORTS_TODAY.includes(i.target)) used.add(i.target);
-      else refused.push(`${where(i)}: the simulators share nothing with the gateway but proto/`);
+      refused.push(`${where(i)}: the simulators share nothing with the gateway but proto/`);
     }
-    for (const t of SIM_IMPORTS_TODAY) if (!used.has(t)) refused.push(`no simulator imports ${t} any more: remove it from SIM_IMPORTS_TODAY`);
     expect(refused).toEqual([]);
   });
 
@@ -207,8 +188,7 @@ describe('the layers of docs/layers.md', () => {
     for (const i of imports) {
       const from = folderOf(i.file);
       const to = i.target ? folderOf(i.target) : undefined;
-      // The simulators' known imports (above) would close cli → sim → cli until they move.
-      if (!from || !to || from === to || (from === 'sim' && SIM_IMPORTS_TODAY.includes(i.target!))) continue;
+      if (!from || !to || from === to) continue;
       if (!graph.has(from)) graph.set(from, new Set());
       graph.get(from)!.add(to);
     }
@@ -216,10 +196,9 @@ describe('the layers of docs/layers.md', () => {
   });
 
   it('has no cycle between files, type-only imports included', () => {
-    // The simulators' own files are left to their move (docs/layers.md).
     const graph = new Map<string, Set<string>>();
     for (const i of imports) {
-      if (!i.target || isSim(i.file) || isSim(i.target)) continue;
+      if (!i.target) continue;
       if (!graph.has(i.file)) graph.set(i.file, new Set());
       graph.get(i.file)!.add(i.target);
     }

@@ -60,7 +60,7 @@ import { until } from '../fixtures/gateway-process.ts';
 import { CUT_SHAPES, type CutShape } from '../fixtures/netns.ts';
 import { startPartitionFleet, type NsReplica, type PartitionFleet, type Round, type RoundNode } from '../fixtures/partition-fleet.ts';
 import { GATEWAY_OWN_PATHS } from '../fixtures/sglang-sim.ts';
-import type { Fault } from '../../src/sim/sglang/faults.ts';
+import type { Fault } from '../../sim/sglang/faults.ts';
 
 const SCENARIO = 'partition';
 const TRIALS = chaosSize(1, 5);
