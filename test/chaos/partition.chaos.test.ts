@@ -293,7 +293,8 @@ describe(`chaos: ${SCENARIO}`, () => {
       res = await send();
     }
     expect(res.status, res.text).toBe(202);
-    const j = await until(`the journal of ${id} names a holder`, 10_000, async () => journal(r, id));
+    // Taking a queued refit waits on the queue's stream too (seconds, while it elects a leader).
+    const j = await until(`the journal of ${id} names a holder`, 30_000, async () => journal(r, id));
     return { holder: j.holder, at: Date.now() };
   };
 
