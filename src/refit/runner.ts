@@ -13,11 +13,9 @@ import type { Bus } from '../bus/connection.ts';
 import type { RefitQueue } from '../bus/refit-queue.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
-import { unreachableCode } from '../control/outcome.ts';
 import type { LegRunner } from '../control/leg-runner.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Registry } from '../fleet/registry.ts';
-import { compareVersions } from '../fleet/versions.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
@@ -29,6 +27,7 @@ import { buildReport, type RefitReport } from './report.ts';
 import type { RefitRequest } from './request.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
 import type { SkippedEngine } from './targets.ts';
+import { legResult, quarantineAfter, quorumOf } from './verdicts.ts';
 
 export interface RefitDefaults {
   pauseMs: number;
@@ -53,8 +52,6 @@ export interface QueuedRefit {
 const RETRY_MS = 250;
 /** How long the pause may hold the quorum's engines waiting for the others, by default. */
 export const DEFAULT_GRACE_MS = 10_000;
-/** Failures after which an engine may hold partial weights, or lied about a load: quarantined. */
-const QUARANTINING = new Set(['verify_failed', 'cut_after_grace', 'transfer_aborted']);
 /** How long the report waits on reading a failed engine's version. */
 const READ_BACK_MS = 2_000;
 
@@ -497,17 +494,9 @@ export class RefitRunner {
       return null;
     }
     await Promise.all(owing.map((wid) => this.deps.owed.settle(wid, result.resumed.includes(wid), id)));
-    // An engine that failed in a refit step may hold partial weights, one that failed its version
-    // check lied about a load, one cut after the grace period missed it: none is routed to until
-    // a refit brings it up and verifies it. A verified engine leaves quarantine.
-    for (const w of targets) {
-      const rec = result.engines[w.id];
-      if (rec?.failedIn === 'refit' || (rec?.error !== undefined && QUARANTINING.has(rec.error))) this.deps.quarantine(w.id, rec.error ?? 'refit_failed');
-      // Loaded again in the version check and not verified (its deadline may have cut the load): partial weights, perhaps.
-      else if (reloaded.has(w.id) && rec?.failedIn !== undefined) this.deps.quarantine(w.id, 'verify_failed');
-      // Only an engine whose version check passed leaves quarantine (a refit cut by its deadline skips the check).
-      else if (plan.verify && !result.abortReason && rec?.phases.verify !== undefined && rec.failedIn === undefined) this.deps.quarantine(w.id, null);
-    }
+    // Quarantined, or let out, as the result says (verdicts.ts).
+    const verdicts = quarantineAfter(result, targets.map((w) => w.id), { verify: plan.verify !== null, reloaded });
+    for (const [wid, reason] of verdicts) this.deps.quarantine(wid, reason);
     // An engine that failed once its weights were touched is reported with the version it says it
     // holds now, read from it: this replica's view may be stale (another replica's engine, a load
     // whose answer was lost, a transfer abandoned half-way).
@@ -724,65 +713,6 @@ async function retry(fn: () => Promise<unknown>, stop: () => boolean): Promise<v
       await new Promise((r) => setTimeout(r, RETRY_MS));
     }
   }
-}
-
-/**
- * A leg succeeds on a 2xx whose body does not say `success: false` (stricter than the raw
- * fan-out, which leaves bodies to the trainer). Verification also needs the target version.
- */
-export function legResult(phase: Phase, o: ControlOutcome, target: string, expected?: ReadonlyArray<number | null>): LegResult {
-  if (o.kind !== 'answer') {
-    const error = o.kind === 'timeout' ? 'upstream_timeout' : o.kind === 'unreachable' ? unreachableCode(o) : 'no_control_endpoint';
-    return { ok: false, error, message: o.message, latencyMs: o.latencyMs };
-  }
-  const body = o.body as { success?: unknown; message?: unknown; weight_version?: unknown } | string | null;
-  if (o.status < 200 || o.status >= 300) {
-    const detail = typeof body === 'object' && body && typeof body.message === 'string' ? `: ${body.message}` : '';
-    // An engine that cannot show a parameter it was told to load cannot be verified to hold it.
-    const error = expected ? 'verify_failed' : 'upstream_error';
-    return { ok: false, error, status: o.status, message: `HTTP ${o.status}${detail}`, latencyMs: o.latencyMs };
-  }
-  if (typeof body === 'object' && body && body.success === false) {
-    return { ok: false, error: 'engine_refused', status: o.status, message: typeof body.message === 'string' ? body.message : 'engine answered success: false', latencyMs: o.latencyMs };
-  }
-  if (expected) {
-    // A parameter read back: its first values must be the trainer's, or the load did not happen.
-    const seen = Array.isArray(body) ? (body as unknown[]).flat(Infinity).slice(0, expected.length) : null;
-    if (!seen || !sameValues(seen, expected)) {
-      return { ok: false, error: 'verify_failed', status: o.status, message: `engine holds other values than the trainer sent: read back ${JSON.stringify(seen)}, expected ${JSON.stringify(expected)}`, latencyMs: o.latencyMs };
-    }
-  }
-  if (phase === 'verify') {
-    const seen = typeof body === 'object' && body ? body.weight_version : undefined;
-    const v = typeof seen === 'number' ? String(seen) : seen;
-    if (typeof v !== 'string' || compareVersions(v.trim(), target) !== 0) {
-      return { ok: false, error: 'verify_failed', status: o.status, message: `engine reports weight_version ${JSON.stringify(seen ?? null)}, expected ${JSON.stringify(target)}`, latencyMs: o.latencyMs };
-    }
-  }
-  return { ok: true, status: o.status, latencyMs: o.latencyMs };
-}
-
-/** Equal values, up to float rounding (a read-back may pass through another float width). */
-function sameValues(seen: unknown[], expected: ReadonlyArray<number | null>): boolean {
-  if (seen.length !== expected.length) return false;
-  return expected.every((e, i) => {
-    const s = seen[i];
-    if (e === null || s === null) return e === s;
-    return typeof s === 'number' && Math.abs(s - e) <= 1e-6 * Math.max(1, Math.abs(e));
-  });
-}
-
-/**
- * Engines that must pass the pause. Disk refits default to 1: refit whoever could be paused and
- * report the rest. Distributed refits default to every target: the trainer fixed the group's
- * world size before the pause, so a missing engine would leave the others waiting for its ranks.
- */
-export function quorumOf(req: RefitRequest, n: number): number {
-  const q = req.quorum;
-  if (!q) return req.source.kind === 'distributed' ? n : 1;
-  const byCount = q.min_engines ?? 0;
-  const byFraction = q.min_fraction !== undefined ? Math.ceil(q.min_fraction * n) : 0;
-  return Math.min(n, Math.max(1, byCount, byFraction));
 }
 
 function renameDeadlines(d: RefitRequest['deadlines_ms']): Partial<RefitDefaults> {

@@ -17,7 +17,7 @@ import {
   type PhaseInput,
   type RefitStepPlan,
 } from '../../actors/coordinator.ts';
-import { quorumOf } from '../../src/refit/runner.ts';
+import { quorumOf } from '../../src/refit/verdicts.ts';
 import type { RefitRequest } from '../../src/refit/request.ts';
 
 const TARGETS = ['e1', 'e2', 'e3'];
