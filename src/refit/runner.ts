@@ -20,13 +20,14 @@ import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { JournalFenced, JournalWriter, recoveryOf, type RefitJournal } from './journal.ts';
-import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
+import { callKey, fresh, prepareCalls } from './calls.ts';
+import { planRefit, type RefitPlan } from './plan.ts';
+import type { QueuedRefit } from './queue-message.ts';
 import { readQueuedRefit, takeVerdict, type Clash } from './queue-verdict.ts';
 import { answerLost, lostAnswerVerdict, notMade, repeatable, reportedVersion, setsVersion, versionMismatch } from './leg-recovery.ts';
 import { buildReport, type RefitReport } from './report.ts';
 import type { RefitRequest } from './request.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
-import type { SkippedEngine } from './targets.ts';
 import { legResult, quarantineAfter, quorumOf } from './verdicts.ts';
 
 export interface RefitDefaults {
@@ -34,19 +35,6 @@ export interface RefitDefaults {
   refitMs: number;
   verifyMs: number;
   resumeMs: number;
-}
-
-/** One queued refit: what the replica that accepted it resolved, for whichever replica runs it. */
-export interface QueuedRefit {
-  id: string;
-  request: RefitRequest;
-  selector: string | null;
-  /** Worker ids selected when the refit was accepted, and able to take part. */
-  targets: string[];
-  /** Selected engines left out, with the reason (targets.ts). */
-  skipped: SkippedEngine[];
-  origin: string;
-  submitted_at: string;
 }
 
 const RETRY_MS = 250;
@@ -299,7 +287,7 @@ export class RefitRunner {
     const targets = all.filter((w) => !j.asleep.includes(w.id));
     const asleep = all.filter((w) => j.asleep.includes(w.id));
     const plan = planRefit(req, targets);
-    const calls = this.prepareCalls(plan, targets, id);
+    const calls = prepareCalls(this.deps.legs, plan, targets, id);
     const startedAt = new Date();
     const byId = new Map(targets.map((w) => [w.id, w]));
     const phaseStarted = new Map<Phase, number>();
@@ -606,10 +594,6 @@ export class RefitRunner {
     this.deps.log.info({ refit_id: report.id, status: report.status, succeeded: report.succeeded, total: report.total, duration_ms: report.duration_ms }, 'refit finished');
   }
 
-  private prepareCalls(plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
-    return prepareCalls(this.deps.legs, plan, targets, refitId);
-  }
-
   /** A `leg` event: what one engine's call in a phase came to, as the report will say it. */
   private publishLeg(id: string, url: string, wid: string, input: PhaseInput, step: string | null, result: LegResult, finished: number): void {
     this.publish(id, {
@@ -639,46 +623,9 @@ export class RefitRunner {
   }
 }
 
-/** Every call of every phase, built (and size-checked) up front: a bad request is refused whole. */
-export function prepareCalls(legs: LegRunner, plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
-  const shared = new Map<CallSpec, ControlCall>();
-  const calls = new Map<string, ControlCall>();
-  const put = (phase: Phase, step: number, w: Worker, spec: CallSpec) => {
-    let call = shared.get(spec);
-    if (!call) {
-      call = legs.callFor(spec.path, {
-        method: spec.method,
-        rawQuery: '',
-        body: spec.body ? Buffer.from(JSON.stringify(spec.body)) : null,
-        contentType: spec.body ? 'application/json' : undefined,
-        trace: { 'x-request-id': `refit-${refitId}` },
-      });
-      call.refitId = refitId;
-      shared.set(spec, call);
-    }
-    calls.set(callKey(phase, step, w.id), call);
-  };
-  for (const w of targets) {
-    put('pause', 0, w, plan.pause);
-    plan.steps.forEach((_, i) => put('refit', i, w, plan.step(i, w)));
-    if (plan.verify) put('verify', 0, w, plan.verify);
-    put('resume', 0, w, plan.resume);
-  }
-  return calls;
-}
-
 /** A recovery that threw: the leg fails, the phase goes on. */
 function recoveryFailed(err: unknown, latencyMs: number): LegResult {
   return { ok: false, error: 'internal_error', message: `the gateway failed to read the engine after a lost answer: ${String((err as Error)?.message ?? err)}`, latencyMs };
-}
-
-/** The same call with a deadline that starts now. */
-function fresh(call: ControlCall): ControlCall {
-  return { ...call, deadline: Date.now() + call.timeoutSecs * 1000 };
-}
-
-function callKey(phase: Phase, step: number, workerId: string): string {
-  return `${phase}|${step}|${workerId}`;
 }
 
 /** A target removed from the registry after the refit was accepted: its legs fail as unreachable. */
