@@ -9,9 +9,7 @@ import { createActor, fromCallback, toPromise } from 'xstate';
 import type { JsMsg } from '@nats-io/jetstream';
 import { coordinatorMachine, type CoordinatorEvent, type LegResult, type Phase, type PhaseInput, type Recovered } from '../../actors/coordinator.ts';
 import type { JsonBucket } from '../bus/buckets.ts';
-import type { Bus } from '../bus/connection.ts';
 import type { RefitQueue } from '../bus/refit-queue.ts';
-import type { Subjects } from '../bus/subjects.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
 import type { LegRunner } from '../control/leg-runner.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
@@ -23,10 +21,12 @@ import { JournalFenced, JournalWriter, recoveryOf, type RefitJournal } from './j
 import { callKey, fresh, prepareCalls } from './calls.ts';
 import { planRefit, type RefitPlan } from './plan.ts';
 import type { QueuedRefit } from './queue-message.ts';
-import { readQueuedRefit, takeVerdict, type Clash } from './queue-verdict.ts';
+import { readQueuedRefit, takeVerdict } from './queue-verdict.ts';
 import { answerLost, lostAnswerVerdict, notMade, repeatable, reportedVersion, setsVersion, versionMismatch } from './leg-recovery.ts';
 import { buildReport, type RefitReport } from './report.ts';
 import type { RefitRequest } from './request.ts';
+import type { RefitJournals } from './journals.ts';
+import type { RefitPublisher } from './publisher.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
 import { legResult, quarantineAfter, quorumOf } from './verdicts.ts';
 
@@ -53,18 +53,18 @@ export class RefitRunner {
     private readonly deps: {
       replicaId: string;
       queue: RefitQueue;
-      journals: JsonBucket<RefitJournal>;
+      /** The `refits` bucket: this runner's journals are created and written there, by compare-and-set. */
+      bucket: JsonBucket<RefitJournal>;
+      /** The refit read model: whether another refit holds an engine (`clashes`). */
+      journals: RefitJournals;
+      events: RefitPublisher;
       registry: Registry;
       view: FleetView;
       legs: LegRunner;
-      bus: Bus;
-      subjects: Subjects;
       metrics: Metrics;
       log: Logger;
       deadlines: RefitDefaults;
       owed: ResumesOwed;
-      /** Another refit (running, or queued by this replica) already holds one of these engines. */
-      clashes: (refitId: string, targets: string[]) => Promise<Clash | undefined>;
       /**
        * Resolves when every engine has a live owner other than `dead` (or the time is up): a
        * refit taken over from a replica that also owned engines waits for their new owner.
@@ -112,7 +112,7 @@ export class RefitRunner {
     // Held while it runs: a replica that dies stops extending it, and another takes it.
     const keep = setInterval(() => msg.working(), Math.max(200, Math.floor(this.deps.queue.ackWaitMs / 3)));
     try {
-      const existing = await this.deps.journals.get(q.id);
+      const existing = await this.deps.bucket.get(q.id);
       if (existing?.value.status === 'done') return msg.ack();
       // A refit whose runner lives: a second message for it (a resubmission) is dropped; its own
       // message handed back (the runner missed extending it, e.g. in a bus outage) is looked at
@@ -121,7 +121,7 @@ export class RefitRunner {
       if (existing && (this.active.has(q.id) || (holder !== this.deps.replicaId && (await this.deps.alive(holder!))))) {
         return msg.info.deliveryCount > 1 ? msg.nak(RETRY_MS * 4) : msg.term();
       }
-      const take = takeVerdict(q, { takeover: Boolean(existing), clash: await this.deps.clashes(q.id, q.targets), known: (id) => this.deps.registry.get(id) !== undefined });
+      const take = takeVerdict(q, { takeover: Boolean(existing), clash: await this.deps.journals.clashes(q.id, q.targets), known: (id) => this.deps.registry.get(id) !== undefined });
       if (take.take === 'later') return msg.nak(RETRY_MS * 4); // its turn comes when the other refit is over
       let writer: JournalWriter;
       let recovered: Recovered | undefined;
@@ -130,19 +130,19 @@ export class RefitRunner {
       const targets = q.targets.map((id) => this.deps.registry.get(id) ?? removedWorker(id));
       if (!existing) {
         const j = this.newJournal(q, targets, await this.controlsNow(targets));
-        const revision = await this.deps.journals.create(q.id, j).catch(() => null);
+        const revision = await this.deps.bucket.create(q.id, j).catch(() => null);
         if (revision === null) return msg.nak(RETRY_MS); // another replica started it just now
-        writer = new JournalWriter(this.deps.journals, j, revision, onFenced);
+        writer = new JournalWriter(this.deps.bucket, j, revision, onFenced);
       } else {
         const j = existing.value;
         const from = j.holder;
         j.takeovers = [...(j.takeovers ?? []), { from: j.holder, to: this.deps.replicaId, at: new Date().toISOString(), phase: j.phase, step_index: j.step_index }];
         this.deps.log.warn({ refit_id: q.id, from: j.holder, phase: j.phase, step_index: j.step_index }, 'taking over a refit whose replica stopped');
-        this.publish(q.id, { type: 'takeover', from: j.holder, to: this.deps.replicaId, phase: j.phase, step_index: j.step_index });
+        this.deps.events.publish(q.id, { type: 'takeover', from: j.holder, to: this.deps.replicaId, phase: j.phase, step_index: j.step_index });
         j.holder = this.deps.replicaId;
-        const revision = await this.deps.journals.update(q.id, j, existing.revision).catch(() => null);
+        const revision = await this.deps.bucket.update(q.id, j, existing.revision).catch(() => null);
         if (revision === null) return msg.nak(RETRY_MS);
-        writer = new JournalWriter(this.deps.journals, j, revision, onFenced);
+        writer = new JournalWriter(this.deps.bucket, j, revision, onFenced);
         const plan = this.planOrNull(j, targets);
         if (plan) recovered = recoveryOf(j, plan.steps, plan.verify !== null);
         // The dead replica may have owned engines too: their calls wait for the new owner.
@@ -301,7 +301,7 @@ export class RefitRunner {
     await retry(() => this.deps.owed.owe(owing, id), () => writer.fenced);
     if (writer.fenced) return null;
     this.deps.log.info({ refit_id: id, origin: q.origin, weight_version: req.weight_version, source: req.source.kind, targets: targets.length, quorum, recovered: recovered?.at ?? null }, recovered ? 'refit taken over' : 'refit started');
-    this.publish(id, { type: 'started', replica: this.deps.replicaId, targets: targets.map((w) => w.id), quorum, steps: plan.steps.map((st) => st.name), verify: plan.verify !== null, recovered: recovered?.at ?? null });
+    this.deps.events.publish(id, { type: 'started', replica: this.deps.replicaId, targets: targets.map((w) => w.id), quorum, steps: plan.steps.map((st) => st.name), verify: plan.verify !== null, recovered: recovered?.at ?? null });
 
     // Loads sent by a runner that died, whose answers are lost: the version check after the
     // takeover finds out which landed, and one that did not is loaded again (leg-recovery.ts).
@@ -317,7 +317,7 @@ export class RefitRunner {
       phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
       const step = input.phase === 'refit' ? (plan.steps[input.stepIndex]?.name ?? null) : null;
       const phaseStartedAt = Date.now();
-      this.publish(id, { type: 'phase', phase: input.phase, step, step_index: input.stepIndex, steps: plan.steps.length, targets: input.targets });
+      this.deps.events.publish(id, { type: 'phase', phase: input.phase, step, step_index: input.stepIndex, steps: plan.steps.length, targets: input.targets });
       // Engines given the same spec share one call object, so it crosses the bus once per replica.
       // Each call's deadline starts now, when its phase sends it: stamped when the refit was
       // planned, a slow pause and load would eat the resume's budget.
@@ -585,18 +585,13 @@ export class RefitRunner {
     await retry(() => writer.update({ status: 'done', report, pending: [] }), () => writer.fenced);
     if (writer.fenced) return;
     this.deps.metrics.refit(report.status, report.phases);
-    this.publish(report.id, { type: 'report', report });
-    try {
-      this.deps.bus.publish(this.deps.subjects.refitReport(report.id), report);
-    } catch (err) {
-      this.deps.log.warn({ err, refit_id: report.id }, 'could not publish the refit report (it is in the journal)');
-    }
+    this.deps.events.report(report);
     this.deps.log.info({ refit_id: report.id, status: report.status, succeeded: report.succeeded, total: report.total, duration_ms: report.duration_ms }, 'refit finished');
   }
 
   /** A `leg` event: what one engine's call in a phase came to, as the report will say it. */
   private publishLeg(id: string, url: string, wid: string, input: PhaseInput, step: string | null, result: LegResult, finished: number): void {
-    this.publish(id, {
+    this.deps.events.publish(id, {
       type: 'leg',
       worker_id: wid,
       url,
@@ -611,15 +606,6 @@ export class RefitRunner {
       started_at: new Date(finished - result.latencyMs).toISOString(),
       finished_at: new Date(finished).toISOString(),
     });
-  }
-
-  /** One progress event of a refit, on `<root>.refit.<id>.events` (kept by the refit events stream). */
-  publish(id: string, event: Record<string, unknown>): void {
-    try {
-      this.deps.bus.publish(this.deps.subjects.refitEvents(id), { refit_id: id, time: new Date().toISOString(), ...event });
-    } catch (err) {
-      this.deps.log.warn({ err, refit_id: id }, 'could not publish refit event');
-    }
   }
 }
 
