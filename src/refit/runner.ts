@@ -7,7 +7,7 @@
 
 import { createActor, fromCallback, toPromise } from 'xstate';
 import type { JsMsg } from '@nats-io/jetstream';
-import { coordinatorMachine, type CoordinatorEvent, type LegResult, type Phase, type PhaseInput, type Recovered } from '../../actors/coordinator.ts';
+import { coordinatorMachine, type CoordinatorEvent, type CutLeg, type LegResult, type Phase, type PhaseInput, type Recovered } from '../../actors/coordinator.ts';
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { RefitQueue } from '../bus/refit-queue.ts';
 import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
@@ -309,6 +309,8 @@ export class RefitRunner {
     const doubtfulStep = j.step_index;
     /** Engines loaded again during the version check: one whose check still fails is quarantined. */
     const reloaded = new Set<string>();
+    /** When each phase (and refit step) was sent (`phase|stepIndex`): a cut leg's time counts from it. */
+    const phaseSent = new Map<string, number>();
 
     const runPhase = fromCallback<CoordinatorEvent, PhaseInput>(({ input, sendBack }) => {
       const abort = new AbortController();
@@ -317,6 +319,7 @@ export class RefitRunner {
       phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
       const step = input.phase === 'refit' ? (plan.steps[input.stepIndex]?.name ?? null) : null;
       const phaseStartedAt = Date.now();
+      phaseSent.set(`${input.phase}|${input.stepIndex}`, phaseStartedAt);
       this.deps.events.publish(id, { type: 'phase', phase: input.phase, step, step_index: input.stepIndex, steps: plan.steps.length, targets: input.targets });
       // Engines given the same spec share one call object, so it crosses the bus once per replica.
       // Each call's deadline starts now, when its phase sends it: stamped when the refit was
@@ -344,7 +347,7 @@ export class RefitRunner {
             if (abort.signal.aborted) return;
             answered.add(wid);
             sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
-            this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, result, Date.now());
+            this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input.phase, input.stepIndex, step, result, Date.now());
           };
           const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
           const worker = byId.get(wid)!;
@@ -417,8 +420,12 @@ export class RefitRunner {
           .catch((err: unknown) => {
             // Never leave the coordinator waiting: an unexpected failure fails the phase's legs.
             this.deps.log.error({ err, refit_id: id, phase: input.phase }, 'refit phase failed unexpectedly');
+            const now = Date.now();
             for (const wid of input.targets) {
-              sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: { ok: false, error: 'internal_error', message: 'the gateway failed to run this phase', latencyMs: 0 } });
+              const result: LegResult = { ok: false, error: 'internal_error', message: 'the gateway failed to run this phase', latencyMs: 0 };
+              sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
+              // Watchers see what the coordinator was told, as they see every answer.
+              if (!answered.has(wid) && !abort.signal.aborted) this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input.phase, input.stepIndex, step, { ...result, latencyMs: now - phaseStartedAt }, now);
             }
           });
         // A leg sent again may need its engine read in turn: wait until none is left in flight.
@@ -429,20 +436,6 @@ export class RefitRunner {
       return () => {
         abort.abort();
         phaseMs[input.phase] = Math.round(performance.now() - (phaseStarted.get(input.phase) ?? performance.now()));
-        // Legs the phase ended without (cut by its deadline, or by a failed collective) get their
-        // event with the coordinator's verdict, read once the transition that ended the phase has
-        // recorded it, so watchers see what the report will say.
-        const unanswered = input.targets.filter((wid) => !answered.has(wid));
-        if (unanswered.length === 0) return;
-        setImmediate(() => {
-          const engines = actor.getSnapshot().context.engines;
-          const now = Date.now();
-          for (const wid of unanswered) {
-            const rec = engines[wid];
-            if (rec?.failedIn !== input.phase || rec.error === undefined) continue;
-            this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, { ok: false, error: rec.error, message: rec.message, latencyMs: now - phaseStartedAt }, now);
-          }
-        });
       };
     });
 
@@ -460,6 +453,19 @@ export class RefitRunner {
         recovered,
       },
     });
+    // Legs the coordinator judged without their answer (a deadline cut them, or a failed
+    // collective) get their event with its verdict when it decides, so watchers see what the
+    // report will say; an answer that comes later is dropped by the aborted phase.
+    const publishCut = (phase: Phase, stepIndex: number, legs: CutLeg[]) => {
+      const now = Date.now();
+      const from = phaseSent.get(`${phase}|${stepIndex}`) ?? now;
+      const step = phase === 'refit' ? (plan.steps[stepIndex]?.name ?? null) : null;
+      for (const leg of legs) {
+        this.publishLeg(id, byId.get(leg.workerId)?.url ?? leg.workerId, leg.workerId, phase, stepIndex, step, { ok: false, error: leg.error, message: leg.message, latencyMs: now - from }, now);
+      }
+    };
+    actor.on('legs.cut', (e) => publishCut(e.phase, e.stepIndex, e.legs));
+    actor.on('transfer.aborted', (e) => publishCut('refit', e.stepIndex, e.legs));
     // Each answer is journaled as it comes (writes in one burst travel together).
     actor.subscribe((snap) => {
       const c = snap.context;
@@ -590,14 +596,14 @@ export class RefitRunner {
   }
 
   /** A `leg` event: what one engine's call in a phase came to, as the report will say it. */
-  private publishLeg(id: string, url: string, wid: string, input: PhaseInput, step: string | null, result: LegResult, finished: number): void {
+  private publishLeg(id: string, url: string, wid: string, phase: Phase, stepIndex: number, step: string | null, result: LegResult, finished: number): void {
     this.deps.events.publish(id, {
       type: 'leg',
       worker_id: wid,
       url,
-      phase: input.phase,
+      phase,
       step,
-      step_index: input.stepIndex,
+      step_index: stepIndex,
       outcome: result.ok ? 'ok' : 'failed',
       ...(result.ok ? {} : { error: result.error }),
       ...(result.status !== undefined ? { status: result.status } : {}),
