@@ -39,6 +39,7 @@ import { RefitJournals } from '../refit/journals.ts';
 import { RefitPublisher } from '../refit/publisher.ts';
 import { RefitService } from '../refit/service.ts';
 import { RefitRunner } from '../refit/runner.ts';
+import { RefitWorker } from '../refit/worker.ts';
 import { RefitQueue } from '../bus/refit-queue.ts';
 import { RefitEventLog } from '../bus/refit-events.ts';
 import { FleetFeed } from '../fleet/fleet-feed.ts';
@@ -219,7 +220,6 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const refitEvents = await whilePlacing(() => RefitEventLog.open(bus.nc, subj), { ...placing, what: 'the refit event stream' });
     const runner = new RefitRunner({
       replicaId,
-      queue,
       bucket: journalBucket,
       journals,
       events: publisher,
@@ -235,6 +235,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         resumeMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
       },
       owed,
+      ackWaitMs,
       recordedControl: async (id) => {
         const r = (await buckets.engines.get(id))?.value as EngineRecord | undefined;
         return r ? { control: r.control, pausedBy: r.paused_by ?? undefined } : undefined;
@@ -248,6 +249,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       quarantine: (id, reason) => host.setQuarantine(id, reason),
       alive: (replica) => ownership.aliveNow(replica),
     });
+    const worker = new RefitWorker({ queue, runner, log: log.child({ component: 'refit' }) });
     const refits = new RefitService({ view, legs, queue, journals, events: publisher, replicaId });
     await journals.start();
     cleanups.push(() => journals.close());
@@ -277,12 +279,12 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     }));
     reconciler.start();
     cleanups.push(() => reconciler.close());
-    if (config.rl.enabled) await runner.start();
+    if (config.rl.enabled) await worker.start();
     // Shutdown lets running refits finish (and resume what they paused) while this replica still
     // answers its engines' commands: it stops taking refits, drains, and only then lets go.
     cleanups.push(() => {
       refits.drain();
-      return runner.drain();
+      return worker.drain();
     });
     const subs: BusSubscription[] = [];
     const router = new Router({ registry, view, host });
