@@ -97,9 +97,9 @@ export class RefitRunner implements RefitTaker {
     }
     const take = takeVerdict(q, { takeover: Boolean(existing), clash: await this.deps.journals.clashes(q.id, q.targets), known: (id) => this.deps.registry.get(id) !== undefined });
     if (take.take === 'later') return { settle: 'retry', afterMs: RETRY_MS * 4 }; // its turn comes when the other refit is over
-    // A fenced writer stops the coordinator, which does not exist yet when the writer is made.
-    let stopActor: () => void = () => {};
-    const onFenced = () => stopActor();
+    // Aborted when a journal write finds another replica holding the refit: the coordinator stops.
+    const fence = new AbortController();
+    const onFenced = () => fence.abort();
     const targets = q.targets.map((id) => this.deps.registry.get(id) ?? removedWorker(id));
     const claimed: Claimed | null = existing ? await this.claim.takeOver(q, existing, targets, onFenced) : await this.claim.create(q, targets, onFenced);
     if (!claimed) return { settle: 'retry', afterMs: RETRY_MS }; // another replica took it just now
@@ -115,7 +115,7 @@ export class RefitRunner implements RefitTaker {
     this.active.add(q.id);
     this.deps.metrics.refitStarted();
     try {
-      const report = await this.execute(q, targets, claimed, delivery.draining, (stop) => (stopActor = stop));
+      const report = await this.execute(q, targets, claimed, delivery.draining, fence.signal);
       if (!report) return { settle: 'leave', reason: 'another replica holds the refit now and finishes it' };
       await this.finish(writer, report);
       return ACK;
@@ -137,7 +137,7 @@ export class RefitRunner implements RefitTaker {
   }
 
   /** Runs (or goes on with) the transaction; null when another replica took the refit meanwhile. */
-  private async execute(q: QueuedRefit, all: Worker[], { writer, recovered }: Claimed, draining: AbortSignal, onActor: (stop: () => void) => void): Promise<RefitReport | null> {
+  private async execute(q: QueuedRefit, all: Worker[], { writer, recovered }: Claimed, draining: AbortSignal, fence: AbortSignal): Promise<RefitReport | null> {
     const j = writer.journal;
     const req = j.request;
     const id = q.id;
@@ -185,18 +185,16 @@ export class RefitRunner implements RefitTaker {
       if (writer.fenced) return;
       writer.update({ engines: c.engines, paused: c.paused, resumed: c.resumed, pending: c.pending, abort_reason: c.abortReason }).catch(() => {});
     });
-    let fenced = false;
-    let stopped: (v: null) => void = () => {};
-    const whenStopped = new Promise<null>((r) => (stopped = r));
-    onActor(() => {
-      fenced = true;
-      actor.stop();
-      stopped(null);
+    const fenced = new Promise<null>((resolve) => {
+      fence.addEventListener('abort', () => {
+        actor.stop();
+        resolve(null);
+      }, { once: true });
     });
     actor.start();
     // A stopped actor never settles its promise: the fence resolves the race instead.
-    const result = await Promise.race([toPromise(actor).catch(() => null), whenStopped]);
-    if (fenced || !result) {
+    const result = await Promise.race([toPromise(actor).catch(() => null), fenced]);
+    if (fence.aborted || !result) {
       this.deps.log.warn({ refit_id: id }, 'another replica took this refit over; it finishes it');
       return null;
     }
