@@ -4,7 +4,7 @@
 # The image runs the compiled JavaScript (dist/, built in the first stage) with the production
 # dependencies only: no TypeScript sources, compiler or tsx at run time.
 
-# ---- build: dist/ from src/ and actors/ (tsc, a development dependency) ----
+# ---- build: dist/ from src/, sim/ and actors/ (tsc, a development dependency) ----
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
@@ -13,6 +13,7 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
+COPY sim ./sim
 COPY actors ./actors
 COPY proto ./proto
 COPY ui ./ui

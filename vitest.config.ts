@@ -1,19 +1,47 @@
 // Test runner settings: every file under test/ runs in its own forked Node process (a crashed
-// test file cannot take nats-server children or sockets of another file with it). Three workers
-// on the 2-core machines this runs on: most integration files wait on leases, timeouts and child
-// processes more than they compute (753 s with two, 675 s with three, all passing); integration
-// files each start their own nats-server.
+// test file cannot take nats-server children or sockets of another file with it). Two projects,
+// one after the other in the same run (one report, one exit code; sequence.groupOrder):
+// - `unit` first: the plain `*.test.ts` files, the pure cores. Its setup file makes starting a
+//   process, opening a socket or arming a real timer throw, so the tier stays pure and fast
+//   (`npm run test:unit` runs it alone). Two workers, one per core: its files compute.
+// - `integration` next: `*.integration.test.ts` (the browser tests under test/ui among them), the
+//   chaos scenarios' short forms and the property tests. Three workers on the 2-core machines
+//   this runs on: most integration files wait on leases, timeouts and child processes more than
+//   they compute (753 s with two, 675 s with three, all passing); each starts its own nats-server.
+// Neither groupOrder is 0: vitest would run a one-worker project of group 0 last.
 import { defineConfig } from 'vitest/config';
+
+const integrationFiles = ['test/**/*.integration.test.ts', 'test/**/*.chaos.test.ts', 'test/**/*.fuzz.test.ts'];
 
 export default defineConfig({
   test: {
     environment: 'node',
-    include: ['test/**/*.test.ts'],
     pool: 'forks',
-    maxWorkers: 3,
     fileParallelism: true,
     testTimeout: 30_000,
     hookTimeout: 60_000,
     teardownTimeout: 30_000,
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: 'unit',
+          include: ['test/**/*.test.ts'],
+          exclude: integrationFiles,
+          setupFiles: ['test/fixtures/unit-guard.ts'],
+          maxWorkers: 2,
+          sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'integration',
+          include: integrationFiles,
+          maxWorkers: 3,
+          sequence: { groupOrder: 2 },
+        },
+      },
+    ],
   },
 });

@@ -6,8 +6,7 @@
 // emits what it decides without an answer (legs cut by a deadline, an aborted transfer).
 
 import { assign, enqueueActions, fromCallback, setup, type ActorRefFrom, type SnapshotFrom } from 'xstate';
-
-export type Phase = 'pause' | 'refit' | 'verify' | 'resume';
+import type { EngineRefitRecord, Phase, RefitAbortReason } from '../src/wire/refit-phase.ts';
 
 export interface LegResult {
   ok: boolean;
@@ -65,26 +64,15 @@ export interface CoordinatorInput {
 export interface Recovered {
   /** Where a taken-over refit goes on; `pausing` starts it over (nothing was loaded yet). */
   at: 'pausing' | 'verifying' | 'resuming' | 'cleanup';
-  engines: Record<string, EngineRecord>;
+  engines: Record<string, EngineRefitRecord>;
   paused: string[];
   resumed: string[];
   stepIndex: number;
   abortReason?: CoordinatorContext['abortReason'];
 }
 
-export interface EngineRecord {
-  /** Phase where the engine failed, if it did. */
-  failedIn?: Phase;
-  step?: string;
-  error?: string;
-  status?: number;
-  message?: string;
-  /** Milliseconds spent per phase (refit sums its steps). */
-  phases: Partial<Record<Phase, number>>;
-}
-
 export interface CoordinatorContext extends CoordinatorInput {
-  engines: Record<string, EngineRecord>;
+  engines: Record<string, EngineRefitRecord>;
   /** Engines that passed the pause. */
   paused: string[];
   /** Engines whose resume answered 2xx: they owe nothing, whatever else failed. */
@@ -94,7 +82,7 @@ export interface CoordinatorContext extends CoordinatorInput {
   phase: Phase;
   pending: string[];
   /** Why the refit stopped short of its refit phase, if it did. */
-  abortReason?: 'quorum_not_met' | 'no_target_paused' | 'gateway_failover';
+  abortReason?: RefitAbortReason;
 }
 
 export type CoordinatorEvent =
@@ -167,7 +155,7 @@ export const coordinatorMachine = setup({
       if (event.type !== 'leg.done' || event.phase !== context.phase || !context.pending.includes(event.workerId)) return {};
       const prev = context.engines[event.workerId] ?? { phases: {} };
       const step = event.phase === 'refit' ? context.steps[context.stepIndex]?.name : undefined;
-      const rec: EngineRecord = {
+      const rec: EngineRefitRecord = {
         ...prev,
         phases: { ...prev.phases, [event.phase]: (prev.phases[event.phase] ?? 0) + event.result.latencyMs },
       };
@@ -412,7 +400,7 @@ export const coordinatorMachine = setup({
 });
 
 /** Of these legs, those whose engine failed in `phase`, with that failure: the verdict a cut leg is given. */
-function cutLegs(engines: Record<string, EngineRecord>, ids: readonly string[], phase: Phase): CutLeg[] {
+function cutLegs(engines: Record<string, EngineRefitRecord>, ids: readonly string[], phase: Phase): CutLeg[] {
   const out: CutLeg[] = [];
   for (const id of ids) {
     const rec = engines[id];

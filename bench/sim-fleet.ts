@@ -15,7 +15,7 @@ import { subscribe } from 'node:diagnostics_channel';
 import { readFileSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
 import { createInterface } from 'node:readline';
-import { startSglangSim, type SglangSim } from '../src/sim/sglang/server.ts';
+import { startSglangSim, type SglangSim } from '../sim/sglang/server.ts';
 
 // Per process: 2,500 listeners and their accepted connections stay well inside a 20,000-fd limit.
 const MAX_FLEET = 2500;

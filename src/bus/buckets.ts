@@ -1,11 +1,18 @@
 // The JetStream KV buckets that hold the fleet's shared state, one set per subject root, so that
 // every gateway replica on a root sees the same fleet and a restarted one finds it again. This
-// file owns their names, their options and a small JSON face over them; what goes in each bucket
-// belongs to its user in src/fleet/ and src/refit/ (docs/nats.md lists them all).
+// file owns their names, their options and a small JSON face over them, typed by what each bucket
+// holds (the shapes in src/wire/); how each is used belongs to src/fleet/ and src/refit/
+// (docs/nats.md lists them all).
 
 import { jetstream } from '@nats-io/jetstream';
 import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
+import type { EngineRecord } from '../wire/engine-state.ts';
+import type { Heartbeat } from '../wire/heartbeat.ts';
+import type { OwnerLease } from '../wire/owner-lease.ts';
+import type { RefitJournal } from '../wire/refit-journal.ts';
+import type { OwedResume } from '../wire/resume-owed.ts';
+import type { StoredWorker } from '../wire/worker-entry.ts';
 import { decode, encode } from './codec.ts';
 
 /** What each bucket holds (its writer in brackets). */
@@ -25,6 +32,16 @@ export const BUCKETS = {
 } as const;
 
 export type BucketName = keyof typeof BUCKETS;
+
+/** The value each bucket holds, by key. */
+export interface BucketValues {
+  workers: StoredWorker;
+  engines: EngineRecord;
+  owners: OwnerLease;
+  replicas: Heartbeat;
+  owed: OwedResume;
+  refits: RefitJournal;
+}
 
 /** How often a watch checks that it has not fallen silent behind its bucket. */
 const WATCH_CHECK_MS = 3_000;
@@ -134,7 +151,7 @@ function valueOf<T>(e: KvEntry): T | null {
   }
 }
 
-export type FleetBuckets = { [K in BucketName]: JsonBucket<unknown> };
+export type FleetBuckets = { [K in BucketName]: JsonBucket<BucketValues[K]> };
 
 /** Bucket names allow [A-Za-z0-9_-]: a dotted subject root maps its dots to `_`. */
 export function bucketName(root: string, name: string): string {
@@ -151,11 +168,12 @@ export async function openBuckets(nc: NatsConnection, root: string, opts: { repl
   // once a stalled stream has elected a new leader.
   const kvm = new Kvm(opts.timeoutMs !== undefined ? jetstream(nc, { timeout: opts.timeoutMs }) : nc);
   const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
-  const out: Partial<FleetBuckets> = {};
+  const out: Partial<Record<BucketName, JsonBucket<unknown>>> = {};
   for (const [key, name] of Object.entries(BUCKETS) as Array<[BucketName, string]>) {
     // Journals and reports are kept a day; the fleet's state stays until it is removed.
     const kv = await kvm.create(bucketName(root, name), { history: 1, replicas, ...(key === 'refits' ? { ttl: 24 * 3_600_000 } : {}) });
     out[key] = new JsonBucket(kv);
   }
+  // The one place a bucket gets its value's type (BucketValues): what is written there is that type.
   return out as FleetBuckets;
 }

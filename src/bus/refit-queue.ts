@@ -9,6 +9,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { encode } from './codec.ts';
 import { openStream } from './stream.ts';
 import type { Subjects } from './subjects.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
 
 /** Shared pull consumer of every replica on a subject root. */
 export const RUNNERS = 'refit-runners';
@@ -60,7 +61,7 @@ export class RefitQueue {
   }
 
   /** Queues one refit; `duplicate` when a refit with this id was already queued. */
-  async submit(refitId: string, payload: unknown): Promise<{ duplicate: boolean }> {
+  async submit(refitId: string, payload: QueuedRefit): Promise<{ duplicate: boolean }> {
     const js = jetstream(this.nc);
     const ack = await js.publish(this.subjects.refitSubmit(), encode(payload), { msgID: refitId });
     return { duplicate: ack.duplicate };

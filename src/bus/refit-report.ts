@@ -11,6 +11,7 @@ import { Kvm, type KV } from '@nats-io/kv';
 import { bucketName, JsonBucket } from './buckets.ts';
 import { BusNoResponders, BusRemoteError, BusTimeout, BusUnavailable, type Bus } from './connection.ts';
 import { subjects } from './subjects.ts';
+import type { RefitJournal } from '../wire/refit-journal.ts';
 
 /** Where the report came from. */
 export type RefitReportSource = 'reply' | 'event' | 'report_subject' | 'journal';
@@ -46,12 +47,6 @@ export interface RefitReportWatch {
   ask(body: unknown, timeoutMs: number): Promise<RefitAnswer>;
   /** Lets the events already on their way land, then drops the subscriptions and the journal reads. */
   close(): Promise<void>;
-}
-
-/** The journal as the runner writes it: only what the wait reads. */
-interface JournalShape {
-  status?: string;
-  report?: unknown;
 }
 
 const NO_RESPONDERS_RETRY_MS = 1_000;
@@ -108,7 +103,7 @@ export async function watchRefitReport(bus: Bus, opts: RefitReportOptions): Prom
     reading ??= (async () => {
       try {
         kv ??= await new Kvm(bus.nc).open(bucketName(opts.root, 'refits'));
-        const entry = await new JsonBucket<JournalShape>(kv).get(refitId);
+        const entry = await new JsonBucket<RefitJournal>(kv).get(refitId);
         if (entry?.value.status === 'done') take(entry.value.report, 'journal');
       } catch (err) {
         const text = `${(err as Error)?.message ?? err} ${((err as Error)?.cause as Error | undefined)?.message ?? ''}`.trim();
@@ -151,6 +146,7 @@ export async function watchRefitReport(bus: Bus, opts: RefitReportOptions): Prom
             if (last) return last;
             throw new BusTimeout(request, timeoutMs);
           }
+          // Read leniently: any responder on the subject may answer (a gateway answers a RefitReply).
           const replied = bus.request<{ status: number; report?: unknown }>(request, body, left()).then(
             (reply) => ({ reply }),
             (err: unknown) => ({ err }),

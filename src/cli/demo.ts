@@ -7,7 +7,7 @@ import { request } from 'undici';
 import { loadConfig } from '../gateway/config.ts';
 import { startGateway, type Gateway } from '../gateway/gateway.ts';
 import { createLogger } from '../obs/logger.ts';
-import { launchSim, type SimProcess } from '../sim/launcher.ts';
+import { launchSim, type SimProcess } from '../../sim/launcher.ts';
 
 const ENGINES = 3;
 

@@ -3,7 +3,7 @@
 // (their events: which refit and which step touches each engine), a transition as one line, and
 // the whole fleet as a table for a given width and height. Pure: it prints nothing.
 
-import type { EngineStateEvent } from '../fleet/state-publisher.ts';
+import type { EngineStateEvent } from '../wire/engine-state.ts';
 import { applyRefitEvent, newRefitProgress, refitIdOf, stepLabel, type RefitProgress } from './refit-progress.ts';
 import { fit } from './terminal.ts';
 

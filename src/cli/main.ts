@@ -15,7 +15,7 @@ const COMMANDS: Record<string, { summary: string; run: (argv: string[]) => Promi
   demo: { summary: 'embedded NATS, three simulated engines, the gateway and two refits', run: async (a) => (await import('./demo.ts')).demoCommand(a) },
   watch: { summary: 'print engine actor transitions as they are published on NATS', run: async (a) => (await import('./watch.ts')).watchCommand(a) },
   refit: { summary: 'ask the gateway for a refit over NATS (rl.refit.request) and print the report', run: async (a) => (await import('./refit.ts')).refitCommand(a) },
-  trainer: { summary: 'trainer simulator: a distributed (NCCL-style) refit through the gateway', run: async (a) => (await import('../sim/trainer/main.ts')).trainerCommand(a) },
+  trainer: { summary: 'trainer client: a distributed (NCCL-style) refit through the gateway', run: async (a) => (await import('./trainer/main.ts')).trainerCommand(a) },
 };
 
 /**

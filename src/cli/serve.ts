@@ -13,8 +13,8 @@ import { ConfigError, helpText, loadConfig } from '../gateway/config.ts';
 import { redactUrl } from '../obs/redact-url.ts';
 import { startGateway, type Gateway } from '../gateway/gateway.ts';
 import { pickFreePort } from '../bus/server.ts';
-import { launchSim, type SimProcess } from '../sim/launcher.ts';
-import { simFlags, type SimKind } from '../sim/spellings.ts';
+import { launchSim, type SimProcess } from '../../sim/launcher.ts';
+import { simFlags, type SimKind } from '../../sim/spellings.ts';
 
 const HELP = `usage: rlgate serve [--kind K[:N][,K[:N]...]] [--engines N] [--engine-cmd TEMPLATE]
                     [--engine-base-port P] [--rl-control-port C] [--servicer-impl python|rust]
@@ -85,9 +85,9 @@ export function parseKinds(text: string, engines: number): SimKind[] {
  */
 async function checkSimFlags(kinds: readonly SimKind[], argsFor: (kind: SimKind) => string[]): Promise<void> {
   const parsers: Record<SimKind, () => Promise<(argv: string[]) => { help: boolean }>> = {
-    sglang: async () => (await import('../sim/sglang/options.ts')).parseArgs,
-    tokenspeed: async () => (await import('../sim/tokenspeed/cli.ts')).parseArgs,
-    zmq: async () => (await import('../sim/zmq/options.ts')).parseArgs,
+    sglang: async () => (await import('../../sim/sglang/options.ts')).parseArgs,
+    tokenspeed: async () => (await import('../../sim/tokenspeed/cli.ts')).parseArgs,
+    zmq: async () => (await import('../../sim/zmq/options.ts')).parseArgs,
   };
   for (const kind of new Set(kinds)) {
     let help: boolean;

@@ -9,16 +9,16 @@ interface Kind {
 
 const KINDS: Record<string, Kind> = {
   sglang: {
-    flags: async () => import('../sim/sglang/options.ts'),
-    run: async (a) => (await import('../sim/sglang/main.ts')).sglangSimCommand(a),
+    flags: async () => import('../../sim/sglang/options.ts'),
+    run: async (a) => (await import('../../sim/sglang/main.ts')).sglangSimCommand(a),
   },
   tokenspeed: {
-    flags: async () => import('../sim/tokenspeed/cli.ts'),
-    run: async (a) => (await import('../sim/tokenspeed/main.ts')).tokenspeedSimCommand(a),
+    flags: async () => import('../../sim/tokenspeed/cli.ts'),
+    run: async (a) => (await import('../../sim/tokenspeed/main.ts')).tokenspeedSimCommand(a),
   },
   zmq: {
-    flags: async () => import('../sim/zmq/options.ts'),
-    run: async (a) => (await import('../sim/zmq/main.ts')).zmqSimCommand(a),
+    flags: async () => import('../../sim/zmq/options.ts'),
+    run: async (a) => (await import('../../sim/zmq/main.ts')).zmqSimCommand(a),
   },
 };
 

@@ -5,7 +5,7 @@
 
 import { GatewayError } from '../api/errors.ts';
 import { controlCallOf } from '../engines/control-call.ts';
-import type { ReplicaCommand } from './dispatch.ts';
+import type { ReplicaCommand } from '../wire/replica-share.ts';
 
 /** The share of a fan-out on `rl.replica.<id>.cmd`. */
 export function replicaCommandOf(data: unknown): ReplicaCommand {

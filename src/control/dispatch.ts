@@ -9,24 +9,14 @@ import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { BusNoResponders, BusTimeout, BusUnavailable, type Bus } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
-import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
 import type { Registry } from '../fleet/registry.ts';
 import type { LeaseFence } from '../fleet/lease-fence.ts';
+import type { ControlCall, ControlOutcome, EngineCommand } from '../wire/control-call.ts';
+import type { LegReply, ReplicaCommand, ShareOutcomes, ShareRef } from '../wire/replica-share.ts';
 
 export interface Leg {
   workerId: string;
   call: ControlCall;
-}
-
-/**
- * What a replica receives: its share of a fan-out. Each distinct call travels once (a fan-out
- * body goes over the bus once per replica, not once per engine); legs point at it by index.
- */
-export interface ReplicaCommand {
-  requestId: string;
-  calls: ControlCall[];
-  legs: Array<{ workerId: string; call: number }>;
-  concurrency: number;
 }
 
 /** Packs legs into a ReplicaCommand, sharing identical call objects. */
@@ -42,11 +32,6 @@ export function packLegs(requestId: string, legs: Leg[], concurrency: number): R
     return { workerId: leg.workerId, call: i };
   });
   return { requestId, calls, legs: packed, concurrency };
-}
-
-export interface LegReply {
-  workerId: string;
-  outcome: ControlOutcome;
 }
 
 /** Slack for the bus hop on top of the engine call's own deadline. */
@@ -114,7 +99,7 @@ export class Dispatcher {
     const requestId = randomUUID();
     const stopCancel = this.cancelOnAbort(signal, worker?.owner, requestId);
     try {
-      const pending = this.deps.bus.request<ControlOutcome>(this.deps.subjects.engineCmd(workerId), { call, requestId }, timeoutMs);
+      const pending = this.deps.bus.request<ControlOutcome>(this.deps.subjects.engineCmd(workerId), { call, requestId } satisfies EngineCommand, timeoutMs);
       return signal ? await abortable(pending, signal) : await pending;
     } catch (err) {
       return busFailure(err, url, call);
@@ -268,7 +253,7 @@ export class Dispatcher {
     while (Date.now() < until && !opts.signal?.aborted && answered.size < legs.length) {
       if (this.deps.bus.connected) {
         try {
-          const got = await this.deps.bus.request<{ replies: LegReply[]; done: boolean } | null>(this.deps.subjects.replicaOutcomes(owner), { requestId }, BUS_MARGIN_MS);
+          const got = await this.deps.bus.request<ShareOutcomes>(this.deps.subjects.replicaOutcomes(owner), { requestId } satisfies ShareRef, BUS_MARGIN_MS);
           for (const reply of got?.replies ?? []) {
             if (answered.has(reply.workerId)) continue;
             answered.add(reply.workerId);
@@ -293,7 +278,7 @@ export class Dispatcher {
     if (!signal || !owner) return () => {};
     const onAbort = () => {
       try {
-        this.deps.bus.publish(this.deps.subjects.replicaCancel(owner), { requestId });
+        this.deps.bus.publish(this.deps.subjects.replicaCancel(owner), { requestId } satisfies ShareRef);
       } catch {
         // the bus is closing: the legs end at their own deadlines
       }

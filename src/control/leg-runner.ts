@@ -5,13 +5,14 @@
 // run their legs here.
 
 import { GatewayError } from '../api/errors.ts';
-import { encodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
+import { encodeBody } from '../engines/control-call.ts';
 import { queryWithoutSelector } from '../engines/engine-path.ts';
 import { controlUrlFor, noControlEndpoint } from '../fleet/control-url.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import { fanoutConcurrency } from './concurrency.ts';
 import type { Dispatcher, Leg } from './dispatch.ts';
-import type { IncomingControl } from './passthrough.ts';
+import type { IncomingControl } from './incoming-control.ts';
+import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 
 export class LegRunner {
   constructor(

@@ -2,7 +2,7 @@
 // A caller whose replies were lost in a bus outage asks for them once the bus is back
 // (`rl.replica.<id>.outcomes`) instead of failing legs whose calls may well have succeeded.
 
-import type { LegReply } from './dispatch.ts';
+import type { LegReply, ShareOutcomes } from '../wire/replica-share.ts';
 
 const KEEP_MS = 10 * 60_000;
 /** At most this many shares are kept, however busy the replica: the oldest go first. */
@@ -32,7 +32,7 @@ export class OutcomeLog {
   }
 
   /** The replies recorded so far, and whether the share is over; null for a request never seen. */
-  get(requestId: string): { replies: LegReply[]; done: boolean } | null {
+  get(requestId: string): ShareOutcomes {
     const e = this.byRequest.get(requestId);
     return e ? { replies: e.replies, done: e.done } : null;
   }

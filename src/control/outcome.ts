@@ -3,8 +3,8 @@
 // error of which code, so the per-worker route and the fan-out can never disagree.
 
 import { GatewayError } from '../api/errors.ts';
-import type { ControlOutcome } from '../engines/control-call.ts';
 import type { Worker } from '../fleet/worker.ts';
+import type { ControlOutcome } from '../wire/control-call.ts';
 export { noControlEndpoint } from '../fleet/control-url.ts';
 
 export interface RlCallOutcome {

@@ -2,7 +2,6 @@
 // same call fanned out to every worker a selector matches. Checks run in SMG's order; legs go
 // through the Dispatcher (NATS, owning replica, engine actor); nothing here retries.
 
-import type { ControlCall, ControlMethod, ControlOutcome } from '../engines/control-call.ts';
 import { encodeBody } from '../engines/control-call.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
@@ -17,18 +16,8 @@ import type { Dispatcher } from './dispatch.ts';
 import type { LegRunner } from './leg-runner.ts';
 import { validateEnginePath, queryWithoutSelector } from '../engines/engine-path.ts';
 import { callOutcome, failedCall, isSuccess, noControlEndpoint, proxyAnswer, type RlCallOutcome, type RlFailedCall } from './outcome.ts';
-
-export interface IncomingControl {
-  method: ControlMethod;
-  /** The catch-all path, percent-decoded. */
-  path: string;
-  /** Raw query string, without `?`. */
-  rawQuery: string;
-  body: Buffer | null;
-  contentType: string | undefined;
-  trace: Record<string, string>;
-  signal?: AbortSignal;
-}
+import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
+import type { IncomingControl } from './incoming-control.ts';
 
 export interface RlFanoutResponse {
   results: Record<string, RlCallOutcome>;
@@ -36,8 +25,6 @@ export interface RlFanoutResponse {
   total: number;
   succeeded: number;
 }
-
-export const TRACE_HEADERS = ['x-request-id', 'traceparent', 'tracestate'] as const;
 
 export class Passthrough {
   constructor(

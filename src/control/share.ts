@@ -7,12 +7,13 @@
 import { GatewayError } from '../api/errors.ts';
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
-import type { LegReply, ReplicaCommand } from './dispatch.ts';
-import { ShareDeadline, type ControlCall } from '../engines/control-call.ts';
+import { ShareDeadline } from '../engines/control-call.ts';
 import type { Cancellations } from '../fleet/cancellations.ts';
 import { NotOwner, type EngineHost } from '../fleet/engine-host.ts';
 import { OutcomeLog } from './outcome-log.ts';
 import { replicaCommandOf } from './command-payload.ts';
+import type { ControlCall } from '../wire/control-call.ts';
+import type { LegReply, ReplicaCommand } from '../wire/replica-share.ts';
 
 export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; replicaId: string; host: EngineHost; cancels: Cancellations; log: OutcomeLog }): BusSubscription {
   const commands = deps.bus.respondStream(deps.subjects.replicaCmd(deps.replicaId), async (data, send) => {

@@ -1,65 +1,11 @@
-// One control-plane call to one engine, as it travels between the gateway front, the NATS bus
-// and the replica that owns the engine: plain JSON (the body as base64, since bytes are forwarded
-// byte for byte). Owns the shapes only; executing a call lives in control-client.ts.
+// One control-plane call to one engine, around its wire shape (src/wire/control-call.ts): the
+// body's base64, the deadline a share of legs runs under, the check of a call that crossed the
+// bus, and the resume an owner sends by itself. Executing a call lives in control-client.ts.
 
 import { setMaxListeners } from 'node:events';
 import { GatewayError } from '../api/errors.ts';
+import type { ControlCall, EngineCommand } from '../wire/control-call.ts';
 import { validateEnginePath } from './engine-path.ts';
-
-/** HEAD is forwarded as HEAD (SMG does): the engine's status and headers, no body. */
-export type ControlMethod = 'GET' | 'HEAD' | 'POST';
-
-export interface ControlCall {
-  method: ControlMethod;
-  /** Validated engine path without its leading slash (control/engine-path.ts). */
-  path: string;
-  /** Raw query string without `?`, selector pairs already removed; '' for none. */
-  query: string;
-  /** Request body as base64; absent or '' when the caller sent none. */
-  body?: string;
-  contentType?: string;
-  /** Only x-request-id, traceparent and tracestate ever travel (spec §9.3). */
-  trace?: Record<string, string>;
-  /** Absolute deadline (epoch ms): time spent queued behind other commands counts against it. */
-  deadline: number;
-  /** The configured per-call timeout in seconds, for the `timed out after Ns` message. */
-  timeoutSecs: number;
-  /** Set on a refit's calls: the engine's owner records which refit paused it (not an operator). */
-  refitId?: string;
-}
-
-/** What came back from one engine call. Messages already follow spec §5 / §9.7. */
-export type ControlOutcome =
-  | {
-      kind: 'answer';
-      status: number;
-      latencyMs: number;
-      /** Parsed JSON when the engine said json and it parsed; otherwise lossy UTF-8 text. */
-      body: unknown;
-      truncated: boolean;
-    }
-  | { kind: 'timeout'; latencyMs: number; message: string }
-  | {
-      kind: 'unreachable';
-      latencyMs: number;
-      message: string;
-      /**
-       * `bus_unavailable`: the gateway's own bus was down, the call may never have left it.
-       * `not_owner`: the replica asked no longer owns the engine (ownership was moving); the
-       * call was not made, so the dispatcher sends it to the new owner.
-       * `no_owner`: no replica took the call (the owner died and its lease has not moved yet, or
-       * no lease was claimed): it was not made, and the dispatcher sends it again to whoever owns
-       * the engine next.
-       * `owner_lost`: the replica running the call died before answering; the call may have run.
-       */
-      code?: 'bus_unavailable' | 'not_owner' | 'no_owner' | 'owner_lost';
-      /**
-       * Not sent, and safe to send again: the replica that owns the engine had its lease fence
-       * closed (it may reopen soon), or the bus was down before the call could leave this replica.
-       */
-      fenced?: true;
-    }
-  | { kind: 'no_control_endpoint'; latencyMs: 0; message: string; connectionMode: string };
 
 export const BODY_CAP = 1024 * 1024;
 
@@ -129,7 +75,7 @@ export function deadlineOf(signal: AbortSignal | undefined): number | undefined 
 const METHODS = new Set(['GET', 'HEAD', 'POST']);
 
 /** The `{call, requestId}` of `rl.engine.<id>.cmd`, checked. */
-export function engineCommandOf(data: unknown): { call: ControlCall; requestId: string | undefined } {
+export function engineCommandOf(data: unknown): EngineCommand {
   const v = objectOf(data, 'rl.engine.<id>.cmd payload');
   const requestId = v.requestId;
   if (requestId !== undefined && typeof requestId !== 'string') throw refuse('`requestId` must be a string');

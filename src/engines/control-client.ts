@@ -5,15 +5,9 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
-import { BODY_CAP, DEADLINE, deadlineOf, decodeBody, type ControlCall, type ControlOutcome } from './control-call.ts';
-
-/** Per-worker HTTP client settings given at registration (`http_pool`). */
-export interface HttpPoolConfig {
-  /** PEM bundle of CAs to trust for an https control endpoint. */
-  ca_cert_path?: string;
-  /** Connections per control origin (default 64). */
-  max_connections?: number;
-}
+import { BODY_CAP, DEADLINE, deadlineOf, decodeBody } from './control-call.ts';
+import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
+import type { HttpPoolConfig } from '../wire/worker-entry.ts';
 
 export interface ControlTarget {
   /** Registry URL: the one named in every message (spec §5 notes). */

@@ -3,7 +3,7 @@
 // control calls always go over HTTP (control-client.ts), data-plane relays are per wire.
 
 import type { Dispatcher } from 'undici';
-import type { ConnectionMode } from '../fleet/worker.ts';
+import type { ConnectionMode } from '../wire/worker-entry.ts';
 
 /** Raw facts an engine reports about itself; fleet/discovery.ts turns them into labels. */
 export interface EngineFacts {

@@ -7,7 +7,7 @@
 // It never retries a call, and never creates or removes actors.
 
 import type { CommandOp, CommandResult, EngineActor, EngineCommand } from '../../actors/engine.ts';
-import { DEADLINE, decodeBody, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
+import { DEADLINE, decodeBody } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { controlOp, lifecycleOp } from '../engines/engine-path.ts';
@@ -18,6 +18,7 @@ import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
 import type { LeaseFence } from './lease-fence.ts';
 import { mergedLabels } from './worker.ts';
+import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 
 /** The reason a call in flight was aborted when this replica's lease lapsed. */
 class LeaseLapsed extends Error {

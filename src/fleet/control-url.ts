@@ -3,9 +3,10 @@
 // bind host is swapped for the host the gateway already reaches the worker on. Pure: never
 // connects, and never checks that the URL is reachable.
 
-import type { ConnectionMode, Worker } from './worker.ts';
+import type { Worker } from './worker.ts';
 import { baseUrlOf } from './worker.ts';
 import { trimWhiteSpace } from './versions.ts';
+import type { ConnectionMode } from '../wire/worker-entry.ts';
 
 export const CONTROL_URL_LABEL = 'rl.control_url';
 

@@ -6,7 +6,7 @@
 
 import type { EngineFacts } from '../engines/engine-client.ts';
 import { flattenModelInfo, labelsFromServerInfo, modelPathLabel } from './labels.ts';
-import type { ConnectionMode } from './worker.ts';
+import type { ConnectionMode } from '../wire/worker-entry.ts';
 
 export function labelsFromFacts(mode: ConnectionMode, facts: EngineFacts): Record<string, string> {
   if (mode === 'http') {

@@ -10,7 +10,7 @@ import { engineMachine, type EngineActor, type EngineEvent, type EngineSnapshot 
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
-import { engineCommandOf, type ControlCall, type ControlOutcome } from '../engines/control-call.ts';
+import { engineCommandOf } from '../engines/control-call.ts';
 import type { ControlClient } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import type { Logger } from '../obs/logger.ts';
@@ -22,13 +22,13 @@ import { discoverAndSeed, seedFrom } from './discovery-seed.ts';
 import { compareVersions } from './versions.ts';
 import { probeLoop } from './probe-loop.ts';
 import { StatePublisher, type PublishedState } from './state-publisher.ts';
-import type { EngineNotice, EngineRecord } from './engine-record.ts';
+import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
+import type { EngineNotice } from '../wire/engine-notice.ts';
+import type { EngineRecord } from '../wire/engine-state.ts';
 import { baseUrlOf, mergedLabels, type Worker } from './worker.ts';
 import { EngineClients, type EngineLink } from './engine-clients.ts';
 import { RemoteEngines } from './remote-engines.ts';
 import type { LeaseFence } from './lease-fence.ts';
-
-export type { EngineStateEvent } from './state-publisher.ts';
 
 export interface EngineTimings {
   probeIntervalMs: number;
@@ -404,7 +404,7 @@ export class EngineHost {
     const base = baseUrlOf(url).baseUrl;
     const engineGone = this.deps.registry.siblings(base).length === 0;
     if (engineGone) this.states.forgetEngine(base);
-    this.deps.metrics.forget(url, engineGone);
+    this.deps.metrics.forget(url, engineGone ? base : undefined);
     await this.links.remove(id);
   }
 }

@@ -7,7 +7,7 @@ import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { FleetView, RlWorkerEntry } from './fleet-view.ts';
 import type { Registry } from './registry.ts';
-import type { EngineStateEvent } from './state-publisher.ts';
+import type { EngineStateEvent } from '../wire/engine-state.ts';
 import type { Worker } from './worker.ts';
 
 export type FeedItem =

@@ -9,18 +9,8 @@ import type { JsonBucket } from '../bus/buckets.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Registry } from './registry.ts';
 import type { LeaseFence } from './lease-fence.ts';
-
-export interface OwnerLease {
-  replica: string;
-  since: string;
-}
-
-export interface Heartbeat {
-  replica: string;
-  time: string;
-  /** The replica's HTTP address, for operators. */
-  url?: string;
-}
+import type { Heartbeat } from '../wire/heartbeat.ts';
+import type { OwnerLease } from '../wire/owner-lease.ts';
 
 export class Ownership {
   /** Owner lease per worker id, with the revision a takeover must name. */

@@ -6,7 +6,7 @@
 
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { Logger } from '../obs/logger.ts';
-import type { EngineRecord } from './engine-record.ts';
+import type { EngineRecord } from '../wire/engine-state.ts';
 
 const FIRST_RETRY_MS = 250;
 const MAX_RETRY_MS = 2_000;

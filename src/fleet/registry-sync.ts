@@ -6,10 +6,8 @@
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Registry } from './registry.ts';
+import type { StoredWorker } from '../wire/worker-entry.ts';
 import type { Worker } from './worker.ts';
-
-/** A worker as the bucket holds it: no owner, and the replica that wrote it. */
-export type StoredWorker = Omit<Worker, 'owner'> & { writer?: string };
 
 export class RegistrySync {
   private applying = false;

@@ -6,7 +6,8 @@
 import type { Bus, BusSubscription } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { Logger } from '../obs/logger.ts';
-import type { EngineNotice, EngineRecord } from './engine-record.ts';
+import type { EngineNotice } from '../wire/engine-notice.ts';
+import type { EngineRecord } from '../wire/engine-state.ts';
 
 export class RemoteEngines {
   private readonly records = new Map<string, EngineRecord>();

@@ -9,29 +9,10 @@ import type { Bus } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
-import type { EngineRecord } from './engine-record.ts';
 import { RecordWriter } from './record-writer.ts';
 import type { Registry } from './registry.ts';
 import { baseUrlOf } from './worker.ts';
-
-/** What `rl.engine.<id>.state` carries. Never a secret: no api key, no control-app key. */
-export interface EngineStateEvent {
-  id: string;
-  url: string;
-  state: string;
-  control: string;
-  weight_version: string | null;
-  version_source: string | null;
-  breaker: string;
-  /** Why the engine is quarantined (no traffic under any version policy), or null. */
-  quarantine: string | null;
-  /** Who paused it, while paused: `refit:<id>` or `operator`; null when unknown or not paused. */
-  paused_by?: string | null;
-  in_flight: number;
-  queued: number;
-  error: string | null;
-  time: string;
-}
+import type { EngineRecord, EngineStateEvent } from '../wire/engine-state.ts';
 
 /** The facts of an engine that the outside sees: a change of any of them is published. */
 export interface PublishedState {
@@ -104,7 +85,7 @@ export class StatePublisher {
       error: state === 'unreachable' ? (c.lastError ?? null) : null,
       time: new Date().toISOString(),
     };
-    this.deps.metrics.engineState(c.url, event);
+    this.deps.metrics.engineState(c.url, baseUrlOf(c.url).baseUrl, event);
     this.noteVersion(c.url, c.version);
     if (prevState !== state) this.deps.log.info({ worker_id: id, url: c.url, from: prevState ?? null, to: state }, 'engine transition');
     try {

@@ -8,7 +8,8 @@
 
 import { BlockList, isIP, isIPv6 } from 'node:net';
 import { GatewayError } from '../api/errors.ts';
-import { baseUrlOf, type ConnectionMode } from './worker.ts';
+import { baseUrlOf } from './worker.ts';
+import type { ConnectionMode } from '../wire/worker-entry.ts';
 
 /** Longest host name (RFC 1035: 253 characters written out) and longest label in it. */
 export const MAX_HOST_LENGTH = 253;

@@ -1,12 +1,11 @@
 // The registry's unit: one registered engine endpoint (one DP rank of an engine when DP-aware).
-// Owns the Worker type and the pure facts derived from its URL; never does I/O.
+// Owns the Worker type (the shared registry's entry with its owner) and the pure facts derived
+// from its URL; never does I/O.
 
-import type { HttpPoolConfig } from '../engines/control-client.ts';
+import type { ConnectionMode, HttpPoolConfig, StoredWorker } from '../wire/worker-entry.ts';
 
 /** The placeholder model of workers whose model is not known; never a real model (slime §8.2). */
 export const UNKNOWN_MODEL_ID = 'unknown';
-
-export type ConnectionMode = 'http' | 'grpc' | 'zmq';
 
 /** What a caller may send to `POST /workers`. */
 export interface WorkerRegistration {
@@ -21,32 +20,10 @@ export interface WorkerRegistration {
 
 export type WorkerHealth = 'pending' | 'ready' | 'not_ready';
 
-export interface Worker {
-  /** Registry id: a UUID string (>= 32 chars). */
-  id: string;
-  /** Registry URL, with `@<rank>` for DP-aware workers. */
-  url: string;
-  /** `url` without a purely numeric `@<rank>` suffix. */
-  baseUrl: string;
-  /** True when `url` carries a numeric `@<rank>` suffix. */
-  dpAware: boolean;
-  dpRank: number | null;
-  connectionMode: ConnectionMode;
-  /** Runtime wire string: sglang, vllm, tokenspeed, ... or `unknown`. */
-  engine: string;
-  workerType: string;
-  modelId: string;
-  /** Never serialised into any response, log line or event. */
-  apiKey: string | null;
-  /** Control-client settings given at registration; null for the shared defaults. */
-  httpPool: HttpPoolConfig | null;
-  /** Caller labels as given at registration (they win over discovered ones). */
-  callerLabels: Record<string, string>;
-  /** Labels discovered from the engine (server info, model info). */
-  discoveredLabels: Record<string, string>;
+/** A registered worker: the shared registry's entry (wire/worker-entry.ts) and who owns its actor. */
+export interface Worker extends Omit<StoredWorker, 'writer'> {
   /** Id of the gateway replica whose actor owns this worker. */
   owner: string;
-  registeredAt: number;
 }
 
 /** Merged label view: discovered metadata overridden by caller labels (spec §6.4). */

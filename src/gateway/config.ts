@@ -4,77 +4,13 @@
 
 import { readFileSync } from 'node:fs';
 import { NATS_CLIENT_FLAGS } from '../bus/client-flags.ts';
-import { checkNatsSettings, noNatsAuth, NatsSettingsError, type NatsAuthSettings } from '../bus/connect-options.ts';
+import { checkNatsSettings, noNatsAuth, NatsSettingsError } from '../bus/connect-options.ts';
+import type { GatewayConfig } from '../config/gateway-config.ts';
 import { parseVersionPolicy } from '../fleet/version-policy.ts';
 import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
 import { parseAllowedOrigins } from '../http/origin-policy.ts';
 import { DEFAULT_METRICS_PREFIX, METRICS_PREFIX_PATTERN } from '../obs/metrics-prefix.ts';
 import { redactUrl } from '../obs/redact-url.ts';
-
-export interface GatewayConfig {
-  host: string;
-  port: number;
-  /** One NATS server or a comma-separated cluster list; userinfo in it is a credential. */
-  natsUrl: string | undefined;
-  /** Credential and TLS files for --nats-url (never for the embedded server). */
-  nats: NatsAuthSettings;
-  adminKey: string | undefined;
-  /** A file holding the admin key (read by loadConfig): keeps it off the command line. */
-  adminKeyFile: string | undefined;
-  /** Browser origins that may write (`*`: any); same-origin and Origin-less requests always may. */
-  allowedOrigins: string[];
-  /** Bearer required on POST /workers and /add_worker (the admin key works too); undefined: open. */
-  registrationKey: string | undefined;
-  /** A file holding the registration key (read by loadConfig): keeps it off the command line. */
-  registrationKeyFile: string | undefined;
-  workerUrls: string[];
-  /** Hosts and CIDRs worker URLs may name; empty: any host but link-local and metadata ones. */
-  allowedWorkerHosts: string[];
-  rl: {
-    enabled: boolean;
-    controlTimeoutSecs: number;
-    /** Calls in flight per fan-out and owning replica; undefined: by call (control/concurrency.ts). */
-    fanoutConcurrency: number | undefined;
-    versionPolicy: string;
-  };
-  maxBodyBytes: number;
-  /** Data-plane deadline of one relayed request, in seconds (SMG's request_timeout_secs). */
-  requestTimeoutSecs: number;
-  /** Longest time to receive one whole request, headers and body (0: no limit); past it 408. */
-  requestBodyTimeoutSecs: number;
-  /** Longest time to receive one request's headers; past it 408. */
-  requestHeaderTimeoutSecs: number;
-  /** Most open client connections; more are closed at accept (0: no cap). */
-  maxConnections: number;
-  /** Most generation requests handled at once; more get 503 + Retry-After (0: no cap). */
-  maxInFlight: number;
-  /** Data-plane GET /workers lists a gRPC/ZMQ worker's control-app URL as its `url` (slime §7). */
-  workersListControlUrls: boolean;
-  probeIntervalSecs: number;
-  /** Most probes a second one replica sends; its engines are probed less often past it (0: no cap). */
-  probeMaxRate: number;
-  probeFailureThreshold: number;
-  retryIntervalSecs: number;
-  /** A replica whose heartbeat is this old is dead: its engines are taken over. */
-  leaseSecs: number;
-  /** NATS ping period: a connection that answers no ping twice in a row is dropped and redialled. */
-  natsPingIntervalSecs: number;
-  /** Deadline of one discovery (server and model info) of an engine. */
-  discoveryTimeoutSecs: number;
-  breakerThreshold: number;
-  breakerCooldownSecs: number;
-  replicaId: string | undefined;
-  subjectRoot: string;
-  logLevel: string;
-  /** Tokenizer directory for `text` on token engines without their own (ZMQ), and the gRPC fallback. */
-  tokenizerPath: string | undefined;
-  /** `return_logprob` on a token engine without logprobs answers 0.0 per token instead of failing (slime §5.1). */
-  synthesizeLogprobs: boolean;
-  /** How long a shutdown may take in all; past it the process exits anyway. */
-  shutdownTimeoutSecs: number;
-  /** First word of every Prometheus series name; `smg` gives SMG's names (obs/metrics.ts). */
-  metricsPrefix: string;
-}
 
 type Kind = 'string' | 'int' | 'bool' | 'list';
 

@@ -9,7 +9,7 @@ import type { FastifyInstance } from 'fastify';
 import { connectBus, type Bus, type BusSubscription } from '../bus/connection.ts';
 import { natsConnectOptions } from '../bus/connect-options.ts';
 import { startEmbeddedNats, type EmbeddedNats } from '../bus/server.ts';
-import { openBuckets, type JsonBucket } from '../bus/buckets.ts';
+import { openBuckets } from '../bus/buckets.ts';
 import { whilePlacing } from '../bus/placement.ts';
 import { subjects } from '../bus/subjects.ts';
 import { Dispatcher } from '../control/dispatch.ts';
@@ -19,12 +19,11 @@ import { ControlClient } from '../engines/control-client.ts';
 import { EngineHost } from '../fleet/engine-host.ts';
 import { FleetView } from '../fleet/fleet-view.ts';
 import { Registry } from '../fleet/registry.ts';
-import { RegistrySync, type StoredWorker } from '../fleet/registry-sync.ts';
+import { RegistrySync } from '../fleet/registry-sync.ts';
 import { FdBudget } from './fd-limit.ts';
-import { Ownership, type Heartbeat, type OwnerLease } from '../fleet/ownership.ts';
+import { Ownership } from '../fleet/ownership.ts';
 import { LeaseFence } from '../fleet/lease-fence.ts';
 import { PauseReconciler } from '../fleet/pause-reconciler.ts';
-import type { EngineRecord } from '../fleet/engine-record.ts';
 import { runShare, serveReplicaCommands } from '../control/share.ts';
 import { OutcomeLog } from '../control/outcome-log.ts';
 import { Router } from '../fleet/router.ts';
@@ -43,14 +42,15 @@ import { RefitWorker } from '../refit/worker.ts';
 import { RefitQueue } from '../bus/refit-queue.ts';
 import { RefitEventLog } from '../bus/refit-events.ts';
 import { FleetFeed } from '../fleet/fleet-feed.ts';
-import { pausesInDoubt, type RefitJournal } from '../refit/journal.ts';
+import { pausesInDoubt } from '../refit/journal.ts';
 import { reportStatus } from '../refit/report.ts';
-import { ResumesOwed, type OwedResume } from '../refit/resumes-owed.ts';
-import type { GatewayConfig } from './config.ts';
+import { ResumesOwed } from '../refit/resumes-owed.ts';
+import type { GatewayConfig } from '../config/gateway-config.ts';
 import { onMixedComparison } from '../fleet/versions.ts';
 import { runCleanups } from './shutdown.ts';
 import { logBusStatus, logNatsServerEvent } from './bus-events.ts';
 import { BODY_CAP } from '../engines/control-call.ts';
+import type { RefitReply } from '../wire/refit-request.ts';
 
 /** How long a starting replica waits for a forming NATS cluster to place its streams. */
 const PLACEMENT_WAIT_MS = 60_000;
@@ -121,7 +121,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const ackWaitMs = Math.max(5_000, 2 * config.leaseSecs * 1000);
     // What this replica knows of every refit, and what it tells of the ones it runs: built before
     // everything that asks about refits (the ledger, the engine host, the runner, the front).
-    const journalBucket = buckets.refits as JsonBucket<RefitJournal>;
+    const journalBucket = buckets.refits;
     const journals = new RefitJournals({
       bucket: journalBucket,
       modelOf: (id) => registry.get(id)?.modelId,
@@ -140,7 +140,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       cancels,
       metrics,
       log: log.child({ component: 'engines' }),
-      records: buckets.engines as JsonBucket<EngineRecord>,
+      records: buckets.engines,
       fleetVersionOf: (w) => journals.fleetVersion(w.modelId),
       timings: {
         probeIntervalMs: config.probeIntervalSecs * 1000,
@@ -153,18 +153,18 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       },
     });
     cleanups.push(() => host.close());
-    const stopRecords = await buckets.engines.watch((id, record) => host.setRemote(id, record as EngineRecord | null));
+    const stopRecords = await buckets.engines.watch((id, record) => host.setRemote(id, record));
     cleanups.push(stopRecords);
     const ownership = new Ownership({
       replicaId,
       registry,
-      owners: buckets.owners as JsonBucket<OwnerLease>,
-      replicas: buckets.replicas as JsonBucket<Heartbeat>,
+      owners: buckets.owners,
+      replicas: buckets.replicas,
       leaseMs: config.leaseSecs * 1000,
       fence,
       log: log.child({ component: 'ownership' }),
     });
-    const registrySync = new RegistrySync({ replicaId, registry, bucket: buckets.workers as JsonBucket<StoredWorker>, log: log.child({ component: 'registry' }) });
+    const registrySync = new RegistrySync({ replicaId, registry, bucket: buckets.workers, log: log.child({ component: 'registry' }) });
     cleanups.push(() => registrySync.close());
     // Last out (it runs before the host closes): deleting the heartbeat hands the engines over at once.
     cleanups.push(() => ownership.close());
@@ -173,7 +173,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     await registrySync.start();
     const owed = new ResumesOwed({
       replicaId,
-      bucket: buckets.owed as JsonBucket<OwedResume>,
+      bucket: buckets.owed,
       host,
       alive: (replica) => ownership.alive(replica),
       journals,
@@ -220,6 +220,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const refitEvents = await whilePlacing(() => RefitEventLog.open(bus.nc, subj), { ...placing, what: 'the refit event stream' });
     const runner = new RefitRunner({
       replicaId,
+      fence,
       bucket: journalBucket,
       journals,
       events: publisher,
@@ -237,7 +238,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       owed,
       ackWaitMs,
       recordedControl: async (id) => {
-        const r = (await buckets.engines.get(id))?.value as EngineRecord | undefined;
+        const r = (await buckets.engines.get(id))?.value;
         return r ? { control: r.control, pausedBy: r.paused_by ?? undefined } : undefined;
       },
       pausedBy: (id) => host.pausedBy(id),
@@ -297,9 +298,9 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         bus.respond(
           subj.refitRequest(),
           async (data) => {
-            if ((data as { dry_run?: unknown } | null)?.dry_run === true) return { status: 200, plan: refits.plan(data) };
+            if ((data as { dry_run?: unknown } | null)?.dry_run === true) return { status: 200, plan: refits.plan(data) } satisfies RefitReply;
             const report = await refits.run(data, 'nats');
-            return { status: reportStatus(report), report };
+            return { status: reportStatus(report), report } satisfies RefitReply;
           },
           { queue: 'rlgate-refits' },
         ),

@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerOptions, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { GatewayError } from '../api/errors.ts';
-import type { GatewayConfig } from '../gateway/config.ts';
+import type { GatewayConfig } from '../config/gateway-config.ts';
 
 /** How often Node looks for requests past their receive timeouts (its default is 30 s). */
 const CHECK_INTERVAL_MS = 1000;

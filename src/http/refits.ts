@@ -4,7 +4,8 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import type { RouteOptions } from './services.ts';
-import { acceptRawBodies, parseJsonObject, rawBody } from './raw-body.ts';
+import { parseJsonObject } from '../api/json-object.ts';
+import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { reportStatus } from '../refit/report.ts';
 import { methodNotAllowed } from './rl-workers.ts';
 import { RefitRequestSchema } from '../refit/request.ts';

@@ -8,13 +8,13 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { RouteOptions } from './services.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { methodNotAllowed } from './rl-workers.ts';
-import { TRACE_HEADERS, type IncomingControl } from '../control/passthrough.ts';
-import type { ControlMethod } from '../engines/control-call.ts';
+import { TRACE_HEADERS, type IncomingControl } from '../control/incoming-control.ts';
 import { CONCURRENCY_HEADER, requestedConcurrency } from '../control/concurrency.ts';
 import { errorResponses, methodNotAllowedSchema, RL_AUTH } from '../api/error-responses.ts';
 import { EnginePathParams, FanoutAnswer, FanoutHeaders, mirroredResponses, TraceHeaders, WorkerEnginePathParams } from '../api/fanout-schema.ts';
 import { SelectorQuery } from '../api/rl-worker-schema.ts';
 import { WorkerIdParams } from '../api/worker-schema.ts';
+import type { ControlMethod } from '../wire/control-call.ts';
 
 const TAG = ['rl-engine'];
 // A POST body goes to the engines as sent (any content type); documented as JSON, what engines take.

@@ -1,7 +1,7 @@
 // What route plugins are handed: the gateway's services, built once by gateway/gateway.ts.
 // Route files take what they need from here and never construct services themselves.
 
-import type { GatewayConfig } from '../gateway/config.ts';
+import type { GatewayConfig } from '../config/gateway-config.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { Registry } from '../fleet/registry.ts';

@@ -7,10 +7,9 @@
 
 import type { ServerResponse } from 'node:http';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { ControlOutcome } from '../engines/control-call.ts';
-import { baseUrlOf } from '../fleet/worker.ts';
 import { DEFAULT_METRICS_PREFIX, METRICS_PREFIX_PATTERN } from './metrics-prefix.ts';
 import { RequestTiming, type DataPlaneSeries } from './request-timing.ts';
+import type { ControlOutcome } from '../wire/control-call.ts';
 
 const CONTROL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 // Data-plane histograms carry a worker label, so their series grow with the fleet: few buckets.
@@ -179,33 +178,35 @@ export class Metrics {
 
   private readonly lastState = new Map<string, string>();
 
-  engineState(url: string, e: { state: string; control: string; weight_version: string | null; quarantine?: string | null }): void {
-    const worker = baseUrlOf(url).baseUrl;
+  /**
+   * An engine's state, by worker URL; the RL gauges go by `engine`, the engine's base URL (the
+   * worker URL without its DP rank), so an engine's ranks share one series.
+   */
+  engineState(url: string, engine: string, e: { state: string; control: string; weight_version: string | null; quarantine?: string | null }): void {
     const prev = this.lastState.get(url);
     if (prev !== undefined && prev !== e.state) this.engineStates.remove({ worker: url, state: prev });
     this.engineStates.set({ worker: url, state: e.state }, 1);
     this.lastState.set(url, e.state);
     if (!this.rl) return;
-    this.controlState().set({ worker }, e.control === 'paused' ? 1 : e.control === 'asleep' ? 2 : 0);
-    this.quarantined().set({ worker }, e.quarantine ? 1 : 0);
-    if (e.weight_version !== null && /^\d+$/.test(e.weight_version)) this.weightVersion().set({ worker }, Number(e.weight_version));
-    else this.weightVersion().remove({ worker });
+    this.controlState().set({ worker: engine }, e.control === 'paused' ? 1 : e.control === 'asleep' ? 2 : 0);
+    this.quarantined().set({ worker: engine }, e.quarantine ? 1 : 0);
+    if (e.weight_version !== null && /^\d+$/.test(e.weight_version)) this.weightVersion().set({ worker: engine }, Number(e.weight_version));
+    else this.weightVersion().remove({ worker: engine });
   }
 
   request(route: string, status: number): void {
     this.requests.inc({ route, status_class: `${Math.floor(status / 100)}xx` });
   }
 
-  /** A removed worker: drop its series (the RL gauges are per engine base URL). */
-  forget(url: string, engineGone = true): void {
+  /** A removed worker: drop its series; `goneEngine`, its base URL when no DP rank of it is left, drops the RL gauges too. */
+  forget(url: string, goneEngine: string | undefined): void {
     const prev = this.lastState.get(url);
     if (prev !== undefined) this.engineStates.remove({ worker: url, state: prev });
     this.lastState.delete(url);
-    if (this.rl && engineGone) {
-      const worker = baseUrlOf(url).baseUrl;
-      this.weightVersion().remove({ worker });
-      this.controlState().remove({ worker });
-      this.quarantined().remove({ worker });
+    if (this.rl && goneEngine !== undefined) {
+      this.weightVersion().remove({ worker: goneEngine });
+      this.controlState().remove({ worker: goneEngine });
+      this.quarantined().remove({ worker: goneEngine });
     }
   }
 }

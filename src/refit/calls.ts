@@ -2,11 +2,11 @@
 // front, so that a request whose calls the bus cannot carry is refused whole instead of failing
 // halfway with engines paused. It builds calls; it never sends one (the phase runner does).
 
-import type { Phase } from '../../actors/coordinator.ts';
 import type { LegRunner } from '../control/leg-runner.ts';
-import type { ControlCall } from '../engines/control-call.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { CallSpec, RefitPlan } from './plan.ts';
+import type { ControlCall } from '../wire/control-call.ts';
+import type { Phase } from '../wire/refit-phase.ts';
 
 /**
  * Every call of every phase, by `callKey`. Engines given the same spec share one call object, so

@@ -10,11 +10,12 @@ import type { JsonBucket } from '../bus/buckets.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
-import { JournalWriter, recoveryOf, type RefitJournal } from './journal.ts';
+import { JournalWriter, recoveryOf } from './journal.ts';
 import { planRefit, type RefitPlan } from './plan.ts';
 import type { RefitPublisher } from './publisher.ts';
-import type { QueuedRefit } from './queue-message.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
+import type { RefitJournal } from '../wire/refit-journal.ts';
 
 type Control = { control: string; pausedBy: string | undefined };
 

@@ -5,36 +5,11 @@
 // write and stops. A replica that takes a refit over reads the journal and goes on from it
 // (`recoveryOf`). At the end the journal holds the report.
 
-import type { CoordinatorContext, EngineRecord, Phase, Recovered, RefitStepPlan } from '../../actors/coordinator.ts';
+import type { Recovered, RefitStepPlan } from '../../actors/coordinator.ts';
 import type { JsonBucket } from '../bus/buckets.ts';
-import type { RefitReport } from './report.ts';
-import type { RefitRequest } from './request.ts';
+import type { RefitJournal } from '../wire/refit-journal.ts';
+import type { EngineRefitRecord, Phase } from '../wire/refit-phase.ts';
 import { READ_BACK } from './plan.ts';
-
-export interface RefitJournal {
-  id: string;
-  status: 'running' | 'done';
-  /** The replica running it now. */
-  holder: string;
-  origin: string;
-  submitted_at: string;
-  request: RefitRequest;
-  selector: string | null;
-  targets: string[];
-  asleep: string[];
-  keep_paused: string[];
-  /** The phase (and refit step) whose calls were sent last, and the engines that had not answered. */
-  phase: Phase | null;
-  step_index: number;
-  pending: string[];
-  engines: Record<string, EngineRecord>;
-  paused: string[];
-  resumed: string[];
-  abort_reason?: CoordinatorContext['abortReason'];
-  /** Takeovers so far, each naming the replica that lost the refit. */
-  takeovers: Array<{ from: string; to: string; at: string; phase: Phase | null; step_index: number }>;
-  report?: RefitReport;
-}
 
 /**
  * A refit some of whose pauses may land late: it was taken over (the old runner's pauses were in
@@ -77,6 +52,24 @@ export class JournalWriter {
     this.queued = next;
     this.chain = next.catch(() => {});
     return next;
+  }
+
+  /**
+   * Whether this writer still holds the journal, read afresh (after its own writes): false, and
+   * fenced, once the bucket holds a newer revision (another replica took the refit over);
+   * undefined when it cannot be read now. An older revision is a lagging read: it says nothing.
+   */
+  async confirm(): Promise<boolean | undefined> {
+    if (this.fenced) return false;
+    await this.chain;
+    const now = await this.bucket.get(this.journal.id).catch(() => undefined);
+    if (now === undefined) return undefined;
+    if (now !== null && now.revision > this.revision) {
+      this.fenced = true;
+      this.onFenced();
+      return false;
+    }
+    return !this.fenced;
   }
 
   private async write(): Promise<void> {
@@ -122,7 +115,7 @@ function isWrongRevision(err: unknown): boolean {
 
 /**
  * Where a refit taken over from a dead replica goes on, from its journal. Legs sent and not
- * answered are in doubt: a pause in doubt is resumed; a disk load in doubt is checked by the
+ * answered are in doubt: the pause starts over; a disk load in doubt is checked by the
  * version check (it landed or it did not; the runner sends one that did not again, then checks
  * again: leg-recovery.ts); a distributed transfer in doubt
  * cannot go on (the trainer's broadcast passed), so its group is torn down and the engines are
@@ -130,7 +123,7 @@ function isWrongRevision(err: unknown): boolean {
  * (both change nothing on an engine that already had it).
  */
 export function recoveryOf(j: RefitJournal, steps: RefitStepPlan[], verify: boolean): Recovered {
-  const engines: Record<string, EngineRecord> = structuredClone(j.engines);
+  const engines: Record<string, EngineRefitRecord> = structuredClone(j.engines);
   const base = { engines, paused: [...j.paused], resumed: [...j.resumed], stepIndex: j.step_index, abortReason: j.abort_reason };
   const fail = (id: string, phase: Phase, step?: string) => {
     const rec = (engines[id] ??= { phases: {} });

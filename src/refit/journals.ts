@@ -7,10 +7,10 @@
 
 import { GatewayError } from '../api/errors.ts';
 import type { JsonBucket } from '../bus/buckets.ts';
-import type { RefitJournal } from './journal.ts';
-import type { QueuedRefit } from './queue-message.ts';
 import type { Clash } from './queue-verdict.ts';
-import type { RefitReport } from './report.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
+import type { RefitJournal } from '../wire/refit-journal.ts';
+import type { RefitReport } from '../wire/refit-report.ts';
 
 const KEEP_REPORTS = 256;
 

@@ -1,11 +1,13 @@
 // One engine's call at a time, for a refit that must see it made: a call refused before it left
 // (its owner's fence closed, no owner yet, not the owner: leg-recovery.ts `notMade`) is sent
 // again until its deadline, and an engine's own word on the version it holds is read with
-// `GET model_info`. Every call goes through `LegRunner.runLegs`, like a phase's legs; it never
-// judges an answer (verdicts.ts and leg-recovery.ts do).
+// `GET model_info`. After a lapse of this replica's lease, nothing more is sent for a refit until
+// its journal says this replica still holds it (the runner's `stillOurs`). Every call goes through
+// `LegRunner.runLegs`, like a phase's legs; it never judges an answer (verdicts.ts and
+// leg-recovery.ts do).
 
 import type { LegRunner } from '../control/leg-runner.ts';
-import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
+import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { notMade, reportedVersion } from './leg-recovery.ts';
 
@@ -20,6 +22,11 @@ export class LegCalls {
       legs: LegRunner;
       /** Aborted when this replica shuts down: it does not wait for a fence to reopen then. */
       draining: AbortSignal;
+      /**
+       * Whether this replica still holds the refit a call is for (runner.ts): false once another
+       * replica took it over, undefined while that cannot be read (after a lapse of the lease).
+       */
+      stillOurs?: (refitId: string) => Promise<boolean | undefined> | undefined;
     },
   ) {}
 
@@ -27,11 +34,21 @@ export class LegCalls {
    * One call, made once the engine can be called: while its owner is being replaced, or its
    * owner's fence is closed (the lease lapsed and is being proven again), a call is not made at
    * all (notMade: fenced, `no_owner`, `not_owner`), and is tried again every 250 ms until the
-   * deadline. What was made is the answer, whatever it says.
+   * deadline. What was made is the answer, whatever it says. Before each attempt the refit is
+   * asked whether it is still this replica's: after a lapse of the lease another replica may hold
+   * it, and nothing more is sent for it until its journal says it is still ours (a pause sent again
+   * by a runner that lost its refit would land after the new runner's resume). Taken over: the call
+   * is not made, for good; not known yet: it counts as not made (fenced), and is tried again.
    */
   async made(worker: Worker, call: () => ControlCall, deadline: number, signal: AbortSignal): Promise<ControlOutcome> {
     for (;;) {
-      const out = await this.one(worker, call(), signal);
+      const c = call();
+      const ours = c.refitId && this.deps.stillOurs ? await this.deps.stillOurs(c.refitId) : true;
+      if (ours === false) return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${worker.url}\` not called: another replica took this refit over` };
+      const out: ControlOutcome =
+        ours === undefined
+          ? { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${worker.url}\` not called: this replica could not read the refit's journal after losing its lease` }
+          : await this.one(worker, c, signal);
       // A replica shutting down does not wait for a fence to reopen: the refit ends with what it has.
       if (!notMade(out) || signal.aborted || this.deps.draining.aborted || Date.now() + NOT_MADE_RETRY_MS >= deadline) return out;
       await new Promise((r) => setTimeout(r, NOT_MADE_RETRY_MS));

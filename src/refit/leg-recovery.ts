@@ -6,8 +6,8 @@
 // transfer cannot be repeated by one engine alone, so it is reported with what the engine holds.
 
 import type { LegResult, RefitStepPlan } from '../../actors/coordinator.ts';
-import type { ControlOutcome } from '../engines/control-call.ts';
 import { compareVersions } from '../fleet/versions.ts';
+import type { ControlOutcome } from '../wire/control-call.ts';
 
 /** Loads that one engine can take again on its own, to the same result. */
 const REPEATABLE = new Set(['update_weights_from_disk', 'update_weights_from_tensor']);

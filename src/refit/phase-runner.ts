@@ -7,9 +7,8 @@
 // what it cuts without an answer comes back here (`cut`) to be published.
 
 import { fromCallback } from 'xstate';
-import type { CoordinatorEvent, CutLeg, LegResult, Phase, PhaseInput } from '../../actors/coordinator.ts';
+import type { CoordinatorEvent, CutLeg, LegResult, PhaseInput } from '../../actors/coordinator.ts';
 import type { LegRunner } from '../control/leg-runner.ts';
-import type { ControlCall, ControlOutcome } from '../engines/control-call.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import { callKey, fresh } from './calls.ts';
@@ -19,6 +18,8 @@ import { answerLost, lostAnswerVerdict, notMade, repeatable, setsVersion, versio
 import type { RefitPlan } from './plan.ts';
 import type { RefitPublisher } from './publisher.ts';
 import { legResult } from './verdicts.ts';
+import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
+import type { Phase } from '../wire/refit-phase.ts';
 
 /** The refit whose phases run here. */
 export interface PhaseRefit {

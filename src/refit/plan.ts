@@ -7,7 +7,7 @@ import type { RefitStepPlan } from '../../actors/coordinator.ts';
 import { GatewayError } from '../api/errors.ts';
 import { sizeLabel } from '../fleet/labels.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
-import type { RefitRequest } from './request.ts';
+import type { RefitRequest } from '../wire/refit-request.ts';
 
 export interface CallSpec {
   method: 'GET' | 'POST';

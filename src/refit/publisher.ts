@@ -7,15 +7,16 @@
 import type { Bus } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { Logger } from '../obs/logger.ts';
-import type { RefitReport } from './report.ts';
+import type { RefitEvent, RefitEventBody } from '../wire/refit-event.ts';
+import type { RefitReport } from '../wire/refit-report.ts';
 
 export class RefitPublisher {
   constructor(private readonly deps: { bus: Bus; subjects: Subjects; log: Logger }) {}
 
   /** One progress event of a refit (refit-events contract: docs/refit-events.md). */
-  publish(id: string, event: Record<string, unknown>): void {
+  publish(id: string, event: RefitEventBody): void {
     try {
-      this.deps.bus.publish(this.deps.subjects.refitEvents(id), { refit_id: id, time: new Date().toISOString(), ...event });
+      this.deps.bus.publish(this.deps.subjects.refitEvents(id), { refit_id: id, time: new Date().toISOString(), ...event } satisfies RefitEvent);
     } catch (err) {
       this.deps.log.warn({ err, refit_id: id }, 'could not publish refit event');
     }

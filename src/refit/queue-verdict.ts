@@ -9,7 +9,7 @@
 
 import { decode } from '../bus/codec.ts';
 import { parseRefitRequest } from './request.ts';
-import type { QueuedRefit } from './queue-message.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
 
 /** Another refit holding one of the targets: running (its journal says so), or queued by this replica. */
 export interface Clash {

@@ -1,52 +1,15 @@
-// The audit record of one refit: who took part, what happened to each engine in each phase,
-// how long each phase took, and each engine's breaker and version afterwards. HTTP answers
-// it with 200 when every engine succeeded and 207 otherwise. A refit refused when it was taken has
-// one too, in which every engine failed and none was touched.
+// Builds the audit record of one refit (its shape: wire/refit-report.ts): who took part, what
+// happened to each engine in each phase, how long each phase took, and each engine's breaker and
+// version afterwards. HTTP answers it with 200 when every engine succeeded and 207 otherwise. A
+// refit refused when it was taken has one too, in which every engine failed and none was touched.
 
-import type { CoordinatorContext, Phase } from '../../actors/coordinator.ts';
+import type { CoordinatorContext } from '../../actors/coordinator.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Worker } from '../fleet/worker.ts';
-import type { QueuedRefit } from './queue-message.ts';
-import type { RefitRequest } from './request.ts';
-import type { SkippedEngine } from './targets.ts';
-
-export interface EngineReport {
-  worker_id: string;
-  url: string;
-  outcome: 'ok' | 'failed';
-  /** Phase (and refit step) where the engine failed. */
-  failed_phase?: Phase;
-  failed_step?: string;
-  error?: string;
-  status?: number;
-  message?: string;
-  phases: { pause: number | null; refit: number | null; verify: number | null; resume: number | null };
-  rank_offset?: number;
-  breaker: string;
-  state: string;
-  weight_version: string | null;
-}
-
-export interface RefitReport {
-  id: string;
-  status: 'succeeded' | 'partial' | 'failed';
-  weight_version: string;
-  source: 'disk' | 'distributed';
-  selector: string | null;
-  started_at: string;
-  finished_at: string;
-  duration_ms: number;
-  phases: Partial<Record<Phase, number>>;
-  total: number;
-  succeeded: number;
-  quorum: number;
-  aborted?: string;
-  world_size?: number;
-  engines: EngineReport[];
-  failed: EngineReport[];
-  /** Selected engines that could not take part: left out before anything was paused. */
-  skipped: SkippedEngine[];
-}
+import type { QueuedRefit } from '../wire/queued-refit.ts';
+import type { Phase } from '../wire/refit-phase.ts';
+import type { EngineReport, RefitReport, SkippedEngine } from '../wire/refit-report.ts';
+import type { RefitRequest } from '../wire/refit-request.ts';
 
 export function buildReport(args: {
   id: string;

@@ -1,11 +1,13 @@
 // What a trainer asks for when it starts a refit (POST /v1/rl/refits or a NATS request on
-// `rl.refit.request`): the schema, its defaults, and the checks a schema cannot express.
-// Both entry points validate through here, so they accept and refuse exactly the same input.
+// `rl.refit.request`): the schema, its defaults, and the checks a schema cannot express; the
+// fields are described with the shape, in wire/refit-request.ts. Both entry points validate
+// through here, so they accept and refuse exactly the same input.
 
 import { Type, type Static } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { GatewayError } from '../api/errors.ts';
 import { validateVersion } from '../fleet/versions.ts';
+import type { RefitRequest } from '../wire/refit-request.ts';
 
 const Chunk = Type.Object(
   {
@@ -37,7 +39,6 @@ const DistributedSource = Type.Object(
     backend: Type.Optional(Type.String({ minLength: 1 })),
     chunks: Type.Array(Chunk, { minItems: 1 }),
     flush_cache: Type.Optional(Type.Boolean()),
-    /** Keep the weight-update group after the refit (slime keeps it across refits). */
     keep_group: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
@@ -57,12 +58,7 @@ const Deadlines = Type.Object(
 
 export const RefitRequestSchema = Type.Object(
   {
-    /**
-     * The refit's id, chosen by the client so that a retried request is the same refit (the queue
-     * de-duplicates on it) and its report can be fetched by id from any replica. Generated if absent.
-     */
     refit_id: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,128}$' })),
-    /** Answer the plan (targets, skipped engines, world size, rank offsets, calls) and touch nothing. */
     dry_run: Type.Optional(Type.Boolean()),
     weight_version: Type.String(),
     selector: Type.Optional(Type.String()),
@@ -79,16 +75,7 @@ export const RefitRequestSchema = Type.Object(
       ),
     ),
     deadlines_ms: Type.Optional(Deadlines),
-    /**
-     * Once this long has passed in the pause and the quorum is met, engines still pausing are cut
-     * from the refit and quarantined, so the others wait no longer (default 10000).
-     */
     grace_ms: Type.Optional(Ms),
-    /**
-     * Parameters read back from every engine after the load (SGLang's `/get_weights_by_name`),
-     * each with the first values the trainer sent: an engine that answered the load with 200
-     * without applying it shows other values and fails verification (then is quarantined).
-     */
     verify_weights: Type.Optional(
       Type.Array(
         Type.Object(
@@ -105,8 +92,12 @@ export const RefitRequestSchema = Type.Object(
   { additionalProperties: false },
 );
 
-export type RefitRequest = Static<typeof RefitRequestSchema>;
-export type DistributedSourceSpec = Static<typeof DistributedSource>;
+// The shape the schema accepts is the wire's (wire/refit-request.ts, where the fields are
+// described): this fails to compile when the two drift apart.
+type SchemaShape = Static<typeof RefitRequestSchema>;
+type Same<A, B> = [A, B] extends [B, A] ? true : false;
+type Holds<T extends true> = T;
+type SchemaIsWireShape = Holds<Same<SchemaShape, RefitRequest>>;
 
 const check = TypeCompiler.Compile(RefitRequestSchema);
 

@@ -10,15 +10,7 @@ import { continueGenerationCall } from '../engines/control-call.ts';
 import type { EngineHost } from '../fleet/engine-host.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { RefitJournals } from './journals.ts';
-
-export interface OwedResume {
-  refit_id: string;
-  /** The replica running the refit: while it lives and has not settled, the refit resumes the engine itself. */
-  holder: string;
-  /** The refit is over and did not resume the engine: the owner pays. */
-  due: boolean;
-  since: string;
-}
+import type { OwedResume } from '../wire/resume-owed.ts';
 
 const RESTING = new Set(['serving', 'paused']);
 

@@ -17,19 +17,21 @@ import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { prepareCalls } from './calls.ts';
 import { RefitClaim, type Claimed } from './claim.ts';
-import { retryWrite, type JournalWriter, type RefitJournal } from './journal.ts';
+import { retryWrite, type JournalWriter } from './journal.ts';
 import type { RefitJournals } from './journals.ts';
 import { LegCalls } from './leg-calls.ts';
 import { PhaseRunner } from './phase-runner.ts';
 import { planRefit } from './plan.ts';
 import type { RefitPublisher } from './publisher.ts';
-import type { QueuedRefit } from './queue-message.ts';
 import { takeVerdict } from './queue-verdict.ts';
-import { buildReport, refusedReport, type RefitReport } from './report.ts';
-import type { RefitRequest } from './request.ts';
+import { buildReport, refusedReport } from './report.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
 import { quarantineAfter, quorumOf } from './verdicts.ts';
 import type { Delivery, RefitTaker, Verdict } from './worker.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
+import type { RefitJournal } from '../wire/refit-journal.ts';
+import type { RefitReport } from '../wire/refit-report.ts';
+import type { RefitRequest } from '../wire/refit-request.ts';
 
 export interface RefitDefaults {
   pauseMs: number;
@@ -47,10 +49,14 @@ export class RefitRunner implements RefitTaker {
   /** Refits this process runs now (a restarted replica with the same id runs none of its old ones). */
   private readonly active = new Set<string>();
   private readonly claim: RefitClaim;
+  /** Per running refit: whether this replica still holds it (see execute), asked before each call made for it. */
+  private readonly stillOurs = new Map<string, () => Promise<boolean | undefined>>();
 
   constructor(
     private readonly deps: {
       replicaId: string;
+      /** This replica's lease fence: after each lapse, a refit it runs is confirmed before more is sent. */
+      fence?: { readonly lapses: number };
       /** The `refits` bucket: this runner's journals are created and written there, by compare-and-set. */
       bucket: JsonBucket<RefitJournal>;
       /** The refit read model: whether another refit holds an engine (`clashes`). */
@@ -121,6 +127,7 @@ export class RefitRunner implements RefitTaker {
       return ACK;
     } finally {
       this.active.delete(q.id);
+      this.stillOurs.delete(q.id);
       this.deps.metrics.refitEnded();
     }
   }
@@ -143,6 +150,17 @@ export class RefitRunner implements RefitTaker {
     const id = q.id;
     const targets = all.filter((w) => !j.asleep.includes(w.id));
     const asleep = all.filter((w) => j.asleep.includes(w.id));
+    // Whether this replica still holds the refit, read afresh after each lapse of its lease (the
+    // journal's revision moved: another replica took it). Undefined while it cannot be read.
+    let confirmedLapses = this.deps.fence?.lapses ?? 0;
+    this.stillOurs.set(id, async () => {
+      const lapses = this.deps.fence?.lapses ?? 0;
+      if (writer.fenced) return false;
+      if (lapses === confirmedLapses) return true;
+      const held = await writer.confirm();
+      if (held === true) confirmedLapses = lapses;
+      return held;
+    });
     const plan = planRefit(req, targets);
     const calls = prepareCalls(this.deps.legs, plan, targets, id);
     const startedAt = new Date();
@@ -157,7 +175,7 @@ export class RefitRunner implements RefitTaker {
     this.deps.log.info({ refit_id: id, origin: q.origin, weight_version: req.weight_version, source: req.source.kind, targets: targets.length, quorum, recovered: recovered?.at ?? null }, recovered ? 'refit taken over' : 'refit started');
     this.deps.events.publish(id, { type: 'started', replica: this.deps.replicaId, targets: targets.map((w) => w.id), quorum, steps: plan.steps.map((st) => st.name), verify: plan.verify !== null, recovered: recovered?.at ?? null });
 
-    const legCalls = new LegCalls({ legs: this.deps.legs, draining });
+    const legCalls = new LegCalls({ legs: this.deps.legs, draining, stillOurs: (refitId) => this.stillOurs.get(refitId)?.() });
     const phases = new PhaseRunner(
       { legs: this.deps.legs, calls: legCalls, events: this.deps.events, log: this.deps.log },
       { id, plan, calls, targets, writer, version: req.weight_version, readMs: d.verifyMs, recovered: recovered !== undefined },

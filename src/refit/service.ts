@@ -11,16 +11,16 @@ import type { FleetView } from '../fleet/fleet-view.ts';
 import { selectorFromQuery } from '../fleet/selector.ts';
 import { GatewayError } from '../api/errors.ts';
 import { planRefit } from './plan.ts';
-import type { RefitReport } from './report.ts';
 import { parseRefitRequest } from './request.ts';
 import { prepareCalls } from './calls.ts';
 import type { RefitJournals, RunningRefit } from './journals.ts';
 import type { RefitPublisher } from './publisher.ts';
-import type { QueuedRefit } from './queue-message.ts';
 import { quorumOf } from './verdicts.ts';
-import { splitTargets, type SkippedEngine } from './targets.ts';
+import { splitTargets } from './targets.ts';
 import type { Worker } from '../fleet/worker.ts';
-import type { RefitRequest } from './request.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
+import type { RefitReport, SkippedEngine } from '../wire/refit-report.ts';
+import type { RefitPlanView, RefitRequest } from '../wire/refit-request.ts';
 
 export class RefitService {
   private closing = false;
@@ -146,21 +146,4 @@ export class RefitService {
   drain(): void {
     this.closing = true;
   }
-}
-
-/** The answer to a dry run. */
-export interface RefitPlanView {
-  dry_run: true;
-  refit_id: string | null;
-  weight_version: string;
-  source: 'disk' | 'distributed';
-  selector: string | null;
-  quorum: number;
-  targets: Array<{ worker_id: string; url: string; rank_offset?: number }>;
-  skipped: SkippedEngine[];
-  asleep: string[];
-  world_size?: number;
-  phases: Array<{ phase: string; step: string | null; method: string; path: string; engines: string[] }>;
-  /** Engine calls the refit would make when every engine succeeds. */
-  calls: number;
 }

@@ -8,16 +8,8 @@ import { capabilitiesFor } from '../fleet/capabilities.ts';
 import { controlUrlFor } from '../fleet/control-url.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
-import type { RefitRequest } from './request.ts';
-
-export type SkipReason = 'unreachable' | 'not_discovered' | 'no_control_endpoint' | 'source_unsupported';
-
-export interface SkippedEngine {
-  worker_id: string;
-  url: string;
-  reason: SkipReason;
-  message: string;
-}
+import type { SkippedEngine, SkipReason } from '../wire/refit-report.ts';
+import type { RefitRequest } from '../wire/refit-request.ts';
 
 export function splitTargets(view: FleetView, selected: Worker[], req: RefitRequest): { targets: Worker[]; skipped: SkippedEngine[] } {
   const targets: Worker[] = [];

@@ -3,11 +3,12 @@
 // back. Pure: outcomes and results come in as values; it never calls an engine, writes a journal
 // or changes an engine's quarantine (the runner applies what it says).
 
-import type { CoordinatorContext, LegResult, Phase } from '../../actors/coordinator.ts';
+import type { CoordinatorContext, LegResult } from '../../actors/coordinator.ts';
 import { unreachableCode } from '../control/outcome.ts';
-import type { ControlOutcome } from '../engines/control-call.ts';
 import { compareVersions } from '../fleet/versions.ts';
-import type { RefitRequest } from './request.ts';
+import type { ControlOutcome } from '../wire/control-call.ts';
+import type { Phase } from '../wire/refit-phase.ts';
+import type { RefitRequest } from '../wire/refit-request.ts';
 
 /** Failures after which an engine may hold partial weights, or lied about a load: quarantined. */
 const QUARANTINING = new Set(['verify_failed', 'cut_after_grace', 'transfer_aborted']);

@@ -7,7 +7,7 @@
 import type { JsMsg } from '@nats-io/jetstream';
 import type { RefitQueue } from '../bus/refit-queue.ts';
 import type { Logger } from '../obs/logger.ts';
-import type { QueuedRefit } from './queue-message.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
 import { readQueuedRefit } from './queue-verdict.ts';
 
 /** What becomes of a queue message once the runner is done with it. */

@@ -5,7 +5,7 @@
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { ChatRequest, CompletionRequest, GenerateRequest } from '../api/generate-schema.ts';
 import { GatewayError } from '../api/errors.ts';
-import { parseJsonObject } from '../http/raw-body.ts';
+import { parseJsonObject } from '../api/json-object.ts';
 
 // The same schemas the API document shows: what is documented is what is checked.
 const CHECKS = {

@@ -12,7 +12,7 @@ import type { Worker } from '../fleet/worker.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { DataPlanePath } from './data-plane-input.ts';
 import type { RequestWatch } from './request-watch.ts';
-import type { Services } from '../http/services.ts';
+import type { RelayServices } from './relay-services.ts';
 import { streamedChunk } from '../obs/request-timing.ts';
 import { EXPOSED_HEADERS, GATEWAY_ONLY_HEADERS, MIXED_HEADERS, ROUTED_HEADER, WEIGHT_HEADERS, isJsonContentType, isMixedBytes } from './stamping.ts';
 
@@ -26,7 +26,7 @@ export type Sent =
 
 /** Runs one attempt; resolves once the caller has its answer head (or the whole body), or the attempt failed. */
 export function relayToHttpEngine(
-  services: Services,
+  services: RelayServices,
   path: DataPlanePath,
   stream: boolean,
   body: Buffer | null,
@@ -62,7 +62,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
   private released = false;
 
   constructor(
-    private readonly services: Services,
+    private readonly services: RelayServices,
     private readonly path: DataPlanePath,
     private readonly stream: boolean,
     private readonly worker: Worker,

@@ -13,7 +13,7 @@ import type { FastifyReply } from 'fastify';
 import type { TokenEngine, TokenRequest, TokenSampling } from '../engines/generation.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
-import type { Services } from '../http/services.ts';
+import type { RelayServices } from './relay-services.ts';
 import { TokenAnswer } from './token-answer.ts';
 import { TokenDeadline, runTokenAttempt, type AnswerShape, type AttemptSignals, type TokenAttempt } from './token-attempt.ts';
 import { tokenizerFor } from './token-relay.ts';
@@ -39,7 +39,7 @@ function heldBack(text: string, stops: readonly string[]): string {
 }
 
 /** The worker's tokenizer (token-relay's rule), or a 400 saying what was tried (another engine may have one). */
-async function requireTokenizer(services: Services, engine: TokenEngine, signal: AbortSignal): Promise<Tokenizer> {
+async function requireTokenizer(services: RelayServices, engine: TokenEngine, signal: AbortSignal): Promise<Tokenizer> {
   const { tokenizer, why } = await tokenizerFor(services, engine, signal);
   if (tokenizer) return tokenizer;
   throw new EngineCannotServe(`OpenAI routes on this worker need the engine's tokenizer and none is available (${why}): ${NO_TOKENIZER_FIX}`);
@@ -48,7 +48,7 @@ async function requireTokenizer(services: Services, engine: TokenEngine, signal:
 const FINISH: Record<string, string> = { stop: 'stop', length: 'length', abort: 'abort' };
 
 export async function openAiTokenRelay(
-  services: Services,
+  services: RelayServices,
   path: OpenAiPath,
   worker: Worker,
   engine: TokenEngine,

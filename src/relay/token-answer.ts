@@ -53,7 +53,7 @@ export class TokenAnswer {
       c.completionTokens = ev.completionTokens ?? c.outputIds.length;
       if (ev.cachedTokens !== undefined) c.cachedTokens = ev.cachedTokens;
     } else {
-      // Streamed completes may repeat only the last step's ids (src/sim/NOTES.md): the chunks
+      // Streamed completes may repeat only the last step's ids (sim/NOTES.md): the chunks
       // already delivered are the whole output when they are longer.
       if (ev.outputIds.length >= c.outputIds.length) {
         c.outputIds = [...ev.outputIds];

@@ -8,7 +8,7 @@ import type { FastifyReply } from 'fastify';
 import { GenerationError, type TokenEngine, type TokenEvent, type TokenRequest } from '../engines/generation.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { GatewayError } from '../api/errors.ts';
-import type { Services } from '../http/services.ts';
+import type { RelayServices } from './relay-services.ts';
 import type { TokenAnswer } from './token-answer.ts';
 import { GATEWAY_ONLY_HEADERS, ROUTED_HEADER, stampWeightVersion } from './stamping.ts';
 import { streamedEvent } from '../obs/request-timing.ts';
@@ -51,7 +51,7 @@ export interface AnswerShape {
 
 /** One attempt, as its relay set it up: the request checked, the answer's context built. */
 export interface AttemptCall {
-  services: Services;
+  services: RelayServices;
   worker: Worker;
   engine: TokenEngine;
   req: TokenRequest;
@@ -260,7 +260,7 @@ export class TokenDeadline {
   }
 
   /** The 504 for a deadline that passed before any event (counted like the HTTP relay's). */
-  timeout(services: Services, path: string, worker: Worker): GatewayError {
+  timeout(services: RelayServices, path: string, worker: Worker): GatewayError {
     this.clear();
     services.metrics.request(path, 504);
     return new GatewayError('upstream_timeout', `request to \`${worker.url}\` ${this.message}`, { worker_id: worker.id, url: worker.url });

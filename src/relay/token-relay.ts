@@ -16,7 +16,7 @@ import { isTokenizerSource, loadTokenizerPath, type Tokenizer } from '../engines
 import type { Worker } from '../fleet/worker.ts';
 import { mergedLabels } from '../fleet/worker.ts';
 import { returnsLogprobs } from '../fleet/capabilities.ts';
-import type { Services } from '../http/services.ts';
+import type { RelayServices } from './relay-services.ts';
 import { TokenAnswer } from './token-answer.ts';
 import { TokenDeadline, logprobsUnavailable, runTokenAttempt, type AnswerShape, type AttemptSignals, type TokenAttempt } from './token-attempt.ts';
 import { EngineCannotServe, checkWire, tokenRequestOf, wireOf } from './token-sampling.ts';
@@ -25,7 +25,7 @@ import { isMixedBody, stampMixed } from './stamping.ts';
 export type { AttemptSignals, TokenAttempt } from './token-attempt.ts';
 
 export async function tokenRelay(
-  services: Services,
+  services: RelayServices,
   worker: Worker,
   engine: TokenEngine,
   body: Record<string, unknown>,
@@ -74,7 +74,7 @@ class GenerateAnswer implements AnswerShape {
 
   constructor(
     readonly answer: TokenAnswer,
-    private readonly services: Services,
+    private readonly services: RelayServices,
     /** The table version stamped on the reply, for the mixed check. */
     private readonly version: string | undefined,
   ) {}
@@ -103,7 +103,7 @@ class GenerateAnswer implements AnswerShape {
  * The worker's tokenizer: the engine's own (GetTokenizer), else `--tokenizer-path`. Never throws:
  * without one, `why` says what was tried, for the refusal of a `text` prompt.
  */
-export async function tokenizerFor(services: Services, engine: TokenEngine, signal: AbortSignal): Promise<{ tokenizer?: Tokenizer; why?: string }> {
+export async function tokenizerFor(services: RelayServices, engine: TokenEngine, signal: AbortSignal): Promise<{ tokenizer?: Tokenizer; why?: string }> {
   const tried: string[] = [];
   if (isTokenizerSource(engine)) {
     try {

@@ -14,12 +14,12 @@ import {
   type CoordinatorEvent,
   type CoordinatorInput,
   type LegResult,
-  type Phase,
   type PhaseInput,
   type RefitStepPlan,
 } from '../../actors/coordinator.ts';
 import { quorumOf } from '../../src/refit/verdicts.ts';
-import type { RefitRequest } from '../../src/refit/request.ts';
+import type { RefitRequest } from '../../src/wire/refit-request.ts';
+import type { Phase } from '../../src/wire/refit-phase.ts';
 
 const TARGETS = ['e1', 'e2', 'e3'];
 const DEADLINES = { pauseMs: 1_000, refitMs: 3_000, verifyMs: 1_000, resumeMs: 1_000 };

@@ -8,9 +8,12 @@ import { openBuckets, type FleetBuckets } from '../../src/bus/buckets.ts';
 import { BusNoResponders, BusRemoteError, BusTimeout, connectBus, type Bus, type BusSubscription } from '../../src/bus/connection.ts';
 import { watchRefitReport } from '../../src/bus/refit-report.ts';
 import { subjects } from '../../src/bus/subjects.ts';
+import type { RefitJournal } from '../../src/wire/refit-journal.ts';
 import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
 
 const report = (id: string, version = '1', failed: unknown[] = []) => ({ id, status: failed.length ? 'partial' : 'succeeded', weight_version: version, engines: [], failed, skipped: [] });
+/** A done journal holding only what the wait reads. */
+const doneJournal = (id: string, r: unknown) => ({ id, status: 'done', report: r }) as unknown as RefitJournal;
 const event = (refitId: string, r: unknown) => ({ refit_id: refitId, time: new Date().toISOString(), type: 'report', report: r });
 
 describe('the wait for a refit report', () => {
@@ -50,8 +53,8 @@ describe('the wait for a refit report', () => {
       gateway.publish(s.refitReport('mine'), report('other', '2'));
       gateway.publish(s.refitReport('mine'), report('mine', '1')); // the same id to another version: an earlier refit's
       gateway.publish(s.refitEvents('other'), event('other', report('other', '2')));
-      await buckets.refits.put('mine', { id: 'mine', status: 'done', report: report('mine', '1') });
-      await buckets.refits.put('other', { id: 'other', status: 'done', report: report('other', '2') });
+      await buckets.refits.put('mine', doneJournal('mine', report('mine', '1')));
+      await buckets.refits.put('other', doneJournal('other', report('other', '2')));
     };
     let asked = 0;
     const sub = await silentResponder('rl', () => void asked++);
@@ -94,8 +97,8 @@ describe('the wait for a refit report', () => {
   it('with no responders, reads the journal: its own done report is taken, another version\'s is not', async () => {
     const root = 'lonely';
     const lonely = await openBuckets(gateway.nc, root);
-    await lonely.refits.put('gone', { id: 'gone', status: 'done', report: report('gone', '4') });
-    await lonely.refits.put('old', { id: 'old', status: 'done', report: report('old', '1') });
+    await lonely.refits.put('gone', doneJournal('gone', report('gone', '4')));
+    await lonely.refits.put('old', doneJournal('old', report('old', '1')));
     const done = await watchRefitReport(trainer, { root, refitId: 'gone', weightVersion: '4' });
     const old = await watchRefitReport(trainer, { root, refitId: 'old', weightVersion: '5' });
     try {

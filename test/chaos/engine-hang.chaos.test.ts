@@ -26,8 +26,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chaosRandom, chaosSize, chaosTimeout, percentile, reportFigures } from '../fixtures/chaos.ts';
 import { startTestGateway, type HttpAnswer, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimFault, type SimProcess } from '../fixtures/sglang-sim.ts';
-import { makeChunks } from '../../src/sim/trainer/chunks.ts';
-import { runRefit } from '../../src/sim/trainer/refit.ts';
+import { makeChunks } from '../../src/cli/trainer/chunks.ts';
+import { runRefit } from '../../src/cli/trainer/refit.ts';
 
 const SCENARIO = 'engine-hang';
 const ROUNDS = chaosSize(1, 10);

@@ -151,7 +151,7 @@ describe('bin/rlgate.mjs runs the compiled build', () => {
     const s = start(['bin/rlgate.mjs', 'serve', '--kind', 'tokenspeed', '--engines', '1', '--tp-size', '1', '--port', '0', '--log-level', 'warn']);
     const serving = await eventLine<{ url: string; engines: Array<{ url: string; pid: number }> }>(s, 'serving');
     const sim = serving.engines[0]!;
-    expect(commandOf(sim.pid)).toContain(join(REPO_ROOT, 'dist/src/sim/tokenspeed/main.js'));
+    expect(commandOf(sim.pid)).toContain(join(REPO_ROOT, 'dist/sim/tokenspeed/main.js'));
     const rows = await until('the tokenspeed engine to be ready', 30_000, async () => {
       const r = await request(`${serving.url}/v1/rl/workers`);
       const body = (await r.body.json()) as { workers: Array<{ health: string; connection_mode: string }> };

@@ -8,8 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { gatewayError } from '../fixtures/errors.ts';
 import { callOutcome, failedCall, isSuccess, noControlEndpoint, proxyAnswer, unreachableCode } from '../../src/control/outcome.ts';
 import { fanoutResponse } from '../../src/control/passthrough.ts';
-import type { ControlOutcome } from '../../src/engines/control-call.ts';
 import { Registry } from '../../src/fleet/registry.ts';
+import type { ControlOutcome } from '../../src/wire/control-call.ts';
 
 const w = { id: 'w-1', url: 'http://10.0.0.5:30000@1' };
 const answer = (status: number, body: unknown = { success: true }, truncated = false): ControlOutcome => ({ kind: 'answer', status, latencyMs: 12, body, truncated });

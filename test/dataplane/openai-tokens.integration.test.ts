@@ -7,8 +7,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
-import { decode as refDecode, encode as refEncode } from '../../src/sim/tokenspeed/tokenizer.ts';
-import { seedOf, tokenAt } from '../../src/sim/tokenspeed/sampler.ts';
+import { decode as refDecode, encode as refEncode, seedOf } from '../../sim/core/tokens.ts';
+import { tokenAt } from '../../sim/tokenspeed/sampler.ts';
 
 const MODEL = 'MODEL';
 const MESSAGES = [{ role: 'system', content: 'be brief' }, { role: 'user', content: [{ type: 'text', text: 'hi' }] }];

@@ -32,7 +32,7 @@ interface Fleet {
 async function startFleet(wire: Wire): Promise<Fleet> {
   const args = ['--model', MODEL, '--token-rate', '20'];
   if (wire === 'grpc') {
-    // Logprobs are off in TokenSpeed unless switched on (src/sim/tokenspeed/README.md).
+    // Logprobs are off in TokenSpeed unless switched on (sim/tokenspeed/README.md).
     const sims = await Promise.all([0, 1].map(() => spawnTokenspeedSim([...args, '--rl-control-port', '0', '--enable-output-logprobs'])));
     return {
       engines: sims.map((s) => ({ url: s.url, controlUrl: s.controlUrl! })),

@@ -12,8 +12,9 @@ import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { startTokenEngines, startTokenFleet, type TokenEngines, type TokenFleet } from '../fixtures/token-fleet.ts';
 import type { TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
 import type { ZmqSimProcess } from '../fixtures/zmq-sim.ts';
-import { bundleChunks, zipStored } from '../../src/sim/tokenspeed/bundle.ts';
-import { BOS_TOKEN_ID, EOS_TOKEN_ID, decode as refDecode, encode as refEncode, tokenizerFiles } from '../../src/sim/tokenspeed/tokenizer.ts';
+import { bundleChunks, zipStored } from '../../sim/tokenspeed/bundle.ts';
+import { BOS_TOKEN_ID, EOS_TOKEN_ID, decode as refDecode, encode as refEncode } from '../../sim/core/tokens.ts';
+import { tokenizerFiles } from '../../sim/tokenspeed/tokenizer.ts';
 import { loadTokenizerPath, tokenizerFromBundle, TokenizerUnavailable } from '../../src/engines/tokenizer.ts';
 
 const MODEL = 'MODEL';

@@ -16,10 +16,10 @@ import { readNatsClientFlags } from '../../src/bus/client-flags.ts';
 import { splitServers, type NatsAuthSettings } from '../../src/bus/connect-options.ts';
 import { findNatsServer } from '../../src/bus/server.ts';
 import { loadConfig } from '../../src/gateway/config.ts';
-import { parseArgs as parseSglangArgs } from '../../src/sim/sglang/options.ts';
-import { parseArgs as parseTokenspeedArgs } from '../../src/sim/tokenspeed/cli.ts';
-import { parseArgs as parseZmqArgs } from '../../src/sim/zmq/options.ts';
-import { parseTrainerInvocation } from '../../src/sim/trainer/main.ts';
+import { parseArgs as parseSglangArgs } from '../../sim/sglang/options.ts';
+import { parseArgs as parseTokenspeedArgs } from '../../sim/tokenspeed/cli.ts';
+import { parseArgs as parseZmqArgs } from '../../sim/zmq/options.ts';
+import { parseTrainerInvocation } from '../../src/cli/trainer/main.ts';
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const COMPOSE = join(REPO_ROOT, 'docker-compose.yml');

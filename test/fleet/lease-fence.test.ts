@@ -2,7 +2,7 @@
 // after its send time, closed while the bus is away, and after a lapse closed until ownership is
 // read again; the lapse is announced once, and every call names the replica and the lease epoch.
 
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { LEASE_EPOCH_HEADER, LeaseFence, REPLICA_HEADER } from '../../src/fleet/lease-fence.ts';
 
 function fenceAt(leaseMs = 5_000) {
@@ -95,12 +95,21 @@ describe('LeaseFence', () => {
     expect(fence.headers('w1')[LEASE_EPOCH_HEADER]).toBe('0');
   });
 
-  it('a timer announces the lapse without any call', async () => {
-    const fence = new LeaseFence({ replicaId: 'gw-a', leaseMs: 1_000, marginMs: 900 });
-    const lapsed = new Promise<string>((resolve) => fence.onLapse(resolve));
-    fence.beatConfirmed(Date.now());
-    await expect(lapsed).resolves.toMatch(/lease is not confirmed/);
-    fence.close();
+  it('a timer announces the lapse without any call', () => {
+    vi.useFakeTimers(); // the fence's own timer, on vitest's fake clock
+    try {
+      const fence = new LeaseFence({ replicaId: 'gw-a', leaseMs: 1_000, marginMs: 900 });
+      const lapses: string[] = [];
+      fence.onLapse((r) => lapses.push(r));
+      fence.beatConfirmed(Date.now());
+      vi.advanceTimersByTime(99);
+      expect(lapses).toEqual([]);
+      vi.advanceTimersByTime(1_000 - 99);
+      expect(lapses).toEqual([expect.stringMatching(/lease is not confirmed/)]);
+      fence.close();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 

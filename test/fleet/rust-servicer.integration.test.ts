@@ -7,8 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
-import { makeChunks } from '../../src/sim/trainer/chunks.ts';
-import { runDistributedRefit } from '../../src/sim/trainer/refit.ts';
+import { makeChunks } from '../../src/cli/trainer/chunks.ts';
+import { runDistributedRefit } from '../../src/cli/trainer/refit.ts';
 
 const STATIC_TOKENSPEED = {
   source: 'static',

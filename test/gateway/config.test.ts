@@ -6,7 +6,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConfigError, defaultConfig, loadConfig, validateConfig, type GatewayConfig } from '../../src/gateway/config.ts';
+import type { GatewayConfig } from '../../src/config/gateway-config.ts';
+import { ConfigError, defaultConfig, loadConfig, validateConfig } from '../../src/gateway/config.ts';
 
 const POLICY_NEEDS_RL = 'rl.version_policy requires rl.enabled';
 const TIMEOUT_MIN = 'rl.control_timeout_secs must be >= 1';

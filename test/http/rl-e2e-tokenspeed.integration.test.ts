@@ -6,9 +6,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
-import { openGroup } from '../../src/sim/broadcast/master.ts';
-import type { LoadedTensor } from '../../src/sim/broadcast/types.ts';
-import { makeChunks } from '../../src/sim/trainer/chunks.ts';
+import { openGroup } from '../../sim/broadcast/master.ts';
+import type { LoadedTensor } from '../../sim/broadcast/types.ts';
+import { makeChunks } from '../../src/cli/trainer/chunks.ts';
 
 const ALL = 'selector=engine%3Dtokenspeed';
 const GROUP = 'weight_update_group';

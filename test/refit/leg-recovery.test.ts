@@ -4,8 +4,8 @@
 
 import { describe, expect, it } from 'vitest';
 import type { RefitStepPlan } from '../../actors/coordinator.ts';
-import type { ControlOutcome } from '../../src/engines/control-call.ts';
 import { answerLost, lostAnswerVerdict, repeatable, reportedVersion, setsVersion, versionMismatch } from '../../src/refit/leg-recovery.ts';
+import type { ControlOutcome } from '../../src/wire/control-call.ts';
 
 const lost: ControlOutcome = { kind: 'unreachable', code: 'owner_lost', latencyMs: 2_000, message: 'upstream `http://e:1`: gateway replica `a`, which ran this call, died before answering; the call may have run' };
 const info = (body: unknown, status = 200): ControlOutcome => ({ kind: 'answer', status, latencyMs: 3, body, truncated: false });

@@ -8,7 +8,8 @@ import { gatewayError } from '../fixtures/errors.ts';
 import { Registry } from '../../src/fleet/registry.ts';
 import type { Worker } from '../../src/fleet/worker.ts';
 import { DEFAULT_GROUP, gpusOf, planRefit, READ_BACK } from '../../src/refit/plan.ts';
-import { parseRefitRequest, type RefitRequest } from '../../src/refit/request.ts';
+import { parseRefitRequest } from '../../src/refit/request.ts';
+import type { RefitRequest } from '../../src/wire/refit-request.ts';
 
 const registry = new Registry('replica-a');
 function worker(port: number, labels: Record<string, string> = {}): Worker {

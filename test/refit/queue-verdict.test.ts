@@ -5,7 +5,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { readQueuedRefit, takeVerdict, type Clash } from '../../src/refit/queue-verdict.ts';
-import type { QueuedRefit } from '../../src/refit/queue-message.ts';
+import type { QueuedRefit } from '../../src/wire/queued-refit.ts';
 
 const W1 = '3f0c1a2b-6d4e-5a10-9b7c-1e2f3a4b5c6d';
 const W2 = '9a1d0e2f-3b4c-5d6e-8f70-8192a3b4c5d6';

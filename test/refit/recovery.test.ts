@@ -5,7 +5,8 @@
 
 import { describe, expect, it } from 'vitest';
 import type { RefitStepPlan } from '../../actors/coordinator.ts';
-import { recoveryOf, type RefitJournal } from '../../src/refit/journal.ts';
+import { recoveryOf } from '../../src/refit/journal.ts';
+import type { RefitJournal } from '../../src/wire/refit-journal.ts';
 
 const DISK: RefitStepPlan[] = [{ name: 'update_weights_from_disk', runOn: 'remaining' }];
 const DISTRIBUTED: RefitStepPlan[] = [

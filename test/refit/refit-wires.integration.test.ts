@@ -9,8 +9,8 @@ import { spawnSglangSim } from '../fixtures/sglang-sim.ts';
 import { spawnTokenspeedSim } from '../fixtures/tokenspeed-sim.ts';
 import { spawnZmqSim, tempIpcUrl } from '../fixtures/zmq-sim.ts';
 import { ZmqEngineClient } from '../../src/engines/zmq.ts';
-import { makeChunks } from '../../src/sim/trainer/chunks.ts';
-import { runDistributedRefit } from '../../src/sim/trainer/refit.ts';
+import { makeChunks } from '../../src/cli/trainer/chunks.ts';
+import { runDistributedRefit } from '../../src/cli/trainer/refit.ts';
 
 type Wire = 'http' | 'grpc' | 'zmq';
 

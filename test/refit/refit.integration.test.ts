@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
-import type { EngineStateEvent } from '../../src/fleet/engine-host.ts';
+import type { EngineStateEvent } from '../../src/wire/engine-state.ts';
 
 const disk = (v: string) => ({ weight_version: v, source: { kind: 'disk', model_path: `/models/step-${v}` } });
 

@@ -5,15 +5,16 @@
 // Engine states come from a real FleetView over a stand-in host that serves shared records.
 
 import { describe, expect, it } from 'vitest';
-import type { CoordinatorContext, EngineRecord } from '../../actors/coordinator.ts';
+import type { CoordinatorContext } from '../../actors/coordinator.ts';
+import type { EngineRefitRecord as EngineRecord } from '../../src/wire/refit-phase.ts';
 import type { EngineHost } from '../../src/fleet/engine-host.ts';
-import type { EngineRecord as SharedRecord } from '../../src/fleet/engine-record.ts';
+import type { EngineRecord as SharedRecord } from '../../src/wire/engine-state.ts';
 import { FleetView } from '../../src/fleet/fleet-view.ts';
 import { Registry } from '../../src/fleet/registry.ts';
 import type { Worker } from '../../src/fleet/worker.ts';
-import { buildReport, reportStatus, type RefitReport } from '../../src/refit/report.ts';
-import type { RefitRequest } from '../../src/refit/request.ts';
-import type { SkippedEngine } from '../../src/refit/targets.ts';
+import { buildReport, reportStatus } from '../../src/refit/report.ts';
+import type { RefitReport, SkippedEngine } from '../../src/wire/refit-report.ts';
+import type { RefitRequest } from '../../src/wire/refit-request.ts';
 
 const registry = new Registry('replica-a');
 const [e1, e2, e3, sleeper] = [30001, 30002, 30003, 30004].map((port) => registry.register({ url: `http://127.0.0.1:${port}` }).worker) as [Worker, Worker, Worker, Worker];

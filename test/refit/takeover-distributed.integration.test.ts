@@ -6,8 +6,8 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { subjects } from '../../src/bus/subjects.ts';
-import { makeChunks } from '../../src/sim/trainer/chunks.ts';
-import { runDistributedRefit } from '../../src/sim/trainer/refit.ts';
+import { makeChunks } from '../../src/cli/trainer/chunks.ts';
+import { runDistributedRefit } from '../../src/cli/trainer/refit.ts';
 import { until } from '../fixtures/gateway-process.ts';
 import { startReplicaFleet, type ReplicaFleet } from '../fixtures/replica-fleet.ts';
 

@@ -5,8 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
-import { makeChunks } from '../../src/sim/trainer/chunks.ts';
-import { runDistributedRefit } from '../../src/sim/trainer/refit.ts';
+import { makeChunks } from '../../src/cli/trainer/chunks.ts';
+import { runDistributedRefit } from '../../src/cli/trainer/refit.ts';
 
 describe('refit targets and plan', () => {
   let t: TestGateway;

@@ -3,8 +3,9 @@
 // quorum a request asks for, and which engines a finished refit quarantines or lets out.
 
 import { describe, expect, it } from 'vitest';
-import type { CoordinatorContext, EngineRecord } from '../../actors/coordinator.ts';
-import type { ControlOutcome } from '../../src/engines/control-call.ts';
+import type { CoordinatorContext } from '../../actors/coordinator.ts';
+import type { ControlOutcome } from '../../src/wire/control-call.ts';
+import type { EngineRefitRecord } from '../../src/wire/refit-phase.ts';
 import { parseRefitRequest } from '../../src/refit/request.ts';
 import { legResult, quarantineAfter, quorumOf } from '../../src/refit/verdicts.ts';
 
@@ -72,8 +73,8 @@ describe('quorumOf', () => {
 });
 
 describe('quarantineAfter', () => {
-  const rec = (r: Partial<EngineRecord> = {}): EngineRecord => ({ phases: { pause: 1, refit: 2, verify: 1, resume: 1 }, ...r });
-  const result = (engines: Record<string, EngineRecord>, abortReason?: CoordinatorContext['abortReason']) => ({ engines, abortReason });
+  const rec = (r: Partial<EngineRefitRecord> = {}): EngineRefitRecord => ({ phases: { pause: 1, refit: 2, verify: 1, resume: 1 }, ...r });
+  const result = (engines: Record<string, EngineRefitRecord>, abortReason?: CoordinatorContext['abortReason']) => ({ engines, abortReason });
   const none = new Set<string>();
 
   it('an engine that failed in a refit step, its version check, or was cut after the grace is held out, with its error', () => {

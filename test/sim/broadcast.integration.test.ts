@@ -6,11 +6,11 @@ import { createHash } from 'node:crypto';
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { openGroup, type GroupMaster, type OpenGroupOptions } from '../../src/sim/broadcast/master.ts';
-import { joinGroup } from '../../src/sim/broadcast/member.ts';
-import type { GroupMember, JoinParams, LoadedTensor, TensorSpec } from '../../src/sim/broadcast/types.ts';
-import { makeChunks } from '../../src/sim/trainer/chunks.ts';
-import { runDistributedRefit, TrainerError } from '../../src/sim/trainer/refit.ts';
+import { openGroup, type GroupMaster, type OpenGroupOptions } from '../../sim/broadcast/master.ts';
+import { joinGroup } from '../../sim/broadcast/member.ts';
+import type { GroupMember, JoinParams, LoadedTensor, TensorSpec } from '../../sim/broadcast/types.ts';
+import { makeChunks } from '../../src/cli/trainer/chunks.ts';
+import { runDistributedRefit, TrainerError } from '../../src/cli/trainer/refit.ts';
 
 const GROUP = 'weight_update_group';
 const MiB = 1 << 20;

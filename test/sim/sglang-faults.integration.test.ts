@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startSglangSim } from '../../src/sim/sglang/server.ts';
+import { startSglangSim } from '../../sim/sglang/server.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { get, post, track, until } from './sglang-http.ts';
 

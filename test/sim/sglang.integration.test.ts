@@ -3,7 +3,7 @@
 // on success; NCCL group lifetime in metadata-only transport).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openGroup } from '../../src/sim/broadcast/master.ts';
+import { openGroup } from '../../sim/broadcast/master.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { get, post, track, until } from './sglang-http.ts';
 
@@ -351,7 +351,7 @@ describe('weight routes (metadata-only transport)', () => {
   });
 });
 
-describe('refit over the TCP broadcast group (src/sim/broadcast)', () => {
+describe('refit over the TCP broadcast group (sim/broadcast)', () => {
   let sim: SimProcess;
   beforeAll(async () => { sim = await spawnSglangSim(['--token-rate', '0', '--tp-size', '2', '--group-timeout', '10000']); });
   afterAll(() => sim?.stop());

@@ -4,7 +4,7 @@
 // naming the supported sources, and a distributed refit over the broadcast group.
 
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { openGroup } from '../../src/sim/broadcast/master.ts';
+import { openGroup } from '../../sim/broadcast/master.ts';
 import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
 import { call, get, post, track, until } from './sglang-http.ts';
 import { collect, grpcStatus, open, schedulerClient, unary, type Client } from './tokenspeed-grpc.ts';

@@ -1,0 +1,34 @@
+// A refit's journal: the `refits` bucket's value, keyed by refit id. The request and targets,
+// before each phase's calls go out the phase, step and engines it calls, each engine's record as
+// answers arrive, and at the end the report. Written only by the replica running the refit, by
+// compare-and-set; kept 24 hours. Shapes only: src/refit/claim.ts creates it, src/refit/journal.ts
+// writes and reads it back, src/refit/journals.ts follows it for every replica.
+
+import type { EngineRefitRecord, Phase, RefitAbortReason } from './refit-phase.ts';
+import type { RefitReport } from './refit-report.ts';
+import type { RefitRequest } from './refit-request.ts';
+
+export interface RefitJournal {
+  id: string;
+  status: 'running' | 'done';
+  /** The replica running it now. */
+  holder: string;
+  origin: string;
+  submitted_at: string;
+  request: RefitRequest;
+  selector: string | null;
+  targets: string[];
+  asleep: string[];
+  keep_paused: string[];
+  /** The phase (and refit step) whose calls were sent last, and the engines that had not answered. */
+  phase: Phase | null;
+  step_index: number;
+  pending: string[];
+  engines: Record<string, EngineRefitRecord>;
+  paused: string[];
+  resumed: string[];
+  abort_reason?: RefitAbortReason;
+  /** Takeovers so far, each naming the replica that lost the refit. */
+  takeovers: Array<{ from: string; to: string; at: string; phase: Phase | null; step_index: number }>;
+  report?: RefitReport;
+}

@@ -1,0 +1,54 @@
+// The audit record of one refit: who took part, what happened to each engine in each phase, how
+// long each phase took, each engine's breaker and version afterwards, and the engines left out.
+// It travels on `<root>.refit.<id>.report`, in the `report` event, in the reply to the request
+// and in the journal. Shapes only: src/refit/report.ts builds it.
+
+import type { Phase } from './refit-phase.ts';
+
+export type SkipReason = 'unreachable' | 'not_discovered' | 'no_control_endpoint' | 'source_unsupported';
+
+/** A selected engine that could not take part: left out before anything was paused. */
+export interface SkippedEngine {
+  worker_id: string;
+  url: string;
+  reason: SkipReason;
+  message: string;
+}
+
+export interface EngineReport {
+  worker_id: string;
+  url: string;
+  outcome: 'ok' | 'failed';
+  /** Phase (and refit step) where the engine failed. */
+  failed_phase?: Phase;
+  failed_step?: string;
+  error?: string;
+  status?: number;
+  message?: string;
+  phases: { pause: number | null; refit: number | null; verify: number | null; resume: number | null };
+  rank_offset?: number;
+  breaker: string;
+  state: string;
+  weight_version: string | null;
+}
+
+export interface RefitReport {
+  id: string;
+  status: 'succeeded' | 'partial' | 'failed';
+  weight_version: string;
+  source: 'disk' | 'distributed';
+  selector: string | null;
+  started_at: string;
+  finished_at: string;
+  duration_ms: number;
+  phases: Partial<Record<Phase, number>>;
+  total: number;
+  succeeded: number;
+  quorum: number;
+  aborted?: string;
+  world_size?: number;
+  engines: EngineReport[];
+  failed: EngineReport[];
+  /** Selected engines that could not take part: left out before anything was paused. */
+  skipped: SkippedEngine[];
+}

@@ -1,0 +1,86 @@
+// What a trainer asks for when it starts a refit: the body of `<root>.refit.request` (and of
+// POST /v1/rl/refits), carried on in the queued refit and the journal, and the request's reply
+// on the bus. Shapes only: src/refit/request.ts holds the schema that checks a request (and fails
+// to compile if it says anything other than this), src/refit/service.ts answers.
+
+import type { RefitReport, SkippedEngine } from './refit-report.ts';
+
+/** One broadcast chunk of a distributed refit: parallel lists, one entry per tensor. */
+export interface WeightChunk {
+  names: string[];
+  dtypes: string[];
+  shapes: number[][];
+  load_format?: string | null;
+}
+
+export interface DiskSource {
+  kind: 'disk';
+  model_path: string;
+  load_format?: string;
+  flush_cache?: boolean;
+}
+
+export interface DistributedSource {
+  kind: 'distributed';
+  master_address: string;
+  master_port: number;
+  world_size?: number;
+  group_name?: string;
+  backend?: string;
+  chunks: WeightChunk[];
+  flush_cache?: boolean;
+  /** Keep the weight-update group after the refit (slime keeps it across refits). */
+  keep_group?: boolean;
+}
+
+export interface RefitRequest {
+  /**
+   * The refit's id, chosen by the client so that a retried request is the same refit (the queue
+   * de-duplicates on it) and its report can be fetched by id from any replica. Generated if absent.
+   */
+  refit_id?: string;
+  /** Answer the plan (targets, skipped engines, world size, rank offsets, calls) and touch nothing. */
+  dry_run?: boolean;
+  weight_version: string;
+  selector?: string;
+  source: DiskSource | DistributedSource;
+  pause_mode?: string;
+  verify?: boolean;
+  quorum?: { min_engines?: number; min_fraction?: number };
+  /** Per-phase deadlines in ms. */
+  deadlines_ms?: { pause?: number; refit?: number; verify?: number; resume?: number };
+  /**
+   * Once this long has passed in the pause and the quorum is met, engines still pausing are cut
+   * from the refit and quarantined, so the others wait no longer (default 10000).
+   */
+  grace_ms?: number;
+  /**
+   * Parameters read back from every engine after the load (SGLang's `/get_weights_by_name`),
+   * each with the first values the trainer sent: an engine that answered the load with 200
+   * without applying it shows other values and fails verification (then is quarantined).
+   */
+  verify_weights?: Array<{ name: string; values: Array<number | null> }>;
+}
+
+/** The answer to a dry run: what the refit would do, nothing touched. */
+export interface RefitPlanView {
+  dry_run: true;
+  refit_id: string | null;
+  weight_version: string;
+  source: 'disk' | 'distributed';
+  selector: string | null;
+  quorum: number;
+  targets: Array<{ worker_id: string; url: string; rank_offset?: number }>;
+  skipped: SkippedEngine[];
+  asleep: string[];
+  world_size?: number;
+  phases: Array<{ phase: string; step: string | null; method: string; path: string; engines: string[] }>;
+  /** Engine calls the refit would make when every engine succeeds. */
+  calls: number;
+}
+
+/**
+ * The reply on `<root>.refit.request`: the report with the status HTTP would give it (200, or
+ * 207 when an engine failed), or a dry run's plan. A refused request is an error reply instead.
+ */
+export type RefitReply = { status: 200 | 207; report: RefitReport } | { status: 200; plan: RefitPlanView };
