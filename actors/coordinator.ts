@@ -2,9 +2,10 @@
 // pausing → refitting (one or more steps) → verifying → resuming → done, with a deadline per
 // phase that names the engines that stalled, a quorum gate after the pause, and a guaranteed
 // resume: every path out of every phase goes through `resuming`. Pure: legs run in the injected
-// `runPhase` actor; this machine only decides who takes part in what and records outcomes.
+// `runPhase` actor; this machine only decides who takes part in what and records outcomes, and
+// emits what it decides without an answer (legs cut by a deadline, an aborted transfer).
 
-import { assign, fromCallback, setup, type ActorRefFrom, type SnapshotFrom } from 'xstate';
+import { assign, enqueueActions, fromCallback, setup, type ActorRefFrom, type SnapshotFrom } from 'xstate';
 import type { EngineRefitRecord, Phase, RefitAbortReason } from '../src/wire/refit-phase.ts';
 
 export interface LegResult {
@@ -88,6 +89,25 @@ export type CoordinatorEvent =
   | { type: 'leg.done'; phase: Phase; workerId: string; result: LegResult }
   | { type: 'phase.done' };
 
+/** A leg the machine judged without its answer: the verdict the report gives it. */
+export interface CutLeg {
+  workerId: string;
+  error: string;
+  message?: string;
+}
+
+/**
+ * What the machine decides on its own, emitted for whoever runs it (`actor.on(type, ...)`), the
+ * moment it decides: the runner publishes these legs, whose answers will never be heard. `legs`
+ * holds the phase's legs still out whose engine the decision (or an earlier one in the same
+ * phase) failed; `stepIndex` is the one `runPhase` was given.
+ */
+export type CoordinatorEmitted =
+  /** A deadline, or the pause's grace period, ended the phase before these legs answered. */
+  | { type: 'legs.cut'; phase: Phase; stepIndex: number; legs: CutLeg[] }
+  /** A collective step broke (or its deadline cut it): the transfer is abandoned, and these legs with it. */
+  | { type: 'transfer.aborted'; stepIndex: number; legs: CutLeg[] };
+
 export interface PhaseInput {
   refitId: string;
   phase: Phase;
@@ -101,6 +121,7 @@ export const coordinatorMachine = setup({
     events: {} as CoordinatorEvent,
     input: {} as CoordinatorInput,
     output: {} as CoordinatorContext,
+    emitted: {} as CoordinatorEmitted,
   },
   actors: {
     runPhase: fromCallback<CoordinatorEvent, PhaseInput>(() => {
@@ -150,7 +171,7 @@ export const coordinatorMachine = setup({
     }),
     // A collective step one engine failed cannot complete for anyone, nor can the steps after it:
     // every engine still in the transfer holds part of the weights and is failed with it.
-    abortTransfer: assign(({ context }) => {
+    abortTransfer: enqueueActions(({ context, enqueue }) => {
       const engines = { ...context.engines };
       const step = context.steps[context.stepIndex]?.name;
       for (const id of survivors(context)) {
@@ -163,10 +184,11 @@ export const coordinatorMachine = setup({
           message: `another engine failed ${step ?? 'the transfer'}, so the collective could not complete: the transfer was abandoned and the group torn down`,
         };
       }
-      return { engines, pending: [] };
+      enqueue.assign({ engines, pending: [] });
+      enqueue.emit({ type: 'transfer.aborted', stepIndex: context.stepIndex, legs: cutLegs(engines, context.pending, 'refit') });
     }),
     // A deadline names every engine that had not answered: it stalled in this phase.
-    markStalled: assign(({ context }, params: { phase: Phase; deadlineMs: number; error?: string }) => {
+    markStalled: enqueueActions(({ context, enqueue }, params: { phase: Phase; deadlineMs: number; error?: string }) => {
       const engines = { ...context.engines };
       const step = params.phase === 'refit' ? context.steps[context.stepIndex]?.name : undefined;
       for (const id of context.pending) {
@@ -187,7 +209,15 @@ export const coordinatorMachine = setup({
             : {}),
         };
       }
-      return { engines, pending: [] };
+      enqueue.assign({ engines, pending: [] });
+      const legs = cutLegs(engines, context.pending, params.phase);
+      if (legs.length > 0) enqueue.emit({ type: 'legs.cut', phase: params.phase, stepIndex: params.phase === 'refit' ? context.stepIndex : 0, legs });
+    }),
+    // The cleanup step given up at its deadline: its legs still out keep the failure their engine
+    // already has (the transfer's), and are cut with it.
+    cutCleanup: enqueueActions(({ context, enqueue }) => {
+      const legs = cutLegs(context.engines, context.pending, 'refit');
+      if (legs.length > 0) enqueue.emit({ type: 'legs.cut', phase: 'refit', stepIndex: context.stepIndex, legs });
     }),
   },
 }).createMachine({
@@ -323,7 +353,7 @@ export const coordinatorMachine = setup({
         'leg.done': { actions: 'recordLeg' },
         'phase.done': 'resuming',
       },
-      after: { resumeDeadline: 'resuming' },
+      after: { resumeDeadline: { target: 'resuming', actions: 'cutCleanup' } },
     },
     afterRefit: {
       always: [{ guard: 'verifyWanted', target: 'verifying' }, { target: 'resuming' }],
@@ -368,6 +398,16 @@ export const coordinatorMachine = setup({
   },
   output: ({ context }) => context,
 });
+
+/** Of these legs, those whose engine failed in `phase`, with that failure: the verdict a cut leg is given. */
+function cutLegs(engines: Record<string, EngineRefitRecord>, ids: readonly string[], phase: Phase): CutLeg[] {
+  const out: CutLeg[] = [];
+  for (const id of ids) {
+    const rec = engines[id];
+    if (rec?.failedIn === phase && rec.error !== undefined) out.push({ workerId: id, error: rec.error, ...(rec.message !== undefined ? { message: rec.message } : {}) });
+  }
+  return out;
+}
 
 /** Engines that passed the pause and have not failed since. */
 export function survivors(context: CoordinatorContext): string[] {

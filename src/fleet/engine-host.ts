@@ -72,11 +72,6 @@ export class EngineHost {
    * the router rebuilds its routing table when this (or the registry's generation) moved.
    */
   generation = 0;
-  /**
-   * The fleet's version of a worker's model (the last refit's), once the refit service exists:
-   * an engine discovered below it is quarantined until a refit brings it up.
-   */
-  fleetVersionOf: ((w: Worker) => string | undefined) | undefined;
   /** Every engine's client and load. */
   private readonly links = new EngineClients();
   /** The engines this replica runs the actors of. */
@@ -102,6 +97,11 @@ export class EngineHost {
       records?: JsonBucket<EngineRecord>;
       /** This replica's lease fence: no control call goes out while it is closed. */
       fence: LeaseFence;
+      /**
+       * The fleet's version of a worker's model (the last refit's), undefined while none is
+       * known: an engine discovered below it is quarantined until a refit brings it up.
+       */
+      fleetVersionOf?: (w: Worker) => string | undefined;
     },
   ) {
     const { registry, bus, subjects, control, metrics, log, records, replicaId, fence } = deps;
@@ -355,7 +355,7 @@ export class EngineHost {
   private checkBehind(id: string): void {
     const actor = this.owned.get(id)?.actor;
     const w = this.deps.registry.get(id);
-    const fleet = w && this.fleetVersionOf?.(w);
+    const fleet = w && this.deps.fleetVersionOf?.(w);
     if (!actor || fleet === undefined) return;
     const { version, quarantine } = actor.getSnapshot().context;
     const behind = version === undefined || compareVersions(version, fleet) < 0;

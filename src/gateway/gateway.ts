@@ -34,8 +34,11 @@ import type { Services } from '../http/services.ts';
 import { createLogger, type Logger } from '../obs/logger.ts';
 import { redactUrl } from '../obs/redact-url.ts';
 import { Metrics } from '../obs/metrics.ts';
+import { RefitJournals } from '../refit/journals.ts';
+import { RefitPublisher } from '../refit/publisher.ts';
 import { RefitService } from '../refit/service.ts';
 import { RefitRunner } from '../refit/runner.ts';
+import { RefitWorker } from '../refit/worker.ts';
 import { RefitQueue } from '../bus/refit-queue.ts';
 import { RefitEventLog } from '../bus/refit-events.ts';
 import { FleetFeed } from '../fleet/fleet-feed.ts';
@@ -113,6 +116,20 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     // Closed until the first heartbeat lands, and before this replica's lease could lapse in others' eyes.
     const fence = new LeaseFence({ replicaId, leaseMs: config.leaseSecs * 1000 });
     cleanups.push(() => fence.close());
+    // The refit queue's ack wait, twice the lease (at least 5 s): a runner whose connection moves
+    // to another node keeps its refit; one that died is replaced after it.
+    const ackWaitMs = Math.max(5_000, 2 * config.leaseSecs * 1000);
+    // What this replica knows of every refit, and what it tells of the ones it runs: built before
+    // everything that asks about refits (the ledger, the engine host, the runner, the front).
+    const journalBucket = buckets.refits;
+    const journals = new RefitJournals({
+      bucket: journalBucket,
+      modelOf: (id) => registry.get(id)?.modelId,
+      // By two ack waits a live replica has taken over (and likely finished) what this one ran.
+      fence,
+      cutAnswerMs: 2 * ackWaitMs,
+    });
+    const publisher = new RefitPublisher({ bus, subjects: subj, log: log.child({ component: 'refit' }) });
     const host = new EngineHost({
       fence,
       replicaId,
@@ -124,6 +141,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       metrics,
       log: log.child({ component: 'engines' }),
       records: buckets.engines,
+      fleetVersionOf: (w) => journals.fleetVersion(w.modelId),
       timings: {
         probeIntervalMs: config.probeIntervalSecs * 1000,
         probeRate: Math.max(0, config.probeMaxRate),
@@ -153,15 +171,12 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(bus.onStatus((s) => ownership.busStatus(s.connected)));
     await ownership.start();
     await registrySync.start();
-    // The refit service is built after the debts it records; the ledger reads it through this.
-    const refitsRef: { current?: RefitService } = {};
     const owed = new ResumesOwed({
       replicaId,
       bucket: buckets.owed,
       host,
       alive: (replica) => ownership.alive(replica),
-      refitRunning: (refitId) => refitsRef.current?.running(refitId) ?? false,
-      refitDone: (refitId) => refitsRef.current?.done(refitId) ?? false,
+      journals,
       timeoutSecs: config.rl.controlTimeoutSecs,
       intervalMs: Math.min(2_000, Math.max(200, config.retryIntervalSecs * 1000)),
       log: log.child({ component: 'refit' }),
@@ -200,24 +215,18 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     });
     const passthrough = new Passthrough({ registry, view, dispatcher, legs, metrics, log: log.child({ component: 'rl' }) });
     // Refits are durable work: queued in JetStream, run by one replica, journaled in KV, taken
-    // over by another replica if that one dies (after the ack wait: one lease).
-    // Twice the lease (at least 5 s): a runner whose connection moves to another node keeps its
-    // refit; one that died is replaced after it.
-    const ackWaitMs = Math.max(5_000, 2 * config.leaseSecs * 1000);
+    // over by another replica if that one dies (after the ack wait).
     const queue = await whilePlacing(() => RefitQueue.open(bus.nc, subj, { ackWaitMs }), { ...placing, what: 'the refit queue' });
     const refitEvents = await whilePlacing(() => RefitEventLog.open(bus.nc, subj), { ...placing, what: 'the refit event stream' });
-    const journals = buckets.refits;
-    let refits: RefitService | undefined;
     const runner = new RefitRunner({
       replicaId,
       fence,
-      queue,
+      bucket: journalBucket,
       journals,
+      events: publisher,
       registry,
       view,
       legs,
-      bus,
-      subjects: subj,
       metrics,
       log: log.child({ component: 'refit' }),
       deadlines: {
@@ -227,7 +236,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         resumeMs: Math.min(60_000, config.rl.controlTimeoutSecs * 1000),
       },
       owed,
-      clashes: async (id, targets) => refits?.clashes(id, targets),
+      ackWaitMs,
       recordedControl: async (id) => {
         const r = (await buckets.engines.get(id))?.value;
         return r ? { control: r.control, pausedBy: r.paused_by ?? undefined } : undefined;
@@ -241,25 +250,10 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       quarantine: (id, reason) => host.setQuarantine(id, reason),
       alive: (replica) => ownership.aliveNow(replica),
     });
-    refits = new RefitService({
-      view,
-      legs,
-      queue,
-      journals,
-      runner,
-      log: log.child({ component: 'refit' }),
-      modelOf: (id) => registry.get(id)?.modelId,
-      replicaId,
-      publish: (id, event) => runner.publish(id, event),
-      // By two ack waits a live replica has taken over (and likely finished) what this one ran.
-      fence,
-      cutAnswerMs: 2 * ackWaitMs,
-    });
-    const service = refits;
-    host.fleetVersionOf = (w) => service.fleetVersion(w.modelId);
-    refitsRef.current = refits;
-    await refits.start();
-    cleanups.push(() => refits.close());
+    const worker = new RefitWorker({ queue, runner, log: log.child({ component: 'refit' }) });
+    const refits = new RefitService({ view, legs, queue, journals, events: publisher, replicaId });
+    await journals.start();
+    cleanups.push(() => journals.close());
     // A pause that lands after everyone moved on (its sender was cut off, died or gave up) is
     // found and undone by the engine's owner: engines a late pause may still reach are watched.
     const leaseMs = config.leaseSecs * 1000;
@@ -272,7 +266,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
         // this replica has not seen (its copy of the journals may lag).
         refit: (id) => {
           const by = host.pausedBy(id);
-          return refits.holds(id) || (by !== undefined && by.startsWith('refit:') && !refits.done(by.slice('refit:'.length)));
+          return journals.holds(id) || (by !== undefined && by.startsWith('refit:') && !journals.done(by.slice('refit:'.length)));
         },
         operator: (id) => host.pausedBy(id) === 'operator',
       },
@@ -281,15 +275,18 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       timeoutSecs: config.rl.controlTimeoutSecs,
       log: log.child({ component: 'engines' }),
     });
-    cleanups.push(refits.onJournal((j) => {
+    cleanups.push(journals.onJournal((j) => {
       if (pausesInDoubt(j)) reconciler.watch(j.targets.filter((t) => !j.keep_paused.includes(t)), `refit ${j.id} had pauses in doubt`);
     }));
     reconciler.start();
     cleanups.push(() => reconciler.close());
-    if (config.rl.enabled) await runner.start();
+    if (config.rl.enabled) await worker.start();
     // Shutdown lets running refits finish (and resume what they paused) while this replica still
     // answers its engines' commands: it stops taking refits, drains, and only then lets go.
-    cleanups.push(() => refits.drain());
+    cleanups.push(() => {
+      refits.drain();
+      return worker.drain();
+    });
     const subs: BusSubscription[] = [];
     const router = new Router({ registry, view, host });
     const feed = new FleetFeed({ bus, subjects: subj, registry, view });

@@ -89,6 +89,25 @@ export class JournalWriter {
   }
 }
 
+/** How soon a failed journal write (or a write that goes with one) is tried again. */
+const RETRY_MS = 250;
+
+/**
+ * Retries `fn` until it succeeds, the journal is fenced, or `stop()` says to give up (the bus may
+ * be down for a while): what must be in the bucket before a refit goes on waits for it.
+ */
+export async function retryWrite(fn: () => Promise<unknown>, stop: () => boolean): Promise<void> {
+  for (;;) {
+    try {
+      await fn();
+      return;
+    } catch (err) {
+      if (err instanceof JournalFenced || stop()) return;
+      await new Promise((r) => setTimeout(r, RETRY_MS));
+    }
+  }
+}
+
 function isWrongRevision(err: unknown): boolean {
   const text = String((err as Error)?.message ?? err);
   return /wrong last sequence|10071/.test(text);

@@ -1,10 +1,12 @@
 // Builds the audit record of one refit (its shape: wire/refit-report.ts): who took part, what
 // happened to each engine in each phase, how long each phase took, and each engine's breaker and
-// version afterwards. HTTP answers it with 200 when every engine succeeded and 207 otherwise.
+// version afterwards. HTTP answers it with 200 when every engine succeeded and 207 otherwise. A
+// refit refused when it was taken has one too, in which every engine failed and none was touched.
 
 import type { CoordinatorContext } from '../../actors/coordinator.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Worker } from '../fleet/worker.ts';
+import type { QueuedRefit } from '../wire/queued-refit.ts';
 import type { Phase } from '../wire/refit-phase.ts';
 import type { EngineReport, RefitReport, SkippedEngine } from '../wire/refit-report.ts';
 import type { RefitRequest } from '../wire/refit-request.ts';
@@ -102,6 +104,40 @@ export function buildReport(args: {
   if (result.abortReason) report.aborted = result.abortReason;
   if (args.group) report.world_size = args.group.worldSize;
   return report;
+}
+
+/** The report of a refit refused when it was taken: every engine failed `plan_refused`, none touched. */
+export function refusedReport(q: QueuedRefit, request: RefitRequest, targets: Worker[], why: string, view: FleetView): RefitReport {
+  const now = new Date();
+  const message = `the refit could not be planned when it was taken, so no engine was touched: ${why}`;
+  return buildReport({
+    id: q.id,
+    request,
+    selector: q.selector,
+    targets,
+    asleep: [],
+    result: {
+      refitId: q.id,
+      targets: targets.map((w) => w.id),
+      steps: [],
+      verify: false,
+      quorum: 0,
+      keepPaused: [],
+      deadlines: { pauseMs: 0, refitMs: 0, verifyMs: 0, resumeMs: 0 },
+      graceMs: 0,
+      engines: Object.fromEntries(targets.map((w) => [w.id, { phases: {}, failedIn: 'pause' as const, error: 'plan_refused', message }])),
+      paused: [],
+      resumed: [],
+      stepIndex: 0,
+      phase: 'pause',
+      pending: [],
+    },
+    phaseMs: {},
+    startedAt: new Date(q.submitted_at),
+    finishedAt: now,
+    view,
+    skipped: q.skipped ?? [],
+  });
 }
 
 /** 200 only when every engine succeeded (spec: partial success is never 200). */

@@ -9,6 +9,7 @@ import { lifecycleOf } from '../../actors/engine.ts';
 import { continueGenerationCall } from '../engines/control-call.ts';
 import type { EngineHost } from '../fleet/engine-host.ts';
 import type { Logger } from '../obs/logger.ts';
+import type { RefitJournals } from './journals.ts';
 import type { OwedResume } from '../wire/resume-owed.ts';
 
 const RESTING = new Set(['serving', 'paused']);
@@ -26,10 +27,11 @@ export class ResumesOwed {
       host: EngineHost;
       /** Is this replica's heartbeat fresh (ownership.ts)? */
       alive: (replica: string) => boolean;
-      /** Is this refit's journal still running? Then whoever takes it over resumes the engine. */
-      refitRunning: (refitId: string) => boolean;
-      /** Does this refit's journal hold its report? Then no one else will resume the engine. */
-      refitDone: (refitId: string) => boolean;
+      /**
+       * The refits' journals: one still running is resumed by whoever takes it over; one that
+       * holds its report will resume no engine again.
+       */
+      journals: Pick<RefitJournals, 'running' | 'done'>;
       /** Deadline of one resume call. */
       timeoutSecs: number;
       /** How often owned engines' debts are looked at. */
@@ -91,9 +93,9 @@ export class ResumesOwed {
     for (const [id, { value, revision }] of this.owed) {
       if (this.paying.has(id) || !this.deps.host.owns(id)) continue;
       // A running refit whose replica died is taken over with its debts: its new runner resumes.
-      const orphaned = value.holder !== this.deps.replicaId && !this.deps.alive(value.holder) && !this.deps.refitRunning(value.refit_id);
+      const orphaned = value.holder !== this.deps.replicaId && !this.deps.alive(value.holder) && !this.deps.journals.running(value.refit_id);
       // A finished refit whose runner could not mark the debt due (the bus failed it) left it too.
-      const due = value.due || orphaned || this.deps.refitDone(value.refit_id);
+      const due = value.due || orphaned || this.deps.journals.done(value.refit_id);
       if (!due) continue;
       const snap = this.deps.host.snapshot(id);
       if (!snap || !RESTING.has(lifecycleOf(snap))) continue;

@@ -1,38 +1,37 @@
-// Runs the refits of the durable queue: takes one message, writes (or, after a takeover, reads)
-// its journal, starts one coordinator actor with `runPhase` wired to the control plane (legs
-// through NATS to the engines' owners), journals each phase before its calls go out and each
-// answer as it comes, records the resumes owed, and ends with exactly one report: written to the
-// journal, published on `rl.refit.<id>.report`, then the message is acked. A replica that dies
-// mid-refit stops extending the message; another takes it and goes on from the journal.
+// Runs one queued refit, as the queue worker hands it (worker.ts), and returns what becomes of
+// its message. It leaves a refit whose runner lives alone, claims the journal (claim.ts: created,
+// or taken over from a dead runner), refuses whole what cannot run, records the resumes owed,
+// runs one coordinator actor with the phase runner's `runPhase` (phase-runner.ts), journals each
+// answer, settles the debts, applies the quarantine the result calls for (verdicts.ts), and ends
+// with exactly one report: written to the journal, then published. It never touches the queue
+// message itself: the worker acks, hands back or drops it as the verdict says.
 
-import { createActor, fromCallback, toPromise } from 'xstate';
-import type { JsMsg } from '@nats-io/jetstream';
-import { coordinatorMachine, type CoordinatorEvent, type LegResult, type PhaseInput, type Recovered } from '../../actors/coordinator.ts';
+import { createActor, toPromise } from 'xstate';
+import { coordinatorMachine } from '../../actors/coordinator.ts';
 import type { JsonBucket } from '../bus/buckets.ts';
-import type { Bus } from '../bus/connection.ts';
-import type { RefitQueue } from '../bus/refit-queue.ts';
-import type { Subjects } from '../bus/subjects.ts';
-import { unreachableCode } from '../control/outcome.ts';
 import type { LegRunner } from '../control/leg-runner.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Registry } from '../fleet/registry.ts';
-import { compareVersions } from '../fleet/versions.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
-import { JournalFenced, JournalWriter, recoveryOf } from './journal.ts';
-import { planRefit, type CallSpec, type RefitPlan } from './plan.ts';
-import { readQueuedRefit, takeVerdict, type Clash } from './queue-verdict.ts';
-import { answerLost, lostAnswerVerdict, notMade, repeatable, reportedVersion, setsVersion, versionMismatch } from './leg-recovery.ts';
-import { buildReport } from './report.ts';
+import { prepareCalls } from './calls.ts';
+import { RefitClaim, type Claimed } from './claim.ts';
+import { retryWrite, type JournalWriter } from './journal.ts';
+import type { RefitJournals } from './journals.ts';
+import { LegCalls } from './leg-calls.ts';
+import { PhaseRunner } from './phase-runner.ts';
+import { planRefit } from './plan.ts';
+import type { RefitPublisher } from './publisher.ts';
+import { takeVerdict } from './queue-verdict.ts';
+import { buildReport, refusedReport } from './report.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
+import { quarantineAfter, quorumOf } from './verdicts.ts';
+import type { Delivery, RefitTaker, Verdict } from './worker.ts';
 import type { QueuedRefit } from '../wire/queued-refit.ts';
-import type { RefitEvent, RefitEventBody } from '../wire/refit-event.ts';
 import type { RefitJournal } from '../wire/refit-journal.ts';
-import type { Phase } from '../wire/refit-phase.ts';
 import type { RefitReport } from '../wire/refit-report.ts';
 import type { RefitRequest } from '../wire/refit-request.ts';
-import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 
 export interface RefitDefaults {
   pauseMs: number;
@@ -44,37 +43,34 @@ export interface RefitDefaults {
 const RETRY_MS = 250;
 /** How long the pause may hold the quorum's engines waiting for the others, by default. */
 export const DEFAULT_GRACE_MS = 10_000;
-/** Failures after which an engine may hold partial weights, or lied about a load: quarantined. */
-const QUARANTINING = new Set(['verify_failed', 'cut_after_grace', 'transfer_aborted']);
-/** How long the report waits on reading a failed engine's version. */
-const READ_BACK_MS = 2_000;
+const ACK: Verdict = { settle: 'ack' };
 
-export class RefitRunner {
-  private readonly running = new Set<Promise<void>>();
+export class RefitRunner implements RefitTaker {
   /** Refits this process runs now (a restarted replica with the same id runs none of its old ones). */
   private readonly active = new Set<string>();
-  /** Per running refit: whether this replica still holds it (see execute). */
+  private readonly claim: RefitClaim;
+  /** Per running refit: whether this replica still holds it (see execute), asked before each call made for it. */
   private readonly stillOurs = new Map<string, () => Promise<boolean | undefined>>();
-  private closing = false;
 
   constructor(
     private readonly deps: {
       replicaId: string;
       /** This replica's lease fence: after each lapse, a refit it runs is confirmed before more is sent. */
       fence?: { readonly lapses: number };
-      queue: RefitQueue;
-      journals: JsonBucket<RefitJournal>;
+      /** The `refits` bucket: this runner's journals are created and written there, by compare-and-set. */
+      bucket: JsonBucket<RefitJournal>;
+      /** The refit read model: whether another refit holds an engine (`clashes`). */
+      journals: RefitJournals;
+      events: RefitPublisher;
       registry: Registry;
       view: FleetView;
       legs: LegRunner;
-      bus: Bus;
-      subjects: Subjects;
       metrics: Metrics;
       log: Logger;
       deadlines: RefitDefaults;
       owed: ResumesOwed;
-      /** Another refit (running, or queued by this replica) already holds one of these engines. */
-      clashes: (refitId: string, targets: string[]) => Promise<Clash | undefined>;
+      /** The refit queue's ack wait: a takeover waits at most three for the dead replica's engines. */
+      ackWaitMs: number;
       /**
        * Resolves when every engine has a live owner other than `dead` (or the time is up): a
        * refit taken over from a replica that also owned engines waits for their new owner.
@@ -89,106 +85,50 @@ export class RefitRunner {
       /** Who paused a paused engine, as this replica knows it now (engine-host.ts). */
       pausedBy: (workerId: string) => string | undefined;
     },
-  ) {}
-
-  async start(): Promise<void> {
-    await this.deps.queue.consume((msg) => {
-      const p = this.handle(msg).catch((err: unknown) => {
-        this.deps.log.error({ err }, 'refit runner failed');
-        msg.nak(1_000);
-      });
-      this.running.add(p);
-      void p.finally(() => this.running.delete(p));
-    });
+  ) {
+    const { replicaId, bucket, view, owed, events, log, ownersSettled, recordedControl, pausedBy } = deps;
+    this.claim = new RefitClaim({ replicaId, bucket, view, owed, events, log, settleMs: 3 * deps.ackWaitMs, ownersSettled, recordedControl, pausedBy });
   }
 
-  /** Takes no new refit and waits for the running ones (each still resumes what it paused). */
-  async drain(): Promise<void> {
-    this.closing = true;
-    this.deps.queue.close();
-    await Promise.allSettled([...this.running]);
-  }
-
-  private async handle(msg: JsMsg): Promise<void> {
-    const read = readQueuedRefit(msg.data, msg.headers?.get('Nats-Msg-Id') || undefined);
-    if (!read.ok) {
-      // Handing it back would bring it back for the stream's whole max age: drop it, say so. (No
-      // reason in the term: nats-server 2.9 ignores a `+TERM <reason>`, and redelivers.)
-      this.deps.log.warn({ reason: read.reason, subject: msg.subject, seq: msg.seq }, 'dropped a refit queue message that is not a refit this gateway queued');
-      return msg.term();
+  /** Runs the queued refit (or goes on with it), unless it is over or another runner holds it. */
+  async take(q: QueuedRefit, delivery: Delivery): Promise<Verdict> {
+    const existing = await this.deps.bucket.get(q.id);
+    if (existing?.value.status === 'done') return ACK;
+    // A refit whose runner lives: a second message for it (a resubmission) is dropped; its own
+    // message handed back (the runner missed extending it, e.g. in a bus outage) is looked at
+    // again shortly: the runner acks it when it finishes, or its heartbeat goes stale.
+    const holder = existing?.value.holder;
+    if (existing && (this.active.has(q.id) || (holder !== this.deps.replicaId && (await this.deps.alive(holder!))))) {
+      return delivery.count > 1 ? { settle: 'retry', afterMs: RETRY_MS * 4 } : { settle: 'drop', reason: 'a second submission of a refit whose runner lives' };
     }
-    const q = read.refit;
-    if (this.closing) return msg.nak();
-    // Held while it runs: a replica that dies stops extending it, and another takes it.
-    const keep = setInterval(() => msg.working(), Math.max(200, Math.floor(this.deps.queue.ackWaitMs / 3)));
+    const take = takeVerdict(q, { takeover: Boolean(existing), clash: await this.deps.journals.clashes(q.id, q.targets), known: (id) => this.deps.registry.get(id) !== undefined });
+    if (take.take === 'later') return { settle: 'retry', afterMs: RETRY_MS * 4 }; // its turn comes when the other refit is over
+    // Aborted when a journal write finds another replica holding the refit: the coordinator stops.
+    const fence = new AbortController();
+    const onFenced = () => fence.abort();
+    const targets = q.targets.map((id) => this.deps.registry.get(id) ?? removedWorker(id));
+    const claimed: Claimed | null = existing ? await this.claim.takeOver(q, existing, targets, onFenced) : await this.claim.create(q, targets, onFenced);
+    if (!claimed) return { settle: 'retry', afterMs: RETRY_MS }; // another replica took it just now
+    const { writer, recovered } = claimed;
+    // The fleet may have changed since the refit was accepted (a distributed refit's world size
+    // no longer matches): it is refused whole, nothing is paused, and the trainer hears why.
+    const refusal = take.take === 'refuse' ? take.reason : this.planRefusal(writer.journal, targets);
+    if (refusal && !recovered) {
+      this.deps.log.warn({ refit_id: q.id, reason: refusal }, 'refused a queued refit when it was taken; no engine was touched');
+      await this.finish(writer, refusedReport(q, writer.journal.request, targets, refusal, this.deps.view));
+      return ACK;
+    }
+    this.active.add(q.id);
+    this.deps.metrics.refitStarted();
     try {
-      const existing = await this.deps.journals.get(q.id);
-      if (existing?.value.status === 'done') return msg.ack();
-      // A refit whose runner lives: a second message for it (a resubmission) is dropped; its own
-      // message handed back (the runner missed extending it, e.g. in a bus outage) is looked at
-      // again shortly: the runner acks it when it finishes, or its heartbeat goes stale.
-      const holder = existing?.value.holder;
-      if (existing && (this.active.has(q.id) || (holder !== this.deps.replicaId && (await this.deps.alive(holder!))))) {
-        return msg.info.deliveryCount > 1 ? msg.nak(RETRY_MS * 4) : msg.term();
-      }
-      const take = takeVerdict(q, { takeover: Boolean(existing), clash: await this.deps.clashes(q.id, q.targets), known: (id) => this.deps.registry.get(id) !== undefined });
-      if (take.take === 'later') return msg.nak(RETRY_MS * 4); // its turn comes when the other refit is over
-      let writer: JournalWriter;
-      let recovered: Recovered | undefined;
-      let actorStop: () => void = () => {};
-      const onFenced = () => actorStop();
-      const targets = q.targets.map((id) => this.deps.registry.get(id) ?? removedWorker(id));
-      if (!existing) {
-        const j = this.newJournal(q, targets, await this.controlsNow(targets));
-        const revision = await this.deps.journals.create(q.id, j).catch(() => null);
-        if (revision === null) return msg.nak(RETRY_MS); // another replica started it just now
-        writer = new JournalWriter(this.deps.journals, j, revision, onFenced);
-      } else {
-        const j = existing.value;
-        const from = j.holder;
-        j.takeovers = [...(j.takeovers ?? []), { from: j.holder, to: this.deps.replicaId, at: new Date().toISOString(), phase: j.phase, step_index: j.step_index }];
-        this.deps.log.warn({ refit_id: q.id, from: j.holder, phase: j.phase, step_index: j.step_index }, 'taking over a refit whose replica stopped');
-        this.publish(q.id, { type: 'takeover', from: j.holder, to: this.deps.replicaId, phase: j.phase, step_index: j.step_index });
-        j.holder = this.deps.replicaId;
-        const revision = await this.deps.journals.update(q.id, j, existing.revision).catch(() => null);
-        if (revision === null) return msg.nak(RETRY_MS);
-        writer = new JournalWriter(this.deps.journals, j, revision, onFenced);
-        const plan = this.planOrNull(j, targets);
-        if (plan) recovered = recoveryOf(j, plan.steps, plan.verify !== null);
-        // The dead replica may have owned engines too: their calls wait for the new owner.
-        // (A replica restarted under its own id owns its engines again at once: nobody to wait for.)
-        await this.deps.ownersSettled(q.targets, from === this.deps.replicaId ? '' : from, 3 * this.deps.queue.ackWaitMs);
-      }
-      // The fleet may have changed since the refit was accepted (a distributed refit's world size
-      // no longer matches): it is refused whole, nothing is paused, and the trainer hears why.
-      const refusal = take.take === 'refuse' ? take.reason : this.planRefusal(writer.journal, targets);
-      if (refusal && !recovered) {
-        this.deps.log.warn({ refit_id: q.id, reason: refusal }, 'refused a queued refit when it was taken; no engine was touched');
-        await this.finish(writer, this.refusedReport(q, writer.journal, targets, refusal));
-        return msg.ack();
-      }
-      this.active.add(q.id);
-      this.deps.metrics.refitStarted();
-      try {
-        const report = await this.execute(q, targets, writer, recovered, (stop) => (actorStop = stop));
-        if (!report) return; // fenced: the replica that holds the refit now finishes it
-        await this.finish(writer, report);
-        msg.ack();
-      } finally {
-        this.active.delete(q.id);
-        this.stillOurs.delete(q.id);
-        this.deps.metrics.refitEnded();
-      }
+      const report = await this.execute(q, targets, claimed, delivery.draining, fence.signal);
+      if (!report) return { settle: 'leave', reason: 'another replica holds the refit now and finishes it' };
+      await this.finish(writer, report);
+      return ACK;
     } finally {
-      clearInterval(keep);
-    }
-  }
-
-  private planOrNull(j: RefitJournal, targets: Worker[]): RefitPlan | null {
-    try {
-      return planRefit(j.request, targets.filter((w) => !j.asleep.includes(w.id)));
-    } catch {
-      return null;
+      this.active.delete(q.id);
+      this.stillOurs.delete(q.id);
+      this.deps.metrics.refitEnded();
     }
   }
 
@@ -203,95 +143,8 @@ export class RefitRunner {
     }
   }
 
-  /** The report of a refit refused when it was taken: every engine failed, none touched. */
-  private refusedReport(q: QueuedRefit, j: RefitJournal, targets: Worker[], why: string): RefitReport {
-    const now = new Date();
-    const message = `the refit could not be planned when it was taken, so no engine was touched: ${why}`;
-    return buildReport({
-      id: q.id,
-      request: j.request,
-      selector: q.selector,
-      targets,
-      asleep: [],
-      result: {
-        refitId: q.id,
-        targets: targets.map((w) => w.id),
-        steps: [],
-        verify: false,
-        quorum: 0,
-        keepPaused: [],
-        deadlines: { pauseMs: 0, refitMs: 0, verifyMs: 0, resumeMs: 0 },
-        graceMs: 0,
-        engines: Object.fromEntries(targets.map((w) => [w.id, { phases: {}, failedIn: 'pause' as const, error: 'plan_refused', message }])),
-        paused: [],
-        resumed: [],
-        stepIndex: 0,
-        phase: 'pause',
-        pending: [],
-      },
-      phaseMs: {},
-      startedAt: new Date(q.submitted_at),
-      finishedAt: now,
-      view: this.deps.view,
-      skipped: q.skipped ?? [],
-    });
-  }
-
-  /**
-   * Each target's control (active, paused, asleep). An engine this replica owns is read from its
-   * actor; another replica's engine from the view, and when the view says paused or asleep, from
-   * its shared record read afresh: the view follows the bucket through a watch that can lag behind
-   * it after a NATS node dies, and a pause it still shows from a finished refit would be taken for
-   * an operator's and kept after this refit.
-   */
-  private async controlsNow(targets: Worker[]): Promise<Map<string, { control: string; pausedBy: string | undefined }>> {
-    const out = new Map<string, { control: string; pausedBy: string | undefined }>();
-    await Promise.all(
-      targets.map(async (w) => {
-        const e = this.deps.view.engine(w);
-        let now = { control: e.control as string, pausedBy: this.deps.pausedBy(w.id) };
-        if (!e.hosted && now.control !== 'active') now = (await this.deps.recordedControl(w.id).catch(() => undefined)) ?? now;
-        out.set(w.id, now);
-      }),
-    );
-    return out;
-  }
-
-  private newJournal(q: QueuedRefit, targets: Worker[], controls: Map<string, { control: string; pausedBy: string | undefined }>): RefitJournal {
-    const { owed } = this.deps;
-    // An asleep engine holds no weights in memory: it is reported, not paused or refitted.
-    const asleep = targets.filter((w) => controls.get(w.id)?.control === 'asleep').map((w) => w.id);
-    // Engines an operator paused before the refit stay paused after it: the refit resumes only
-    // what it paused. A pause an earlier refit made is not an operator's, whether its resume is
-    // owed or the record saying `paused` is a step behind the resume: this refit resumes it.
-    const operatorPaused = (w: Worker) => {
-      const c = controls.get(w.id);
-      return c?.control === 'paused' && !c.pausedBy?.startsWith('refit:') && !owed.has(w.id);
-    };
-    const keepPaused = targets.filter((w) => !asleep.includes(w.id) && operatorPaused(w)).map((w) => w.id);
-    return {
-      id: q.id,
-      status: 'running',
-      holder: this.deps.replicaId,
-      origin: q.origin,
-      submitted_at: q.submitted_at,
-      request: q.request,
-      selector: q.selector,
-      targets: q.targets,
-      asleep,
-      keep_paused: keepPaused,
-      phase: null,
-      step_index: 0,
-      pending: [],
-      engines: {},
-      paused: [],
-      resumed: [],
-      takeovers: [],
-    };
-  }
-
   /** Runs (or goes on with) the transaction; null when another replica took the refit meanwhile. */
-  private async execute(q: QueuedRefit, all: Worker[], writer: JournalWriter, recovered: Recovered | undefined, onActor: (stop: () => void) => void): Promise<RefitReport | null> {
+  private async execute(q: QueuedRefit, all: Worker[], { writer, recovered }: Claimed, draining: AbortSignal, fence: AbortSignal): Promise<RefitReport | null> {
     const j = writer.journal;
     const req = j.request;
     const id = q.id;
@@ -309,166 +162,25 @@ export class RefitRunner {
       return held;
     });
     const plan = planRefit(req, targets);
-    const calls = this.prepareCalls(plan, targets, id);
+    const calls = prepareCalls(this.deps.legs, plan, targets, id);
     const startedAt = new Date();
-    const byId = new Map(targets.map((w) => [w.id, w]));
-    const phaseStarted = new Map<Phase, number>();
-    const phaseMs: Partial<Record<Phase, number>> = {};
     const d = { ...this.deps.deadlines, ...renameDeadlines(req.deadlines_ms) };
     const quorum = quorumOf(req, targets.length);
 
     // The debts are recorded before anything is paused (and re-recorded under this replica after
     // a takeover), so that a pause this refit cannot undo is paid by the engine's owner.
     const owing = targets.filter((w) => !j.keep_paused.includes(w.id) && !(recovered?.resumed ?? []).includes(w.id)).map((w) => w.id);
-    await retry(() => this.deps.owed.owe(owing, id), () => writer.fenced);
+    await retryWrite(() => this.deps.owed.owe(owing, id), () => writer.fenced);
     if (writer.fenced) return null;
     this.deps.log.info({ refit_id: id, origin: q.origin, weight_version: req.weight_version, source: req.source.kind, targets: targets.length, quorum, recovered: recovered?.at ?? null }, recovered ? 'refit taken over' : 'refit started');
-    this.publish(id, { type: 'started', replica: this.deps.replicaId, targets: targets.map((w) => w.id), quorum, steps: plan.steps.map((st) => st.name), verify: plan.verify !== null, recovered: recovered?.at ?? null });
+    this.deps.events.publish(id, { type: 'started', replica: this.deps.replicaId, targets: targets.map((w) => w.id), quorum, steps: plan.steps.map((st) => st.name), verify: plan.verify !== null, recovered: recovered?.at ?? null });
 
-    // Loads sent by a runner that died, whose answers are lost: the version check after the
-    // takeover finds out which landed, and one that did not is loaded again (leg-recovery.ts).
-    const doubtful = new Set(recovered && j.phase === 'refit' && plan.verify && repeatable(plan.steps, j.step_index) ? j.pending : []);
-    const doubtfulStep = j.step_index;
-    /** Engines loaded again during the version check: one whose check still fails is quarantined. */
-    const reloaded = new Set<string>();
-
-    const runPhase = fromCallback<CoordinatorEvent, PhaseInput>(({ input, sendBack }) => {
-      const abort = new AbortController();
-      const answered = new Set<string>();
-      const recovering: Array<Promise<void>> = [];
-      phaseStarted.set(input.phase, phaseStarted.get(input.phase) ?? performance.now());
-      const step = input.phase === 'refit' ? (plan.steps[input.stepIndex]?.name ?? null) : null;
-      const phaseStartedAt = Date.now();
-      this.publish(id, { type: 'phase', phase: input.phase, step, step_index: input.stepIndex, steps: plan.steps.length, targets: input.targets });
-      // Engines given the same spec share one call object, so it crosses the bus once per replica.
-      // Each call's deadline starts now, when its phase sends it: stamped when the refit was
-      // planned, a slow pause and load would eat the resume's budget.
-      void (async () => {
-        // The journal says which engines this phase reaches before any call goes out.
-        await retry(() => writer.update({ phase: input.phase, step_index: input.stepIndex, pending: input.targets }), () => writer.fenced || abort.signal.aborted);
-        if (writer.fenced || abort.signal.aborted) return;
-        const sentAt = Date.now();
-        const stamped = new Map<ControlCall, ControlCall>();
-        const stamp = (call: ControlCall): ControlCall => {
-          let fresh = stamped.get(call);
-          if (!fresh) stamped.set(call, (fresh = { ...call, deadline: sentAt + call.timeoutSecs * 1000 }));
-          return fresh;
-        };
-        const legs = input.targets.map((wid) => ({ worker: byId.get(wid)!, call: stamp(calls.get(callKey(input.phase, input.stepIndex, wid))!) }));
-        // A collective step (joining the group, a broadcast chunk) completes only when every
-        // engine is in it: all its legs go at once, whatever the fan-out concurrency.
-        const collective = input.phase === 'refit' && plan.steps[input.stepIndex]?.collective === true;
-        const concurrency = collective ? legs.length : undefined;
-        // What one leg's outcome comes to: the coordinator hears it, watchers see it.
-        const settle = (wid: string, outcome: ControlOutcome): void => {
-          if (abort.signal.aborted) return;
-          const done = (result: LegResult) => {
-            if (abort.signal.aborted) return;
-            answered.add(wid);
-            sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
-            this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, result, Date.now());
-          };
-          const expected = input.phase === 'refit' ? plan.expect?.(input.stepIndex) : undefined;
-          const worker = byId.get(wid)!;
-          // A pause, a version check or a resume whose answer was lost (its owner died or lost
-          // its lease) is sent again, within the phase's deadline: each leaves the engine as one
-          // call would (pausing a paused engine, or resuming a serving one, changes nothing).
-          if (input.phase !== 'refit' && answerLost(outcome)) {
-            const call = stamp(calls.get(callKey(input.phase, input.stepIndex, wid))!);
-            if (Date.now() + 250 < call.deadline) {
-              this.deps.log.warn({ refit_id: id, worker_id: wid, phase: input.phase }, 'a call\'s answer was lost with the replica that made it; sending it again');
-              recovering.push(
-                this.callMade(worker, () => call, call.deadline, abort.signal)
-                  .catch((err: unknown): ControlOutcome => ({ kind: 'unreachable', latencyMs: 0, message: String((err as Error)?.message ?? err) }))
-                  .then((again) => settle(wid, again)),
-              );
-              return;
-            }
-          }
-          // The answer was lost with the replica that made the call: read the engine first. A
-          // step safe to repeat is sent again if it did not land; a collective step cannot be
-          // taken again by one engine (the others wait on it), so it is judged on what it holds.
-          if (input.phase === 'refit' && answerLost(outcome)) {
-            const load = stamp(calls.get(callKey('refit', input.stepIndex, wid))!);
-            const how = { canRepeat: repeatable(plan.steps, input.stepIndex), setsVersion: setsVersion(plan.steps, input.stepIndex) };
-            recovering.push(
-              this.recoverLostLoad(worker, load, outcome, req.weight_version, expected, d.verifyMs, how, abort.signal)
-                .catch((err: unknown) => recoveryFailed(err, outcome.latencyMs))
-                .then(done),
-            );
-            return;
-          }
-          const result = legResult(input.phase, outcome, req.weight_version, expected);
-          if (input.phase === 'verify' && doubtful.has(wid) && versionMismatch(result)) {
-            doubtful.delete(wid);
-            const load = calls.get(callKey('refit', doubtfulStep, wid))!;
-            const check = calls.get(callKey('verify', 0, wid))!;
-            reloaded.add(wid);
-            recovering.push(
-              this.reloadAndVerify(worker, load, check, result, req.weight_version, abort.signal)
-                .catch((err: unknown) => recoveryFailed(err, result.latencyMs))
-                .then(done),
-            );
-            return;
-          }
-          done(result);
-        };
-        await this.deps.legs
-          .runLegs(
-            legs,
-            abort.signal,
-            (wid, first) => {
-              // The phase is over (a deadline cut it): the coordinator has judged this leg, and
-              // the cleanup below published that verdict; a late answer changes neither.
-              if (abort.signal.aborted) return;
-              // Refused without being sent while the owner's lease fence was closed (a NATS
-              // stall, a replica proving its lease again): sent again until its deadline.
-              if (notMade(first)) {
-                const call = stamp(calls.get(callKey(input.phase, input.stepIndex, wid))!);
-                recovering.push(
-                  this.callMade(byId.get(wid)!, () => call, call.deadline, abort.signal)
-                    .catch((err: unknown): ControlOutcome => ({ kind: 'unreachable', latencyMs: 0, message: String((err as Error)?.message ?? err) }))
-                    .then((outcome) => settle(wid, outcome)),
-                );
-                return;
-              }
-              settle(wid, first);
-            },
-            concurrency,
-          )
-          .catch((err: unknown) => {
-            // Never leave the coordinator waiting: an unexpected failure fails the phase's legs.
-            this.deps.log.error({ err, refit_id: id, phase: input.phase }, 'refit phase failed unexpectedly');
-            for (const wid of input.targets) {
-              sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result: { ok: false, error: 'internal_error', message: 'the gateway failed to run this phase', latencyMs: 0 } });
-            }
-          });
-        // A leg sent again may need its engine read in turn: wait until none is left in flight.
-        while (recovering.length > 0) await Promise.all(recovering.splice(0));
-        if (!abort.signal.aborted) sendBack({ type: 'phase.done' });
-
-      })();
-      return () => {
-        abort.abort();
-        phaseMs[input.phase] = Math.round(performance.now() - (phaseStarted.get(input.phase) ?? performance.now()));
-        // Legs the phase ended without (cut by its deadline, or by a failed collective) get their
-        // event with the coordinator's verdict, read once the transition that ended the phase has
-        // recorded it, so watchers see what the report will say.
-        const unanswered = input.targets.filter((wid) => !answered.has(wid));
-        if (unanswered.length === 0) return;
-        setImmediate(() => {
-          const engines = actor.getSnapshot().context.engines;
-          const now = Date.now();
-          for (const wid of unanswered) {
-            const rec = engines[wid];
-            if (rec?.failedIn !== input.phase || rec.error === undefined) continue;
-            this.publishLeg(id, byId.get(wid)?.url ?? wid, wid, input, step, { ok: false, error: rec.error, message: rec.message, latencyMs: now - phaseStartedAt }, now);
-          }
-        });
-      };
-    });
-
-    const actor = createActor(coordinatorMachine.provide({ actors: { runPhase } }), {
+    const legCalls = new LegCalls({ legs: this.deps.legs, draining, stillOurs: (refitId) => this.stillOurs.get(refitId)?.() });
+    const phases = new PhaseRunner(
+      { legs: this.deps.legs, calls: legCalls, events: this.deps.events, log: this.deps.log },
+      { id, plan, calls, targets, writer, version: req.weight_version, readMs: d.verifyMs, recovered: recovered !== undefined },
+    );
+    const actor = createActor(coordinatorMachine.provide({ actors: { runPhase: phases.runPhase } }), {
       systemId: `refit:${id}`,
       input: {
         refitId: id,
@@ -482,44 +194,37 @@ export class RefitRunner {
         recovered,
       },
     });
+    // What the coordinator decides without an answer reaches watchers as it decides.
+    actor.on('legs.cut', (e) => phases.cut(e.phase, e.stepIndex, e.legs));
+    actor.on('transfer.aborted', (e) => phases.cut('refit', e.stepIndex, e.legs));
     // Each answer is journaled as it comes (writes in one burst travel together).
     actor.subscribe((snap) => {
       const c = snap.context;
       if (writer.fenced) return;
       writer.update({ engines: c.engines, paused: c.paused, resumed: c.resumed, pending: c.pending, abort_reason: c.abortReason }).catch(() => {});
     });
-    let fenced = false;
-    let stopped: (v: null) => void = () => {};
-    const whenStopped = new Promise<null>((r) => (stopped = r));
-    onActor(() => {
-      fenced = true;
-      actor.stop();
-      stopped(null);
+    const fenced = new Promise<null>((resolve) => {
+      fence.addEventListener('abort', () => {
+        actor.stop();
+        resolve(null);
+      }, { once: true });
     });
     actor.start();
     // A stopped actor never settles its promise: the fence resolves the race instead.
-    const result = await Promise.race([toPromise(actor).catch(() => null), whenStopped]);
-    if (fenced || !result) {
+    const result = await Promise.race([toPromise(actor).catch(() => null), fenced]);
+    if (fence.aborted || !result) {
       this.deps.log.warn({ refit_id: id }, 'another replica took this refit over; it finishes it');
       return null;
     }
     await Promise.all(owing.map((wid) => this.deps.owed.settle(wid, result.resumed.includes(wid), id)));
-    // An engine that failed in a refit step may hold partial weights, one that failed its version
-    // check lied about a load, one cut after the grace period missed it: none is routed to until
-    // a refit brings it up and verifies it. A verified engine leaves quarantine.
-    for (const w of targets) {
-      const rec = result.engines[w.id];
-      if (rec?.failedIn === 'refit' || (rec?.error !== undefined && QUARANTINING.has(rec.error))) this.deps.quarantine(w.id, rec.error ?? 'refit_failed');
-      // Loaded again in the version check and not verified (its deadline may have cut the load): partial weights, perhaps.
-      else if (reloaded.has(w.id) && rec?.failedIn !== undefined) this.deps.quarantine(w.id, 'verify_failed');
-      // Only an engine whose version check passed leaves quarantine (a refit cut by its deadline skips the check).
-      else if (plan.verify && !result.abortReason && rec?.phases.verify !== undefined && rec.failedIn === undefined) this.deps.quarantine(w.id, null);
-    }
+    // Quarantined, or let out, as the result says (verdicts.ts).
+    const verdicts = quarantineAfter(result, targets.map((w) => w.id), { verify: plan.verify !== null, reloaded: phases.reloaded });
+    for (const [wid, reason] of verdicts) this.deps.quarantine(wid, reason);
     // An engine that failed once its weights were touched is reported with the version it says it
     // holds now, read from it: this replica's view may be stale (another replica's engine, a load
     // whose answer was lost, a transfer abandoned half-way).
     const touched = targets.filter((w) => result.engines[w.id]?.failedIn === 'refit' || result.engines[w.id]?.failedIn === 'verify');
-    const held = await this.readVersions(touched, id);
+    const held = await legCalls.readVersions(touched, id);
     return buildReport({
       id,
       request: req,
@@ -528,7 +233,7 @@ export class RefitRunner {
       asleep,
       result,
       held,
-      phaseMs,
+      phaseMs: phases.phaseMs,
       startedAt: recovered ? new Date(j.submitted_at) : startedAt,
       finishedAt: new Date(),
       view: this.deps.view,
@@ -537,175 +242,14 @@ export class RefitRunner {
     });
   }
 
-  /**
-   * A load whose answer was lost with the replica that made it (leg-recovery.ts): once the engine
-   * has a live owner, its version is read; it landed, or it is sent again when that is safe, or
-   * it is reported with what the engine holds.
-   */
-  private async recoverLostLoad(
-    worker: Worker,
-    load: ControlCall,
-    lost: ControlOutcome,
-    target: string,
-    expected: ReadonlyArray<number | null> | undefined,
-    readMs: number,
-    how: { canRepeat: boolean; setsVersion: boolean },
-    signal: AbortSignal,
-  ): Promise<LegResult> {
-    const read = await this.callMade(worker, () => this.versionRead(readMs, load.refitId), load.deadline, signal);
-    const verdict = lostAnswerVerdict(lost, read, target, how.canRepeat, how.setsVersion);
-    this.deps.log.warn({ refit_id: load.refitId, worker_id: worker.id, verdict: verdict.kind }, 'a load\'s answer was lost with the replica that made the call; the engine was read');
-    if (verdict.kind === 'landed') return { ok: true, status: 200, message: 'the answer was lost with the replica that made the call; the engine was read afterwards and holds the target version', latencyMs: lost.latencyMs };
-    if (verdict.kind === 'failed') return verdict.result;
-    const again = await this.callMade(worker, () => fresh(load), load.deadline, signal);
-    return legResult('refit', again, target, expected);
-  }
-
-  /**
-   * One call, made once the engine can be called: while its owner is being replaced, or its
-   * owner's fence is closed (the lease lapsed and is being proven again), a call is not made at
-   * all (notMade: fenced, `no_owner`, `not_owner`), and is tried again every 250 ms until the
-   * deadline. What was made is the answer, whatever it says.
-   */
-  private async callMade(worker: Worker, call: () => ControlCall, deadline: number, signal: AbortSignal): Promise<ControlOutcome> {
-    for (;;) {
-      const c = call();
-      // After this replica's lease lapsed, another replica may hold the refit now: nothing more is
-      // sent for it until its journal says it is still ours (a pause sent again by a runner that
-      // lost its refit would land after the new runner's resume).
-      const ours = c.refitId ? await this.stillOurs.get(c.refitId)?.() : true;
-      if (ours === false) return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${worker.url}\` not called: another replica took this refit over` };
-      const out: ControlOutcome =
-        ours === undefined
-          ? { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${worker.url}\` not called: this replica could not read the refit's journal after losing its lease` }
-          : await this.callOne(worker, c, signal);
-      // A replica shutting down does not wait for a fence to reopen: the refit ends with what it has.
-      if (!notMade(out) || signal.aborted || this.closing || Date.now() + 250 >= deadline) return out;
-      await new Promise((r) => setTimeout(r, 250));
-    }
-  }
-
-  /** A load in doubt after a takeover that did not land (its version check failed): loaded again, checked again. */
-  private async reloadAndVerify(worker: Worker, load: ControlCall, check: ControlCall, first: LegResult, target: string, signal: AbortSignal): Promise<LegResult> {
-    this.deps.log.warn({ refit_id: load.refitId, worker_id: worker.id }, 'a load in doubt after a takeover had not landed; sending it again');
-    const reload = fresh(load);
-    const loaded = legResult('refit', await this.callMade(worker, () => reload, reload.deadline, signal), target);
-    if (!loaded.ok) return { ...first, message: `${first.message}; the load, in doubt after a takeover, was sent again and failed: ${loaded.message ?? loaded.error}` };
-    const recheck = fresh(check);
-    return legResult('verify', await this.callMade(worker, () => recheck, recheck.deadline, signal), target);
-  }
-
-  private async callOne(worker: Worker, call: ControlCall, signal: AbortSignal): Promise<ControlOutcome> {
-    const out = await this.deps.legs.runLegs([{ worker, call }], signal);
-    return out.get(worker.id) ?? { kind: 'unreachable', latencyMs: 0, message: `upstream \`${worker.url}\` was not called` };
-  }
-
-  /** `GET model_info`: the engine's own word on the version it holds. */
-  private versionRead(readMs: number, refitId: string | undefined): ControlCall {
-    const call = this.deps.legs.callFor('model_info', { method: 'GET', rawQuery: '', body: null, contentType: undefined, trace: { 'x-request-id': `refit-${refitId ?? 'unknown'}-read` } });
-    const timeoutSecs = Math.max(1, Math.ceil(readMs / 1000));
-    return { ...call, refitId, timeoutSecs, deadline: Date.now() + timeoutSecs * 1000 };
-  }
-
-  /** Each engine's weight version as it reports it now (absent where it cannot be read within 2 s). */
-  private async readVersions(workers: readonly Worker[], refitId: string): Promise<Map<string, string>> {
-    const held = new Map<string, string>();
-    const signal = AbortSignal.timeout(READ_BACK_MS);
-    await Promise.all(workers.map(async (w) => {
-      const out = await this.callMade(w, () => this.versionRead(READ_BACK_MS, refitId), Date.now() + READ_BACK_MS, signal).catch(() => undefined);
-      const v = out && reportedVersion(out);
-      if (v !== undefined) held.set(w.id, v);
-    }));
-    return held;
-  }
-
   /** The report goes to the journal first (the one place a trainer can always read it), then out. */
   private async finish(writer: JournalWriter, report: RefitReport): Promise<void> {
-    await retry(() => writer.update({ status: 'done', report, pending: [] }), () => writer.fenced);
+    await retryWrite(() => writer.update({ status: 'done', report, pending: [] }), () => writer.fenced);
     if (writer.fenced) return;
     this.deps.metrics.refit(report.status, report.phases);
-    this.publish(report.id, { type: 'report', report });
-    try {
-      this.deps.bus.publish(this.deps.subjects.refitReport(report.id), report);
-    } catch (err) {
-      this.deps.log.warn({ err, refit_id: report.id }, 'could not publish the refit report (it is in the journal)');
-    }
+    this.deps.events.report(report);
     this.deps.log.info({ refit_id: report.id, status: report.status, succeeded: report.succeeded, total: report.total, duration_ms: report.duration_ms }, 'refit finished');
   }
-
-  private prepareCalls(plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
-    return prepareCalls(this.deps.legs, plan, targets, refitId);
-  }
-
-  /** A `leg` event: what one engine's call in a phase came to, as the report will say it. */
-  private publishLeg(id: string, url: string, wid: string, input: PhaseInput, step: string | null, result: LegResult, finished: number): void {
-    this.publish(id, {
-      type: 'leg',
-      worker_id: wid,
-      url,
-      phase: input.phase,
-      step,
-      step_index: input.stepIndex,
-      outcome: result.ok ? 'ok' : 'failed',
-      ...(result.ok ? {} : { error: result.error }),
-      ...(result.status !== undefined ? { status: result.status } : {}),
-      ...(result.message !== undefined ? { message: result.message } : {}),
-      latency_ms: Math.round(result.latencyMs),
-      started_at: new Date(finished - result.latencyMs).toISOString(),
-      finished_at: new Date(finished).toISOString(),
-    });
-  }
-
-  /** One progress event of a refit, on `<root>.refit.<id>.events` (kept by the refit events stream). */
-  publish(id: string, event: RefitEventBody): void {
-    try {
-      this.deps.bus.publish(this.deps.subjects.refitEvents(id), { refit_id: id, time: new Date().toISOString(), ...event } satisfies RefitEvent);
-    } catch (err) {
-      this.deps.log.warn({ err, refit_id: id }, 'could not publish refit event');
-    }
-  }
-}
-
-/** Every call of every phase, built (and size-checked) up front: a bad request is refused whole. */
-export function prepareCalls(legs: LegRunner, plan: RefitPlan, targets: Worker[], refitId: string): Map<string, ControlCall> {
-  const shared = new Map<CallSpec, ControlCall>();
-  const calls = new Map<string, ControlCall>();
-  const put = (phase: Phase, step: number, w: Worker, spec: CallSpec) => {
-    let call = shared.get(spec);
-    if (!call) {
-      call = legs.callFor(spec.path, {
-        method: spec.method,
-        rawQuery: '',
-        body: spec.body ? Buffer.from(JSON.stringify(spec.body)) : null,
-        contentType: spec.body ? 'application/json' : undefined,
-        trace: { 'x-request-id': `refit-${refitId}` },
-      });
-      call.refitId = refitId;
-      shared.set(spec, call);
-    }
-    calls.set(callKey(phase, step, w.id), call);
-  };
-  for (const w of targets) {
-    put('pause', 0, w, plan.pause);
-    plan.steps.forEach((_, i) => put('refit', i, w, plan.step(i, w)));
-    if (plan.verify) put('verify', 0, w, plan.verify);
-    put('resume', 0, w, plan.resume);
-  }
-  return calls;
-}
-
-/** A recovery that threw: the leg fails, the phase goes on. */
-function recoveryFailed(err: unknown, latencyMs: number): LegResult {
-  return { ok: false, error: 'internal_error', message: `the gateway failed to read the engine after a lost answer: ${String((err as Error)?.message ?? err)}`, latencyMs };
-}
-
-/** The same call with a deadline that starts now. */
-function fresh(call: ControlCall): ControlCall {
-  return { ...call, deadline: Date.now() + call.timeoutSecs * 1000 };
-}
-
-function callKey(phase: Phase, step: number, workerId: string): string {
-  return `${phase}|${step}|${workerId}`;
 }
 
 /** A target removed from the registry after the refit was accepted: its legs fail as unreachable. */
@@ -727,78 +271,6 @@ function removedWorker(id: string): Worker {
     owner: '',
     registeredAt: 0,
   };
-}
-
-/** Retries `fn` until it succeeds or `stop()` says to give up (the bus may be down for a while). */
-async function retry(fn: () => Promise<unknown>, stop: () => boolean): Promise<void> {
-  for (;;) {
-    try {
-      await fn();
-      return;
-    } catch (err) {
-      if (err instanceof JournalFenced || stop()) return;
-      await new Promise((r) => setTimeout(r, RETRY_MS));
-    }
-  }
-}
-
-/**
- * A leg succeeds on a 2xx whose body does not say `success: false` (stricter than the raw
- * fan-out, which leaves bodies to the trainer). Verification also needs the target version.
- */
-export function legResult(phase: Phase, o: ControlOutcome, target: string, expected?: ReadonlyArray<number | null>): LegResult {
-  if (o.kind !== 'answer') {
-    const error = o.kind === 'timeout' ? 'upstream_timeout' : o.kind === 'unreachable' ? unreachableCode(o) : 'no_control_endpoint';
-    return { ok: false, error, message: o.message, latencyMs: o.latencyMs };
-  }
-  const body = o.body as { success?: unknown; message?: unknown; weight_version?: unknown } | string | null;
-  if (o.status < 200 || o.status >= 300) {
-    const detail = typeof body === 'object' && body && typeof body.message === 'string' ? `: ${body.message}` : '';
-    // An engine that cannot show a parameter it was told to load cannot be verified to hold it.
-    const error = expected ? 'verify_failed' : 'upstream_error';
-    return { ok: false, error, status: o.status, message: `HTTP ${o.status}${detail}`, latencyMs: o.latencyMs };
-  }
-  if (typeof body === 'object' && body && body.success === false) {
-    return { ok: false, error: 'engine_refused', status: o.status, message: typeof body.message === 'string' ? body.message : 'engine answered success: false', latencyMs: o.latencyMs };
-  }
-  if (expected) {
-    // A parameter read back: its first values must be the trainer's, or the load did not happen.
-    const seen = Array.isArray(body) ? (body as unknown[]).flat(Infinity).slice(0, expected.length) : null;
-    if (!seen || !sameValues(seen, expected)) {
-      return { ok: false, error: 'verify_failed', status: o.status, message: `engine holds other values than the trainer sent: read back ${JSON.stringify(seen)}, expected ${JSON.stringify(expected)}`, latencyMs: o.latencyMs };
-    }
-  }
-  if (phase === 'verify') {
-    const seen = typeof body === 'object' && body ? body.weight_version : undefined;
-    const v = typeof seen === 'number' ? String(seen) : seen;
-    if (typeof v !== 'string' || compareVersions(v.trim(), target) !== 0) {
-      return { ok: false, error: 'verify_failed', status: o.status, message: `engine reports weight_version ${JSON.stringify(seen ?? null)}, expected ${JSON.stringify(target)}`, latencyMs: o.latencyMs };
-    }
-  }
-  return { ok: true, status: o.status, latencyMs: o.latencyMs };
-}
-
-/** Equal values, up to float rounding (a read-back may pass through another float width). */
-function sameValues(seen: unknown[], expected: ReadonlyArray<number | null>): boolean {
-  if (seen.length !== expected.length) return false;
-  return expected.every((e, i) => {
-    const s = seen[i];
-    if (e === null || s === null) return e === s;
-    return typeof s === 'number' && Math.abs(s - e) <= 1e-6 * Math.max(1, Math.abs(e));
-  });
-}
-
-/**
- * Engines that must pass the pause. Disk refits default to 1: refit whoever could be paused and
- * report the rest. Distributed refits default to every target: the trainer fixed the group's
- * world size before the pause, so a missing engine would leave the others waiting for its ranks.
- */
-export function quorumOf(req: RefitRequest, n: number): number {
-  const q = req.quorum;
-  if (!q) return req.source.kind === 'distributed' ? n : 1;
-  const byCount = q.min_engines ?? 0;
-  const byFraction = q.min_fraction !== undefined ? Math.ceil(q.min_fraction * n) : 0;
-  return Math.min(n, Math.max(1, byCount, byFraction));
 }
 
 function renameDeadlines(d: RefitRequest['deadlines_ms']): Partial<RefitDefaults> {

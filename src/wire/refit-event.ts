@@ -1,7 +1,7 @@
 // A refit's progress events, one JSON message each on `<root>.refit.<id>.events`, kept by the
 // refit events stream so that any replica can replay them (docs/refit-events.md says when each is
 // sent). Readers take them as untrusted: anyone allowed to publish there may. Shapes only:
-// src/refit/service.ts and src/refit/runner.ts publish them.
+// src/refit/publisher.ts publishes them (for the front, the claim, the runner and the phase runner).
 
 import type { Phase } from './refit-phase.ts';
 import type { RefitReport, SkippedEngine } from './refit-report.ts';

@@ -1,7 +1,8 @@
 // A refit's journal: the `refits` bucket's value, keyed by refit id. The request and targets,
 // before each phase's calls go out the phase, step and engines it calls, each engine's record as
 // answers arrive, and at the end the report. Written only by the replica running the refit, by
-// compare-and-set; kept 24 hours. Shapes only: src/refit/journal.ts writes and reads it.
+// compare-and-set; kept 24 hours. Shapes only: src/refit/claim.ts creates it, src/refit/journal.ts
+// writes and reads it back, src/refit/journals.ts follows it for every replica.
 
 import type { EngineRefitRecord, Phase, RefitAbortReason } from './refit-phase.ts';
 import type { RefitReport } from './refit-report.ts';

@@ -10,13 +10,14 @@ import { createActor, fromCallback, SimulatedClock, toPromise } from 'xstate';
 import {
   coordinatorMachine,
   type CoordinatorContext,
+  type CoordinatorEmitted,
   type CoordinatorEvent,
   type CoordinatorInput,
   type LegResult,
   type PhaseInput,
   type RefitStepPlan,
 } from '../../actors/coordinator.ts';
-import { quorumOf } from '../../src/refit/runner.ts';
+import { quorumOf } from '../../src/refit/verdicts.ts';
 import type { RefitRequest } from '../../src/wire/refit-request.ts';
 import type { Phase } from '../../src/wire/refit-phase.ts';
 
@@ -612,5 +613,75 @@ describe('coordinator: a refit taken over (recovered)', () => {
     const h = start({ steps: KEEP_GROUP, quorum: 3, recovered: { at: 'cleanup', engines: {}, paused: TARGETS, resumed: [], stepIndex: 1 } });
     await h.finish();
     expect(h.calls.map((c) => c.phase)).toEqual(['resume']);
+  });
+});
+
+describe('coordinator: what it emits when it judges legs without their answer', () => {
+  /** Every event the machine emits, in order, with the simulated time it came at. */
+  function emitted(h: ReturnType<typeof start>): Array<CoordinatorEmitted & { at: number }> {
+    const seen: Array<CoordinatorEmitted & { at: number }> = [];
+    h.actor.on('*', (e) => seen.push({ ...e, at: h.clock.now() }));
+    return seen;
+  }
+
+  it('nothing when every leg answers', async () => {
+    const h = start({ steps: DISTRIBUTED, quorum: 3 });
+    const seen = emitted(h);
+    await h.finish();
+    expect(seen).toEqual([]);
+  });
+
+  it('a phase deadline: the legs still out, with the verdict the result records, as the deadline fires', async () => {
+    const h = start({}, (c) => (c.phase === 'refit' ? { e2: 'hang' } : undefined));
+    const seen = emitted(h);
+    const r = await h.finish();
+    expect(seen).toEqual([
+      { type: 'legs.cut', phase: 'refit', stepIndex: 0, legs: [{ workerId: 'e2', error: 'phase_deadline_exceeded', message: r.engines.e2!.message }], at: 3_010 },
+    ]);
+  });
+
+  it('the pause grace: the engines cut from the refit, cut_after_grace', async () => {
+    const h = start({ quorum: 2 }, (c) => (c.phase === 'pause' ? { e3: 'hang' } : undefined));
+    const seen = emitted(h);
+    await h.finish();
+    expect(seen).toMatchObject([{ type: 'legs.cut', phase: 'pause', stepIndex: 0, legs: [{ workerId: 'e3', error: 'cut_after_grace' }], at: 500 }]);
+  });
+
+  it('a broken collective step: the transfer aborted, with the legs still out (not those that answered, nor the one that broke it)', async () => {
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e1: ok(10), e2: fail('upstream_error', { status: 500, latencyMs: 20 }), e3: 'hang' } : undefined));
+    const seen = emitted(h);
+    const r = await h.finish();
+    expect(seen).toEqual([{ type: 'transfer.aborted', stepIndex: 1, legs: [{ workerId: 'e3', error: 'transfer_aborted', message: r.engines.e3!.message }], at: 40 }]);
+  });
+
+  it('the refit deadline in a collective step: the legs it cut, then the aborted transfer with none left out', async () => {
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e2: 'hang' } : undefined));
+    const seen = emitted(h);
+    await h.finish();
+    expect(seen).toMatchObject([
+      { type: 'legs.cut', phase: 'refit', stepIndex: 1, legs: [{ workerId: 'e2', error: 'phase_deadline_exceeded' }] },
+      { type: 'transfer.aborted', stepIndex: 1, legs: [] },
+    ]);
+    expect(seen[0]!.at).toBe(seen[1]!.at);
+  });
+
+  it('a cleanup given up at its deadline: its legs still out keep the failure their engine had in the transfer', async () => {
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e2: fail('upstream_error', { status: 500 }) } : c.step === DESTROY ? { e1: 'hang' } : undefined));
+    const seen = emitted(h);
+    await h.finish();
+    expect(seen.map((e) => [e.type, e.stepIndex, e.legs.map((l) => [l.workerId, l.error])])).toEqual([
+      // e3's chunk was still out when e2 failed it (both answer after 10 ms, e2 first).
+      ['transfer.aborted', 1, [['e3', 'transfer_aborted']]],
+      ['legs.cut', 3, [['e1', 'transfer_aborted']]],
+    ]);
+  });
+
+  it('verify and resume legs are cut with step index 0, as runPhase was given them, even after a takeover', async () => {
+    const h = start({ steps: DISTRIBUTED, quorum: 3, recovered: { at: 'verifying', engines: {}, paused: TARGETS, resumed: [], stepIndex: 3 } }, (c) => (c.phase !== 'refit' ? { e1: 'hang' } : undefined));
+    const seen = emitted(h);
+    await h.finish();
+    expect(seen.map((e) => [e.type, 'phase' in e ? e.phase : null, e.stepIndex, e.legs.map((l) => l.workerId)])).toEqual([
+      ['legs.cut', 'verify', 0, ['e1']],
+    ]);
   });
 });
