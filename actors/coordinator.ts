@@ -85,9 +85,7 @@ export interface CoordinatorContext extends CoordinatorInput {
   abortReason?: RefitAbortReason;
 }
 
-export type CoordinatorEvent =
-  | { type: 'leg.done'; phase: Phase; workerId: string; result: LegResult }
-  | { type: 'phase.done' };
+export type CoordinatorEvent = { type: 'leg.done'; phase: Phase; workerId: string; result: LegResult } | { type: 'phase.done' };
 
 /** A leg the machine judged without its answer: the verdict the report gives it. */
 export interface CutLeg {
@@ -404,7 +402,8 @@ function cutLegs(engines: Record<string, EngineRefitRecord>, ids: readonly strin
   const out: CutLeg[] = [];
   for (const id of ids) {
     const rec = engines[id];
-    if (rec?.failedIn === phase && rec.error !== undefined) out.push({ workerId: id, error: rec.error, ...(rec.message !== undefined ? { message: rec.message } : {}) });
+    if (rec?.failedIn === phase && rec.error !== undefined)
+      out.push({ workerId: id, error: rec.error, ...(rec.message !== undefined ? { message: rec.message } : {}) });
   }
   return out;
 }

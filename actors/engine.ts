@@ -124,9 +124,7 @@ export const engineMachine = setup({
     breakerCooldown: ({ context }) => context.breakerCooldownMs,
   },
   actions: {
-    setControl: assign(({ event }) =>
-      event.type === 'control.set' ? { control: event.control, controlSource: event.source ?? ('engine' as const) } : {},
-    ),
+    setControl: assign(({ event }) => (event.type === 'control.set' ? { control: event.control, controlSource: event.source ?? ('engine' as const) } : {})),
     start: enqueueActions(({ enqueue }, command: EngineCommand) => {
       enqueue.assign({ current: command });
       enqueue.emit({ type: 'command.run', command });

@@ -40,7 +40,12 @@ export class Child {
   private readonly exited: Promise<void>;
   private exitNote = '';
 
-  constructor(readonly name: string, args: string[], readonly logPath: string, env: NodeJS.ProcessEnv) {
+  constructor(
+    readonly name: string,
+    args: string[],
+    readonly logPath: string,
+    env: NodeJS.ProcessEnv,
+  ) {
     const fd = openSync(logPath, 'a');
     const node = SH ? [SH, '-c', RAISE_FD_LIMIT, process.execPath, ...args] : [process.execPath, ...args];
     const [cmd, argv] = SETPRIV ? [SETPRIV, ['--pdeathsig', 'TERM', ...node]] : [node[0]!, node.slice(1)];
@@ -74,7 +79,10 @@ export class Child {
       if (left <= 0) throw new Error(`${this.name}: no ${event} line within ${timeoutMs} ms; see ${this.logPath}`);
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, left);
-        this.wake = () => { clearTimeout(t); resolve(); };
+        this.wake = () => {
+          clearTimeout(t);
+          resolve();
+        };
       });
     }
   }
@@ -138,7 +146,12 @@ export async function startFleet(count: number, logDir: string, extra: string[] 
   const sizes = Array.from({ length: parts }, (_, i) => Math.floor(count / parts) + (i < count % parts ? 1 : 0));
   const children = sizes.map((n, i) => {
     const name = parts === 1 ? label : `${label}-${i}`;
-    const child = new Child(`sim-fleet(${name})`, ['--import', 'tsx', 'bench/sim-fleet.ts', '--count', String(n), ...extra], join(logDir, `fleet-${name}.log`), childEnv());
+    const child = new Child(
+      `sim-fleet(${name})`,
+      ['--import', 'tsx', 'bench/sim-fleet.ts', '--count', String(n), ...extra],
+      join(logDir, `fleet-${name}.log`),
+      childEnv(),
+    );
     live.add(child);
     return child;
   });
@@ -157,10 +170,15 @@ export async function startFleet(count: number, logDir: string, extra: string[] 
     urls: ok.flatMap((l) => l.urls as string[]),
     children,
     fdLimits: children.map((c) => fdLimitOf(c.pid)),
-    stats: async () => mergeTagStats(await Promise.all(children.map(async (c) => {
-      c.send({ cmd: 'stats' });
-      return (await c.next('stats', 30_000)).tags as Record<string, TagStats>;
-    }))),
+    stats: async () =>
+      mergeTagStats(
+        await Promise.all(
+          children.map(async (c) => {
+            c.send({ cmd: 'stats' });
+            return (await c.next('stats', 30_000)).tags as Record<string, TagStats>;
+          }),
+        ),
+      ),
     stop,
   };
 }
@@ -187,7 +205,12 @@ function mergeTagStats(parts: Array<Record<string, TagStats>>): Record<string, T
 }
 
 /** The product CLI (`rlgate gateway`, RL on) with its embedded nats-server; `flags` are added. */
-export async function startGateway(flags: string[], logDir: string, profileDir: string | undefined, label: string): Promise<{ child: Child; url: string; natsUrl: string | undefined }> {
+export async function startGateway(
+  flags: string[],
+  logDir: string,
+  profileDir: string | undefined,
+  label: string,
+): Promise<{ child: Child; url: string; natsUrl: string | undefined }> {
   const node = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
   const all = ['--host', '127.0.0.1', '--port', '0', '--enable-rl', ...flags];
   const child = new Child('gateway', [...node, '--import', 'tsx', 'src/cli/main.ts', 'gateway', ...all], join(logDir, `gateway-${label}.log`), childEnv());
@@ -266,7 +289,10 @@ export function procStat(pid: number): { ppid: number; cpuMs: number } | undefin
 export function firstChildPid(pid: number | undefined): number | undefined {
   if (pid === undefined) return undefined;
   try {
-    return readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number).find((p) => p !== pid && procStat(p)?.ppid === pid);
+    return readdirSync('/proc')
+      .filter((d) => /^\d+$/.test(d))
+      .map(Number)
+      .find((p) => p !== pid && procStat(p)?.ppid === pid);
   } catch {
     return undefined;
   }
@@ -287,7 +313,9 @@ export function rssMiB(pid: number | undefined): number | undefined {
 export function fdLimitOf(pid: number | undefined): number | null {
   if (pid === undefined) return null;
   try {
-    const row = readFileSync(`/proc/${pid}/limits`, 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const row = readFileSync(`/proc/${pid}/limits`, 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
     const soft = row?.slice('Max open files'.length).trim().split(/\s+/)[0];
     return soft === undefined || soft === 'unlimited' ? null : Number(soft);
   } catch {
@@ -318,7 +346,11 @@ export function mainThreadCpuMs(pid: number | undefined): number | undefined {
 }
 
 /** CPU ms so far of the gateway, its nats-server (its child), the fleet's processes, `extra` and this client. */
-export function cpuSampler(gatewayPid: number | undefined, fleetPids: Array<number | undefined>, extra: Record<string, number | undefined> = {}): () => Record<string, number> {
+export function cpuSampler(
+  gatewayPid: number | undefined,
+  fleetPids: Array<number | undefined>,
+  extra: Record<string, number | undefined> = {},
+): () => Record<string, number> {
   const natsPid = firstChildPid(gatewayPid);
   return () => {
     const out: Record<string, number> = {};

@@ -143,7 +143,12 @@ export async function measureFanout(opts: MeasureOptions): Promise<SizeResult> {
     const legs = await Promise.all(
       opts.engineUrls.map(async (u) => {
         const s = performance.now();
-        const res = await request(`${u}/${ROUTE.path}${suffix}`, { method: ROUTE.method, body: ROUTE.body, headers: { 'content-type': 'application/json' }, dispatcher: toEngines });
+        const res = await request(`${u}/${ROUTE.path}${suffix}`, {
+          method: ROUTE.method,
+          body: ROUTE.body,
+          headers: { 'content-type': 'application/json' },
+          dispatcher: toEngines,
+        });
         await res.body.text();
         return { status: res.statusCode, ms: performance.now() - s };
       }),
@@ -196,11 +201,18 @@ export async function measureFanout(opts: MeasureOptions): Promise<SizeResult> {
     const cpu: Record<string, number> = {};
     for (const [k, v] of Object.entries(cpuAfter)) if (cpuBefore[k] !== undefined && done > 0) cpu[k] = Math.round(((v - cpuBefore[k]!) / done) * 1000) / 1000;
     const legs = Math.max(1, done * n);
-    const perLeg = (name: string) => (cpuBefore[name] === undefined || cpuAfter[name] === undefined ? NaN : ((cpuAfter[name]! - cpuBefore[name]!) * 1000) / legs);
+    const perLeg = (name: string) =>
+      cpuBefore[name] === undefined || cpuAfter[name] === undefined ? NaN : ((cpuAfter[name]! - cpuBefore[name]!) * 1000) / legs;
     const us = (v: number) => Math.round(v * 100) / 100;
     const gatewayLeg = perLeg('gateway') + (Number.isFinite(perLeg('nats_server')) ? perLeg('nats_server') : 0);
     const directLeg = directCpuUs / legs;
-    const cpuPerLeg = { gateway: us(gatewayLeg), gateway_process: us(perLeg('gateway')), nats_server: us(perLeg('nats_server')), direct: us(directLeg), ratio: Math.round((gatewayLeg / directLeg) * 100) / 100 };
+    const cpuPerLeg = {
+      gateway: us(gatewayLeg),
+      gateway_process: us(perLeg('gateway')),
+      nats_server: us(perLeg('nats_server')),
+      direct: us(directLeg),
+      ratio: Math.round((gatewayLeg / directLeg) * 100) / 100,
+    };
     const fleet = await opts.fleetStats();
     // Messages on the bus, in a loop of its own: the `>` subscriber costs the server a copy of
     // every message, which must not weigh on the timed loop.
@@ -309,7 +321,10 @@ async function countNatsMessages(natsUrl: string, root: string, fanout: () => Pr
     await nc.flush(); // the subscription is in place on the server
     nc.publish(selfCheck);
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([echoed, new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error('the `>` subscription did not hear its own message within 5 s')), 5_000)))]).finally(() => clearTimeout(timer));
+    await Promise.race([
+      echoed,
+      new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error('the `>` subscription did not hear its own message within 5 s')), 5_000))),
+    ]).finally(() => clearTimeout(timer));
     phase = 'loop';
     const t0 = performance.now();
     for (let i = 0; i < fanouts; i++) await fanout();
@@ -321,7 +336,19 @@ async function countNatsMessages(natsUrl: string, root: string, fanout: () => Pr
     await nc.flush();
     phase = 'off';
     const net = (loop - (idle / windowMs) * loopMs) / fanouts;
-    return { fanouts, messages: loop, bytes, per_fanout: Math.round((loop / fanouts) * 1000) / 1000, loop_ms: Math.round(loopMs), idle_messages: idle, window_ms: Math.round(windowMs), per_fanout_net: Math.round(net * 1000) / 1000, per_fanout_own_subjects: Math.round((own / fanouts) * 1000) / 1000, subjects, idle_subjects: idleSubjects };
+    return {
+      fanouts,
+      messages: loop,
+      bytes,
+      per_fanout: Math.round((loop / fanouts) * 1000) / 1000,
+      loop_ms: Math.round(loopMs),
+      idle_messages: idle,
+      window_ms: Math.round(windowMs),
+      per_fanout_net: Math.round(net * 1000) / 1000,
+      per_fanout_own_subjects: Math.round((own / fanouts) * 1000) / 1000,
+      subjects,
+      idle_subjects: idleSubjects,
+    };
   } finally {
     await nc.close();
   }
@@ -407,11 +434,11 @@ export function fanoutMarkdown(results: SizeResult[], facts: RunFacts): string {
     }),
     '',
     'CPU µs per leg (one engine call of one fan-out): gateway = its process and its nats-server over the',
-    'measured loop (/proc) ÷ (engines × fan-outs); direct = this process\'s own `process.cpuUsage()` around',
-    'its direct fan-outs only, ÷ the same. NATS messages: every message published on the gateway\'s',
+    "measured loop (/proc) ÷ (engines × fan-outs); direct = this process's own `process.cpuUsage()` around",
+    "its direct fan-outs only, ÷ the same. NATS messages: every message published on the gateway's",
     'server (a `>` subscriber) during a separate loop of gateway fan-outs after the timed one, and in an',
     'idle window right after it (at least 6 s: the gateway checks each KV watch every 3 s). Per fan-out:',
-    'on the gateway\'s own subjects (`rl.>`: engine and replica commands, shares, state events), where a',
+    "on the gateway's own subjects (`rl.>`: engine and replica commands, shares, state events), where a",
     'fan-out over the bus would show; all messages net of the idle rate ((loop − idle rate × loop time) ÷',
     'fan-outs; the background comes in bursts, so this one carries ± a few tenths); and all, raw.',
     '',
@@ -420,7 +447,11 @@ export function fanoutMarkdown(results: SizeResult[], facts: RunFacts): string {
     ...results.map((r) => {
       const c = r.cpu_us_per_leg;
       const n = r.nats;
-      const list = (m: Record<string, number>) => Object.entries(m).sort((a, b) => b[1] - a[1]).map(([k, v]) => `\`${k}\` ${v}`).join(', ');
+      const list = (m: Record<string, number>) =>
+        Object.entries(m)
+          .sort((a, b) => b[1] - a[1])
+          .map(([k, v]) => `\`${k}\` ${v}`)
+          .join(', ');
       const subjects = n ? list(n.subjects) || 'none' : (r.nats_error ?? 'not counted');
       const idle = n ? `${n.idle_messages} in ${n.window_ms} ms${n.idle_messages ? ` (${list(n.idle_subjects)})` : ''}` : '–';
       return `| ${r.engines} | ${c.gateway.toFixed(1)} (${c.gateway_process.toFixed(1)} + ${Number.isFinite(c.nats_server) ? c.nats_server.toFixed(1) : '–'}) | ${c.direct.toFixed(1)} | ${c.ratio.toFixed(2)}× | ${n ? `${n.per_fanout_own_subjects} / ${n.per_fanout_net.toFixed(2)} / ${n.per_fanout}` : '–'} | ${n ? `${n.messages} in ${n.fanouts} fan-outs, ${n.loop_ms} ms` : '–'} | ${idle} | ${subjects} |`;
@@ -460,7 +491,10 @@ export function fanoutGoals(results: SizeResult[]): GoalVerdict[] {
       met: r.cpu_us_per_leg.ratio <= FANOUT_GOALS.cpu_per_leg_ratio.max,
     }));
   }
-  judge(`overhead p50 ≤ ${FANOUT_GOALS.overhead_p50_ms_at_12} ms`, 12, (r) => ({ figure: `${ms(r.gateway.overhead.p50)} ms`, met: r.gateway.overhead.p50 <= FANOUT_GOALS.overhead_p50_ms_at_12 }));
+  judge(`overhead p50 ≤ ${FANOUT_GOALS.overhead_p50_ms_at_12} ms`, 12, (r) => ({
+    figure: `${ms(r.gateway.overhead.p50)} ms`,
+    met: r.gateway.overhead.p50 <= FANOUT_GOALS.overhead_p50_ms_at_12,
+  }));
   judge(`overhead p50 ≤ ${FANOUT_GOALS.overhead_p50_ratio_at_256}× direct overhead p50`, 256, (r) => ({
     figure: `${ms(r.gateway.overhead.p50)} vs ${ms(r.direct.overhead.p50)} ms (${(r.gateway.overhead.p50 / r.direct.overhead.p50).toFixed(2)}×)`,
     met: r.gateway.overhead.p50 <= FANOUT_GOALS.overhead_p50_ratio_at_256 * r.direct.overhead.p50,

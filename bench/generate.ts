@@ -126,7 +126,8 @@ export async function measureThroughput(
       const r = await runWrk(t.url, script, connections, seconds);
       const after = cpuTimes();
       const cpu: Record<string, number> = {};
-      for (const [k, v] of Object.entries(after)) if (before[k] !== undefined && r.requests > 0) cpu[k] = Math.round(((v - before[k]!) * 1000) / r.requests * 10) / 10;
+      for (const [k, v] of Object.entries(after))
+        if (before[k] !== undefined && r.requests > 0) cpu[k] = Math.round((((v - before[k]!) * 1000) / r.requests) * 10) / 10;
       runs.push({ target: t.name, pass, ...r, cpu_us_per_request: cpu });
     }
   }
@@ -260,7 +261,7 @@ export function generateMarkdown(r: GenerateResult, facts: { date: string; machi
     `## Added latency at one connection (${lat.iterations} rounds${lat.truncated ? ', cut short by the time budget' : ''})`,
     '',
     'One buffered slime-shaped `/generate` at a time per hop, the hops taking turns each round.',
-    'Added p50 = the hop\'s p50 − direct p50; paired = per-round difference (hop − direct). ms.',
+    "Added p50 = the hop's p50 − direct p50; paired = per-round difference (hop − direct). ms.",
     '',
     '| hop | p50 | p90 | p99 | added p50 | paired added p50 / p99 |',
     '|---|---:|---:|---:|---:|---:|',
@@ -279,9 +280,9 @@ export function generateMarkdown(r: GenerateResult, facts: { date: string; machi
     lines.push(
       `## Throughput at ${t.connections} connections (wrk, ${t.seconds_per_run} s per run, ${t.passes} passes over the hops)`,
       '',
-      'Passes alternate direction (A B C D, D C B A, ...). Requests/s and CPU are medians of a hop\'s',
+      "Passes alternate direction (A B C D, D C B A, ...). Requests/s and CPU are medians of a hop's",
       'runs; "paired vs nginx" is the median over passes of the hop ÷ nginx in the same pass. CPU µs',
-      'per request: each process\'s user + system time over a run ÷ the requests served (the engine',
+      "per request: each process's user + system time over a run ÷ the requests served (the engine",
       'serves every hop).',
       '',
       '| hop | requests/s | runs | p50 / p99 ms | vs direct | vs nginx (paired) | hop CPU µs/req | engine CPU µs/req | errors |',
@@ -307,7 +308,7 @@ export function generateMarkdown(r: GenerateResult, facts: { date: string; machi
     `## ${s.streams} concurrent streams (${s.tokens_per_stream} tokens each, engine paced at ${s.engine_token_rate} tokens/s per stream)`,
     '',
     `All ${s.streams} streamed \`/generate\` calls sent at once; tokens counted from each stream's final chunk;`,
-    'first-chunk and whole-stream columns are medians over a hop\'s rounds of each round\'s percentile;',
+    "first-chunk and whole-stream columns are medians over a hop's rounds of each round's percentile;",
     `tokens/s = tokens ÷ (first send → last stream end). The engine's ceiling is ${s.streams * s.engine_token_rate} tokens/s.`,
     '',
     '| hop | tokens/s (mean) | runs | vs direct | first chunk p50 / p99 ms | whole stream p50 / p99 ms | failed |',

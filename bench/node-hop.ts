@@ -25,7 +25,11 @@ async function main(): Promise<void> {
     return reply.send(res.body);
   });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
-  const stop = () => void app.close().then(() => pool.close()).finally(() => process.exit(0));
+  const stop = () =>
+    void app
+      .close()
+      .then(() => pool.close())
+      .finally(() => process.exit(0));
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
   process.stdin.on('end', stop).resume();

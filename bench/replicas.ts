@@ -76,7 +76,13 @@ const MAX_ERROR_SHARE = 0.05;
  * Refits through each setup in turn, alternating which goes first, `iterations` times after
  * `warmup` unmeasured ones. Every refit is a disk refit of every engine to a new version.
  */
-export async function measureRefits(opts: { setups: RefitSetup[]; iterations: number; warmup: number; deadline: number; label: string }): Promise<RefitComparison> {
+export async function measureRefits(opts: {
+  setups: RefitSetup[];
+  iterations: number;
+  warmup: number;
+  deadline: number;
+  label: string;
+}): Promise<RefitComparison> {
   const started = performance.now();
   const agent = new Agent({ connections: 2, headersTimeout: 120_000, bodyTimeout: 120_000, keepAliveTimeout: 60_000 });
   const versions = new Map<string, number>();
@@ -125,7 +131,8 @@ export async function measureRefits(opts: { setups: RefitSetup[]; iterations: nu
       const after = s.cpuTimes();
       const before = cpuBefore[k]!;
       const cpu: Record<string, number> = {};
-      for (const [name, v] of Object.entries(after)) if (before[name] !== undefined && done > 0) cpu[name] = Math.round(((v - before[name]!) / done) * 1000) / 1000;
+      for (const [name, v] of Object.entries(after))
+        if (before[name] !== undefined && done > 0) cpu[name] = Math.round(((v - before[name]!) / done) * 1000) / 1000;
       results.push(setupResult(s, samples[k]!, errors[k]!, await s.fleetStats(), cpu));
     }
     const [a, b] = results;
@@ -135,9 +142,15 @@ export async function measureRefits(opts: { setups: RefitSetup[]; iterations: nu
       warmup: opts.warmup,
       truncated: done < opts.iterations,
       setups: results,
-      ratio: b && a
-        ? { overhead_p50: r2(b.overhead.p50, a.overhead.p50), overhead_p99: r2(b.overhead.p99, a.overhead.p99), wall_p50: r2(b.wall.p50, a.wall.p50), wall_p99: r2(b.wall.p99, a.wall.p99) }
-        : { overhead_p50: Number.NaN, overhead_p99: Number.NaN, wall_p50: Number.NaN, wall_p99: Number.NaN },
+      ratio:
+        b && a
+          ? {
+              overhead_p50: r2(b.overhead.p50, a.overhead.p50),
+              overhead_p99: r2(b.overhead.p99, a.overhead.p99),
+              wall_p50: r2(b.wall.p50, a.wall.p50),
+              wall_p99: r2(b.wall.p99, a.wall.p99),
+            }
+          : { overhead_p50: Number.NaN, overhead_p99: Number.NaN, wall_p50: Number.NaN, wall_p99: Number.NaN },
       wall_seconds: Math.round(performance.now() - started) / 1000,
     };
   } finally {
@@ -145,7 +158,13 @@ export async function measureRefits(opts: { setups: RefitSetup[]; iterations: nu
   }
 }
 
-function setupResult(s: RefitSetup, samples: RefitSample[], errors: { count: number; first: string[] }, fleet: Record<string, TagStats>, cpu: Record<string, number>): RefitSetupResult {
+function setupResult(
+  s: RefitSetup,
+  samples: RefitSample[],
+  errors: { count: number; first: string[] },
+  fleet: Record<string, TagStats>,
+  cpu: Record<string, number>,
+): RefitSetupResult {
   // The fleet tags each refit call `refit-<id> <path>`: one tag per phase.
   const byRefit = new Map<string, TagStats[]>();
   for (const [tag, st] of Object.entries(fleet)) {
@@ -180,10 +199,12 @@ function setupResult(s: RefitSetup, samples: RefitSample[], errors: { count: num
     overhead: rounded(summarize(timed.map((t) => t.sample.wall - t.engineTime))),
     report_duration: rounded(summarize(samples.map((x) => x.duration))),
     outside_transaction: rounded(summarize(samples.map((x) => x.wall - x.duration))),
-    phases: Object.fromEntries(phaseNames.map((p) => {
-      const sm = summarize(samples.map((x) => x.phases[p] ?? Number.NaN).filter(Number.isFinite));
-      return [p, { p50: sm.p50, p99: sm.p99 }];
-    })),
+    phases: Object.fromEntries(
+      phaseNames.map((p) => {
+        const sm = summarize(samples.map((x) => x.phases[p] ?? Number.NaN).filter(Number.isFinite));
+        return [p, { p50: sm.p50, p99: sm.p99 }];
+      }),
+    ),
     untimed,
     cpu_ms_per_refit: cpu,
     samples: { wall: samples.map((x) => r3(x.wall)), overhead: timed.map((t) => r3(t.sample.wall - t.engineTime)) },
@@ -333,13 +354,16 @@ export function replicasMarkdown(r: ReplicasResult, facts: { date: string; machi
       'Wall = client-observed time of `POST /v1/rl/refits` (disk source, every engine, answered 200).',
       "Engine time = Σ over the four phases (pause, load, version check, resume) of the slowest engine's",
       'service time in that phase, measured inside the simulator process. Overhead = wall − engine time,',
-      'per refit. Transaction = the report\'s `duration_ms` (first pause sent → last resume answered, on',
-      'the runner); outside = wall − transaction (queueing on the stream, the journal, the report\'s way',
+      "per refit. Transaction = the report's `duration_ms` (first pause sent → last resume answered, on",
+      "the runner); outside = wall − transaction (queueing on the stream, the journal, the report's way",
       'back to the replica the trainer called). Percentiles are nearest-rank; all values in ms.',
       '',
       '| layout | replicas | engines | wall p50 / p99 | engine time p50 / p99 | overhead p50 / p99 | transaction p50 / p99 | outside p50 / p99 | errors |',
       '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
-      ...c.setups.map((s) => `| ${s.name} | ${s.replicas} | ${s.engines} | ${pair(s.wall)} | ${pair(s.engine_time)} | ${pair(s.overhead)} | ${pair(s.report_duration)} | ${pair(s.outside_transaction)} | ${s.errors.count}${s.untimed ? ` (${s.untimed} untimed)` : ''} |`),
+      ...c.setups.map(
+        (s) =>
+          `| ${s.name} | ${s.replicas} | ${s.engines} | ${pair(s.wall)} | ${pair(s.engine_time)} | ${pair(s.overhead)} | ${pair(s.report_duration)} | ${pair(s.outside_transaction)} | ${s.errors.count}${s.untimed ? ` (${s.untimed} untimed)` : ''} |`,
+      ),
       '',
       `Two replicas ÷ one: overhead p50 **${c.ratio.overhead_p50.toFixed(2)}×** (goal ≤ ${goal}×: ${met(c.ratio.overhead_p50)}), ` +
         `overhead p99 **${c.ratio.overhead_p99.toFixed(2)}×** (goal ≤ ${goal}×: ${met(c.ratio.overhead_p99)}); wall p50 ${c.ratio.wall_p50.toFixed(2)}×, wall p99 ${c.ratio.wall_p99.toFixed(2)}×.`,
@@ -347,14 +371,24 @@ export function replicasMarkdown(r: ReplicasResult, facts: { date: string; machi
       "Phase times from the reports (the runner's clock), p50 / p99:",
       '',
       `| layout | ${Object.keys(c.setups[0]?.phases ?? {}).join(' | ')} |`,
-      `|---|${Object.keys(c.setups[0]?.phases ?? {}).map(() => '---:').join('|')}|`,
-      ...c.setups.map((s) => `| ${s.name} | ${Object.keys(c.setups[0]?.phases ?? {}).map((p) => (s.phases[p] ? `${ms(s.phases[p]!.p50)} / ${ms(s.phases[p]!.p99)}` : '–')).join(' | ')} |`),
+      `|---|${Object.keys(c.setups[0]?.phases ?? {})
+        .map(() => '---:')
+        .join('|')}|`,
+      ...c.setups.map(
+        (s) =>
+          `| ${s.name} | ${Object.keys(c.setups[0]?.phases ?? {})
+            .map((p) => (s.phases[p] ? `${ms(s.phases[p]!.p50)} / ${ms(s.phases[p]!.p99)}` : '–'))
+            .join(' | ')} |`,
+      ),
       '',
       'CPU time per refit by process (/proc, over the measured loop; idle probes included):',
       '',
       '| layout | ' + [...new Set(c.setups.flatMap((s) => Object.keys(s.cpu_ms_per_refit)))].join(' | ') + ' |',
       '|---|' + [...new Set(c.setups.flatMap((s) => Object.keys(s.cpu_ms_per_refit)))].map(() => '---:').join('|') + '|',
-      ...c.setups.map((s) => `| ${s.name} | ${[...new Set(c.setups.flatMap((x) => Object.keys(x.cpu_ms_per_refit)))].map((k) => ms(s.cpu_ms_per_refit[k] ?? Number.NaN)).join(' | ')} |`),
+      ...c.setups.map(
+        (s) =>
+          `| ${s.name} | ${[...new Set(c.setups.flatMap((x) => Object.keys(x.cpu_ms_per_refit)))].map((k) => ms(s.cpu_ms_per_refit[k] ?? Number.NaN)).join(' | ')} |`,
+      ),
       '',
     );
   }
@@ -366,7 +400,7 @@ export function replicasMarkdown(r: ReplicasResult, facts: { date: string; machi
       'Two replicas on one nats-server; every engine owned by one of them. SIGKILL of the owner, then the',
       "survivor's `GET /v1/rl/workers` is polled every 20 ms. Owned = every engine listed with the",
       'survivor as owner; serving = owned and every engine `serving` again (rediscovered by its new owner).',
-      'Measured from the SIGKILL; the kill lands at a random point of the victim\'s heartbeat period.',
+      "Measured from the SIGKILL; the kill lands at a random point of the victim's heartbeat period.",
       '',
       '| lease | engines | trials | owned p50 / max | serving p50 / max | goal (serving ≤ lease + 1 s) |',
       '|---:|---:|---:|---:|---:|---|',

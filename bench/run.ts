@@ -14,11 +14,36 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import os from 'node:os';
 import { join } from 'node:path';
 import { defaultConfig } from '../src/gateway/config.ts';
-import { Child, childEnv, cpuSampler, ENGINES_PER_FLEET_PROCESS, fdLimitOf, firstChildPid, live, loadavg, machineFacts, procStat, registerAll, ROOT, startFleet, startGateway, type Fleet } from './children.ts';
+import {
+  Child,
+  childEnv,
+  cpuSampler,
+  ENGINES_PER_FLEET_PROCESS,
+  fdLimitOf,
+  firstChildPid,
+  live,
+  loadavg,
+  machineFacts,
+  procStat,
+  registerAll,
+  ROOT,
+  startFleet,
+  startGateway,
+  type Fleet,
+} from './children.ts';
 import { fanoutMarkdown, measureFanout, ROUTE, SELECTOR, type SizeResult } from './fanout.ts';
 import { generateMarkdown, GENERATE_TARGETS, measureLatency, measureStreams, measureThroughput, type GenerateResult, type Target } from './generate.ts';
 import { NGINX, startNginx, type NginxProxy } from './nginx.ts';
-import { measureRefits, measureTakeover, REPLICA_TARGETS, replicasMarkdown, settled, type RefitSetup, type ReplicasResult, type TakeoverResult } from './replicas.ts';
+import {
+  measureRefits,
+  measureTakeover,
+  REPLICA_TARGETS,
+  replicasMarkdown,
+  settled,
+  type RefitSetup,
+  type ReplicasResult,
+  type TakeoverResult,
+} from './replicas.ts';
 import { emptyScaleResult, FANOUT_GROUP, measureScale, SCALE_GOALS, scaleGoals, scaleMarkdown, type ScaleSizeResult } from './scale.ts';
 import { startEmbeddedNats, type EmbeddedNats } from '../src/bus/server.ts';
 import { ms, profileSummary, type CpuProfile } from './stats.ts';
@@ -58,7 +83,31 @@ interface Args {
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { suites: ['fanout', 'generate'], sizes: [2, 12, 64], latencyRounds: 2000, throughputSeconds: 3, throughputPasses: 4, streams: 256, streamTokens: 256, streamTokenRate: 50, iterations: undefined, warmup: undefined, fanoutConcurrency: undefined, refits: 100, refitWarmup: 10, replicaEngines: 12, leases: [2, 5], takeovers: 5, scaleSizes: [1000, 5000, 10_000], idleSeconds: 30, registerConcurrency: 64, logLevel: 'info', maxSeconds: 0, profile: false, out: join(ROOT, 'bench/results') };
+  const a: Args = {
+    suites: ['fanout', 'generate'],
+    sizes: [2, 12, 64],
+    latencyRounds: 2000,
+    throughputSeconds: 3,
+    throughputPasses: 4,
+    streams: 256,
+    streamTokens: 256,
+    streamTokenRate: 50,
+    iterations: undefined,
+    warmup: undefined,
+    fanoutConcurrency: undefined,
+    refits: 100,
+    refitWarmup: 10,
+    replicaEngines: 12,
+    leases: [2, 5],
+    takeovers: 5,
+    scaleSizes: [1000, 5000, 10_000],
+    idleSeconds: 30,
+    registerConcurrency: 64,
+    logLevel: 'info',
+    maxSeconds: 0,
+    profile: false,
+    out: join(ROOT, 'bench/results'),
+  };
   const int = (flag: string, v: string | undefined, min: number, max: number) => {
     const n = Number(v);
     if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${flag} needs an integer ${min}..${max}, got ${v}`);
@@ -69,36 +118,88 @@ function parseArgs(argv: string[]): Args {
     const value = () => inline ?? argv[++i];
     switch (flag) {
       case '--suites': {
-        const names = (value() ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+        const names = (value() ?? '')
+          .split(',')
+          .map((x) => x.trim())
+          .filter(Boolean);
         const bad = names.filter((x) => !SUITES.includes(x as Suite));
         if (bad.length || names.length === 0) throw new Error(`--suites takes ${SUITES.join(', ')}, got ${bad.join(',') || 'nothing'}`);
         a.suites = names as Suite[];
         break;
       }
-      case '--latency-rounds': a.latencyRounds = int(flag, value(), 10, 1_000_000); break;
-      case '--throughput-seconds': a.throughputSeconds = int(flag, value(), 1, 600); break;
-      case '--throughput-passes': a.throughputPasses = int(flag, value(), 1, 100); break;
-      case '--streams': a.streams = int(flag, value(), 1, 4096); break;
-      case '--stream-tokens': a.streamTokens = int(flag, value(), 1, 100_000); break;
-      case '--stream-token-rate': a.streamTokenRate = int(flag, value(), 1, 100_000); break;
-      case '--sizes': a.sizes = (value() ?? '').split(',').map((s) => int('--sizes', s.trim(), 1, 1024)); break;
-      case '--iterations': a.iterations = int(flag, value(), 1, 100_000); break;
-      case '--warmup': a.warmup = int(flag, value(), 0, 10_000); break;
-      case '--fanout-concurrency': a.fanoutConcurrency = int(flag, value(), 1, 4096); break;
-      case '--refits': a.refits = int(flag, value(), 1, 100_000); break;
-      case '--refit-warmup': a.refitWarmup = int(flag, value(), 0, 10_000); break;
-      case '--replica-engines': a.replicaEngines = int(flag, value(), 2, 512); if (a.replicaEngines % 2) throw new Error('--replica-engines must be even (half are registered through each replica)'); break;
-      case '--leases': a.leases = (value() ?? '').split(',').map((s) => int('--leases', s.trim(), 1, 60)); break;
-      case '--takeovers': a.takeovers = int(flag, value(), 1, 1000); break;
-      case '--scale-sizes': a.scaleSizes = (value() ?? '').split(',').map((s) => int('--scale-sizes', s.trim(), 1, 20_000)); break;
-      case '--idle-seconds': a.idleSeconds = int(flag, value(), 5, 600); break;
-      case '--register-concurrency': a.registerConcurrency = int(flag, value(), 1, 1024); break;
-      case '--log-level': a.logLevel = value() ?? 'info'; break;
-      case '--max-seconds': a.maxSeconds = int(flag, value(), 10, 3600); break;
-      case '--profile': a.profile = true; break;
-      case '--out': a.out = value() ?? a.out; break;
-      case '--help': case '-h': process.stdout.write(HELP); process.exit(0);
-      default: throw new Error(`unknown flag ${flag}\n${HELP}`);
+      case '--latency-rounds':
+        a.latencyRounds = int(flag, value(), 10, 1_000_000);
+        break;
+      case '--throughput-seconds':
+        a.throughputSeconds = int(flag, value(), 1, 600);
+        break;
+      case '--throughput-passes':
+        a.throughputPasses = int(flag, value(), 1, 100);
+        break;
+      case '--streams':
+        a.streams = int(flag, value(), 1, 4096);
+        break;
+      case '--stream-tokens':
+        a.streamTokens = int(flag, value(), 1, 100_000);
+        break;
+      case '--stream-token-rate':
+        a.streamTokenRate = int(flag, value(), 1, 100_000);
+        break;
+      case '--sizes':
+        a.sizes = (value() ?? '').split(',').map((s) => int('--sizes', s.trim(), 1, 1024));
+        break;
+      case '--iterations':
+        a.iterations = int(flag, value(), 1, 100_000);
+        break;
+      case '--warmup':
+        a.warmup = int(flag, value(), 0, 10_000);
+        break;
+      case '--fanout-concurrency':
+        a.fanoutConcurrency = int(flag, value(), 1, 4096);
+        break;
+      case '--refits':
+        a.refits = int(flag, value(), 1, 100_000);
+        break;
+      case '--refit-warmup':
+        a.refitWarmup = int(flag, value(), 0, 10_000);
+        break;
+      case '--replica-engines':
+        a.replicaEngines = int(flag, value(), 2, 512);
+        if (a.replicaEngines % 2) throw new Error('--replica-engines must be even (half are registered through each replica)');
+        break;
+      case '--leases':
+        a.leases = (value() ?? '').split(',').map((s) => int('--leases', s.trim(), 1, 60));
+        break;
+      case '--takeovers':
+        a.takeovers = int(flag, value(), 1, 1000);
+        break;
+      case '--scale-sizes':
+        a.scaleSizes = (value() ?? '').split(',').map((s) => int('--scale-sizes', s.trim(), 1, 20_000));
+        break;
+      case '--idle-seconds':
+        a.idleSeconds = int(flag, value(), 5, 600);
+        break;
+      case '--register-concurrency':
+        a.registerConcurrency = int(flag, value(), 1, 1024);
+        break;
+      case '--log-level':
+        a.logLevel = value() ?? 'info';
+        break;
+      case '--max-seconds':
+        a.maxSeconds = int(flag, value(), 10, 3600);
+        break;
+      case '--profile':
+        a.profile = true;
+        break;
+      case '--out':
+        a.out = value() ?? a.out;
+        break;
+      case '--help':
+      case '-h':
+        process.stdout.write(HELP);
+        process.exit(0);
+      default:
+        throw new Error(`unknown flag ${flag}\n${HELP}`);
     }
   }
   a.maxSeconds ||= a.suites.includes('scale') ? 900 : 300;
@@ -122,8 +223,10 @@ interface RunContext {
 
 function machineLine(ctx: RunContext): string {
   const m = ctx.machine;
-  return `Machine: ${m.cores} cores (${m.cpu_model}), ${m.total_mem_gib} GiB, ${m.os}, Node ${m.node}; ` +
-    `load average (1/5/15 min) at start ${m.loadavg_start.join(' ')}, at end ${loadavg().join(' ')}; commit ${m.commit}; ${ctx.date.toISOString()}.`;
+  return (
+    `Machine: ${m.cores} cores (${m.cpu_model}), ${m.total_mem_gib} GiB, ${m.os}, Node ${m.node}; ` +
+    `load average (1/5/15 min) at start ${m.loadavg_start.join(' ')}, at end ${loadavg().join(' ')}; commit ${m.commit}; ${ctx.date.toISOString()}.`
+  );
 }
 
 /** Indented for reading, but number arrays (samples, load averages) stay on one line each. */
@@ -163,7 +266,10 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
         warmup: args.warmup ?? (size > 64 ? 20 : 50),
         // Sizes left share what is left of the budget, so a slow large size cannot starve the rest.
         deadline: performance.now() + remaining / (args.sizes.length - k),
-        cpuTimes: cpuSampler(gw.child.pid, fleet.children.map((c) => c.pid)),
+        cpuTimes: cpuSampler(
+          gw.child.pid,
+          fleet.children.map((c) => c.pid),
+        ),
         fleetStats: fleet.stats,
         natsUrl: gw.natsUrl,
         subjectRoot: defaultConfig().subjectRoot,
@@ -171,7 +277,9 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
       results.push(result);
       const g = result.gateway.overhead;
       const d = result.direct.overhead;
-      process.stdout.write(`bench: ${size} engines: gateway overhead p50 ${g.p50} p99 ${g.p99} ms, direct p50 ${d.p50} p99 ${d.p99} ms; CPU µs per leg gateway ${result.cpu_us_per_leg.gateway} direct ${result.cpu_us_per_leg.direct}; NATS messages per fan-out ${result.nats ? `${result.nats.per_fanout_own_subjects} on rl.>, ${result.nats.per_fanout_net} net, ${result.nats.per_fanout} all` : result.nats_error} (${result.wall_seconds} s)\n`);
+      process.stdout.write(
+        `bench: ${size} engines: gateway overhead p50 ${g.p50} p99 ${g.p99} ms, direct p50 ${d.p50} p99 ${d.p99} ms; CPU µs per leg gateway ${result.cpu_us_per_leg.gateway} direct ${result.cpu_us_per_leg.direct}; NATS messages per fan-out ${result.nats ? `${result.nats.per_fanout_own_subjects} on rl.>, ${result.nats.per_fanout_net} net, ${result.nats.per_fanout} all` : result.nats_error} (${result.wall_seconds} s)\n`,
+      );
     } finally {
       if (gw) await stopChildren(gw.child);
       await fleet.stop();
@@ -184,18 +292,36 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
     `process with its embedded nats-server, log level ${args.logLevel}, ${concurrency === undefined ? 'fan-out concurrency as shipped (by call: the whole fleet, at least 256, for calls that move no weights)' : `fanout_concurrency ${concurrency}`}, defaults otherwise ` +
     '(health probes every 5 s). Engines: SGLang simulators, all N in one separate process (bench/sim-fleet.ts). ' +
     `Client (this process): undici, keep-alive.${args.profile ? ' **Gateway under --cpu-prof: timings inflated.**' : ''}`;
-  const md = fanoutMarkdown(results, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine }) +
+  const md =
+    fanoutMarkdown(results, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine }) +
     (skipped.length ? `\nSkipped for the time budget: ${skipped.join(', ')} engines.\n` : '');
-  writeResult(ctx, 'fanout', {
-    benchmark: 'fanout',
-    date: ctx.date.toISOString(),
-    machine: { ...ctx.machine, loadavg_end: loadavg() },
-    setup: { route: ROUTE, selector: SELECTOR, gateway: { process: 'rlgate gateway CLI child', nats: 'embedded', log_level: args.logLevel, fanout_concurrency: concurrency ?? 'default (by call)', profiled: args.profile }, engines: 'sglang simulators, one sim-fleet child process', client: 'undici in the bench process, sequential, alternating' },
-    targets: { issue_overhead_p99_ms: { 12: 1, 256: 3 }, spec_overhead_ms: 5 },
-    results,
-    skipped,
-    wall_seconds: Math.round(performance.now() - started) / 1000,
-  }, md);
+  writeResult(
+    ctx,
+    'fanout',
+    {
+      benchmark: 'fanout',
+      date: ctx.date.toISOString(),
+      machine: { ...ctx.machine, loadavg_end: loadavg() },
+      setup: {
+        route: ROUTE,
+        selector: SELECTOR,
+        gateway: {
+          process: 'rlgate gateway CLI child',
+          nats: 'embedded',
+          log_level: args.logLevel,
+          fanout_concurrency: concurrency ?? 'default (by call)',
+          profiled: args.profile,
+        },
+        engines: 'sglang simulators, one sim-fleet child process',
+        client: 'undici in the bench process, sequential, alternating',
+      },
+      targets: { issue_overhead_p99_ms: { 12: 1, 256: 3 }, spec_overhead_ms: 5 },
+      results,
+      skipped,
+      wall_seconds: Math.round(performance.now() - started) / 1000,
+    },
+    md,
+  );
   return md;
 }
 
@@ -203,7 +329,10 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
 function latestTables(dir: string): string {
   const files = readdirSync(dir);
   return SUITES.flatMap((suite) => {
-    const newest = files.filter((f) => f.startsWith(`${suite}-`) && f.endsWith('.md')).sort().pop();
+    const newest = files
+      .filter((f) => f.startsWith(`${suite}-`) && f.endsWith('.md'))
+      .sort()
+      .pop();
     return newest ? [readFileSync(join(dir, newest), 'utf8')] : [];
   }).join('\n');
 }
@@ -216,7 +345,18 @@ async function stopChildren(...children: Child[]): Promise<void> {
 }
 
 /** One engine and every hop in front of it: nginx (when installed), the bare Node hop, the gateway. */
-async function startHops(ctx: RunContext, label: string, tokenRate: number): Promise<{ targets: Target[]; pids: Record<string, number | undefined>; gatewayPid: number | undefined; fleetPids: Array<number | undefined>; nginx: NginxProxy | undefined; stop(): Promise<void> }> {
+async function startHops(
+  ctx: RunContext,
+  label: string,
+  tokenRate: number,
+): Promise<{
+  targets: Target[];
+  pids: Record<string, number | undefined>;
+  gatewayPid: number | undefined;
+  fleetPids: Array<number | undefined>;
+  nginx: NginxProxy | undefined;
+  stop(): Promise<void>;
+}> {
   const { args, logDir, profileDir } = ctx;
   const fleet = await startFleet(1, logDir, ['--token-rate', String(tokenRate)], label);
   const children: Child[] = [...fleet.children];
@@ -249,7 +389,10 @@ async function startHops(ctx: RunContext, label: string, tokenRate: number): Pro
 
 function childPids(parent: number | undefined): number[] {
   if (parent === undefined) return [];
-  return readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number).filter((p) => procStat(p)?.ppid === parent);
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map(Number)
+    .filter((p) => procStat(p)?.ppid === parent);
 }
 
 async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
@@ -265,9 +408,18 @@ async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
   let throughput: GenerateResult['throughput'] = null;
   try {
     latency = await measureLatency(instant.targets, args.latencyRounds, 200, deadline);
-    process.stdout.write(`bench: generate: latency p50 by hop ${JSON.stringify(Object.fromEntries(Object.entries(latency.by_target).map(([k, v]) => [k, v.p50])))} ms\n`);
+    process.stdout.write(
+      `bench: generate: latency p50 by hop ${JSON.stringify(Object.fromEntries(Object.entries(latency.by_target).map(([k, v]) => [k, v.p50])))} ms\n`,
+    );
     if (WRK) {
-      throughput = await measureThroughput(instant.targets, 64, args.throughputSeconds, args.throughputPasses, ctx.logDir, cpuSampler(instant.gatewayPid, instant.fleetPids, instant.pids));
+      throughput = await measureThroughput(
+        instant.targets,
+        64,
+        args.throughputSeconds,
+        args.throughputPasses,
+        ctx.logDir,
+        cpuSampler(instant.gatewayPid, instant.fleetPids, instant.pids),
+      );
       process.stdout.write(`bench: generate: requests/s at 64 connections ${JSON.stringify(throughput.requests_per_s)}\n`);
     }
   } finally {
@@ -293,15 +445,25 @@ async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
     'Latency and stream clients: undici in this process; throughput client: wrk, one thread. For latency and throughput ' +
     'the engine answers at once (8 tokens, `--token-rate 0`); for streams it is paced per stream, as a GPU is.';
   const md = generateMarkdown(result, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine });
-  writeResult(ctx, 'generate', {
-    benchmark: 'generate',
-    date: ctx.date.toISOString(),
-    machine: { ...ctx.machine, loadavg_end: loadavg() },
-    setup: { engine: 'sglang simulator, one sim-fleet child', hops: instant.targets.map((t) => t.name), nginx: instant.nginx?.version ?? null, gateway: { rl: true, log_level: args.logLevel, profiled: args.profile } },
-    targets: GENERATE_TARGETS,
-    ...result,
-    wall_seconds: Math.round(performance.now() - started) / 1000,
-  }, md);
+  writeResult(
+    ctx,
+    'generate',
+    {
+      benchmark: 'generate',
+      date: ctx.date.toISOString(),
+      machine: { ...ctx.machine, loadavg_end: loadavg() },
+      setup: {
+        engine: 'sglang simulator, one sim-fleet child',
+        hops: instant.targets.map((t) => t.name),
+        nginx: instant.nginx?.version ?? null,
+        gateway: { rl: true, log_level: args.logLevel, profiled: args.profile },
+      },
+      targets: GENERATE_TARGETS,
+      ...result,
+      wall_seconds: Math.round(performance.now() - started) / 1000,
+    },
+    md,
+  );
   return md;
 }
 
@@ -342,7 +504,15 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
   const started = performance.now();
   const n = args.replicaEngines;
   const notes: string[] = [];
-  const gatewayFlags = (natsUrl: string, id: string, extra: string[] = []) => ['--nats-url', natsUrl, '--replica-id', id, '--log-level', args.logLevel, ...extra];
+  const gatewayFlags = (natsUrl: string, id: string, extra: string[] = []) => [
+    '--nats-url',
+    natsUrl,
+    '--replica-id',
+    id,
+    '--log-level',
+    args.logLevel,
+    ...extra,
+  ];
   const nats: EmbeddedNats[] = [];
   const children: Child[] = [];
   const stopAllOfSuite = async () => {
@@ -381,12 +551,34 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
     await settled(rb.url, n, split, 60_000, 'two replicas, rb');
 
     const setups: RefitSetup[] = [
-      { name: 'one_replica', replicas: 1, frontUrl: solo.url, engines: n, fleetStats: fleetOne.stats, cpuTimes: cpuOf({ gateway: solo.child.pid, nats_server: natsOne.pid, engines: fleetOne.children.map((c) => c.pid) }) },
-      { name: 'two_replicas', replicas: 2, frontUrl: ra.url, engines: n, fleetStats: fleetTwo.stats, cpuTimes: cpuOf({ gateway: ra.child.pid, gateway_second: rb.child.pid, nats_server: natsTwo.pid, engines: fleetTwo.children.map((c) => c.pid) }) },
+      {
+        name: 'one_replica',
+        replicas: 1,
+        frontUrl: solo.url,
+        engines: n,
+        fleetStats: fleetOne.stats,
+        cpuTimes: cpuOf({ gateway: solo.child.pid, nats_server: natsOne.pid, engines: fleetOne.children.map((c) => c.pid) }),
+      },
+      {
+        name: 'two_replicas',
+        replicas: 2,
+        frontUrl: ra.url,
+        engines: n,
+        fleetStats: fleetTwo.stats,
+        cpuTimes: cpuOf({ gateway: ra.child.pid, gateway_second: rb.child.pid, nats_server: natsTwo.pid, engines: fleetTwo.children.map((c) => c.pid) }),
+      },
     ];
-    refits = await measureRefits({ setups, iterations: args.refits, warmup: args.refitWarmup, deadline: Math.max(performance.now() + 10_000, deadline - takeoverBudgetMs(args)), label: ctx.stamp });
+    refits = await measureRefits({
+      setups,
+      iterations: args.refits,
+      warmup: args.refitWarmup,
+      deadline: Math.max(performance.now() + 10_000, deadline - takeoverBudgetMs(args)),
+      label: ctx.stamp,
+    });
     for (const s of refits.setups) {
-      process.stdout.write(`bench: replicas: ${s.name}: wall p50 ${ms(s.wall.p50)} p99 ${ms(s.wall.p99)}, overhead p50 ${ms(s.overhead.p50)} p99 ${ms(s.overhead.p99)} ms\n`);
+      process.stdout.write(
+        `bench: replicas: ${s.name}: wall p50 ${ms(s.wall.p50)} p99 ${ms(s.wall.p99)}, overhead p50 ${ms(s.overhead.p50)} p99 ${ms(s.overhead.p99)} ms\n`,
+      );
     }
   } finally {
     await stopAllOfSuite();
@@ -420,7 +612,9 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
         register: async (front, urls) => registerThrough(front, urls),
       });
       takeovers.push(result);
-      process.stdout.write(`bench: replicas: lease ${lease} s: serving again after p50 ${ms(result.serving.p50)} max ${ms(result.serving.max)} ms (${result.trials} trials, ${result.timed_out} timed out)\n`);
+      process.stdout.write(
+        `bench: replicas: lease ${lease} s: serving again after p50 ${ms(result.serving.p50)} max ${ms(result.serving.max)} ms (${result.trials} trials, ${result.timed_out} timed out)\n`,
+      );
     } finally {
       await stopAllOfSuite();
     }
@@ -435,15 +629,26 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
     `${n / 2} engines registered through each (so each owns ${n / 2}), every refit sent to the first. Client (this process): undici, ` +
     `one refit at a time, layouts alternating.${args.profile ? ' **Gateways under --cpu-prof: timings inflated.**' : ''}`;
   const md = replicasMarkdown(result, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine });
-  writeResult(ctx, 'replicas', {
-    benchmark: 'replicas',
-    date: ctx.date.toISOString(),
-    machine: { ...ctx.machine, loadavg_end: loadavg() },
-    setup: { engines: n, nats: 'standalone nats-server per layout', gateway: { process: 'rlgate gateway CLI child', log_level: args.logLevel, profiled: args.profile }, refit: { source: 'disk', iterations: args.refits, warmup: args.refitWarmup }, takeover: { leases_secs: args.leases, trials: args.takeovers, poll_ms: 20 } },
-    targets: REPLICA_TARGETS,
-    ...result,
-    wall_seconds: Math.round(performance.now() - started) / 1000,
-  }, md);
+  writeResult(
+    ctx,
+    'replicas',
+    {
+      benchmark: 'replicas',
+      date: ctx.date.toISOString(),
+      machine: { ...ctx.machine, loadavg_end: loadavg() },
+      setup: {
+        engines: n,
+        nats: 'standalone nats-server per layout',
+        gateway: { process: 'rlgate gateway CLI child', log_level: args.logLevel, profiled: args.profile },
+        refit: { source: 'disk', iterations: args.refits, warmup: args.refitWarmup },
+        takeover: { leases_secs: args.leases, trials: args.takeovers, poll_ms: 20 },
+      },
+      targets: REPLICA_TARGETS,
+      ...result,
+      wall_seconds: Math.round(performance.now() - started) / 1000,
+    },
+    md,
+  );
   return md;
 }
 
@@ -492,7 +697,9 @@ function gatewayLogDigest(logPath: string, limit = 5): { errors: string[]; warni
       warnings[key] = (warnings[key] ?? 0) + 1;
     }
   }
-  const top = Object.entries(warnings).sort((a, b) => b[1] - a[1]).slice(0, limit);
+  const top = Object.entries(warnings)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, limit);
   return { errors, warnings: Object.fromEntries(top) };
 }
 
@@ -525,19 +732,22 @@ async function runScale(ctx: RunContext, deadline: number): Promise<string> {
       gw = await startGateway(['--log-level', args.logLevel], logDir, profileDir, `scale-${size}`);
       r.gateway = { start_s: Math.round(performance.now() - g0) / 1000, fd_limit: fdLimitOf(gw.child.pid) };
       stage = 'measure';
-      await measureScale({
-        gatewayUrl: gw.url,
-        engineUrls: fleet.urls,
-        gatewayPid: gw.child.pid,
-        natsPid: firstChildPid(gw.child.pid),
-        deadline: sizeDeadline,
-        idleSeconds: args.idleSeconds,
-        registerConcurrency: args.registerConcurrency,
-        fanouts: 20,
-        fanoutWarmup: 3,
-        listings: 10,
-        progress: (line) => process.stdout.write(`bench: scale: ${size}: ${line}\n`),
-      }, r);
+      await measureScale(
+        {
+          gatewayUrl: gw.url,
+          engineUrls: fleet.urls,
+          gatewayPid: gw.child.pid,
+          natsPid: firstChildPid(gw.child.pid),
+          deadline: sizeDeadline,
+          idleSeconds: args.idleSeconds,
+          registerConcurrency: args.registerConcurrency,
+          fanouts: 20,
+          fanoutWarmup: 3,
+          listings: 10,
+          progress: (line) => process.stdout.write(`bench: scale: ${size}: ${line}\n`),
+        },
+        r,
+      );
     } catch (err) {
       r.errors.push({ step: stage, message: (err as Error).message });
     } finally {
@@ -554,7 +764,9 @@ async function runScale(ctx: RunContext, deadline: number): Promise<string> {
     }
     if (r.errors.length) ctx.keepLogs = true;
     const reg = r.register;
-    process.stdout.write(`bench: scale: ${size} engines: ${r.errors.map((e) => `FAILED at ${e.step}: ${e.message.slice(0, 300)}; `).join('')}accepted ${reg?.accepted_s ?? '–'} s, ready ${reg?.ready_s ?? '–'} s, RSS ${r.rss_mib.ready?.total ?? '–'} MiB, idle ${r.idle?.total_pct ?? '–'}%, fan-out p50 ${r.fanout?.envelope.p50 ?? '–'} ms, /v1/rl/workers p50 ${r.listing?.rl_workers.wall.p50 ?? '–'} ms (${r.wall_seconds} s)\n`);
+    process.stdout.write(
+      `bench: scale: ${size} engines: ${r.errors.map((e) => `FAILED at ${e.step}: ${e.message.slice(0, 300)}; `).join('')}accepted ${reg?.accepted_s ?? '–'} s, ready ${reg?.ready_s ?? '–'} s, RSS ${r.rss_mib.ready?.total ?? '–'} MiB, idle ${r.idle?.total_pct ?? '–'}%, fan-out p50 ${r.fanout?.envelope.p50 ?? '–'} ms, /v1/rl/workers p50 ${r.listing?.rl_workers.wall.p50 ?? '–'} ms (${r.wall_seconds} s)\n`,
+    );
   }
 
   const setupLine =
@@ -565,24 +777,35 @@ async function runScale(ctx: RunContext, deadline: number): Promise<string> {
     `${args.registerConcurrency} registrations in flight, then one request at a time. Idle window ${args.idleSeconds} s. ` +
     `Every child's open-file limit raised to its hard limit.${args.profile ? ' **Gateway under --cpu-prof: timings inflated.**' : ''}`;
   const md = scaleMarkdown(results, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine });
-  writeResult(ctx, 'scale', {
-    benchmark: 'scale',
-    date: ctx.date.toISOString(),
-    machine: { ...ctx.machine, loadavg_end: loadavg() },
-    setup: {
-      sizes: args.scaleSizes,
-      gateway: { process: 'rlgate gateway CLI child', flags: ['--enable-rl', '--log-level', args.logLevel], nats: 'embedded', profiled: args.profile },
-      engines: `sglang simulators, at most ${ENGINES_PER_FLEET_PROCESS} per sim-fleet child process`,
-      register_concurrency: args.registerConcurrency,
-      idle_seconds: args.idleSeconds,
-      fanout: { route: 'POST /v1/rl/engine/flush_cache', selector: `${FANOUT_GROUP.key}=${FANOUT_GROUP.value}`, engines: FANOUT_GROUP.engines, iterations: 20, warmup: 3 },
-      listings: 10,
+  writeResult(
+    ctx,
+    'scale',
+    {
+      benchmark: 'scale',
+      date: ctx.date.toISOString(),
+      machine: { ...ctx.machine, loadavg_end: loadavg() },
+      setup: {
+        sizes: args.scaleSizes,
+        gateway: { process: 'rlgate gateway CLI child', flags: ['--enable-rl', '--log-level', args.logLevel], nats: 'embedded', profiled: args.profile },
+        engines: `sglang simulators, at most ${ENGINES_PER_FLEET_PROCESS} per sim-fleet child process`,
+        register_concurrency: args.registerConcurrency,
+        idle_seconds: args.idleSeconds,
+        fanout: {
+          route: 'POST /v1/rl/engine/flush_cache',
+          selector: `${FANOUT_GROUP.key}=${FANOUT_GROUP.value}`,
+          engines: FANOUT_GROUP.engines,
+          iterations: 20,
+          warmup: 3,
+        },
+        listings: 10,
+      },
+      goals: SCALE_GOALS,
+      verdicts: scaleGoals(results),
+      results,
+      wall_seconds: Math.round(performance.now() - started) / 1000,
     },
-    goals: SCALE_GOALS,
-    verdicts: scaleGoals(results),
-    results,
-    wall_seconds: Math.round(performance.now() - started) / 1000,
-  }, md);
+    md,
+  );
   return md;
 }
 
@@ -593,7 +816,10 @@ async function main(args: Args): Promise<void> {
   const ctx: RunContext = {
     args,
     date,
-    stamp: date.toISOString().replace(/:/g, '-').replace(/\.\d+Z$/, 'Z'),
+    stamp: date
+      .toISOString()
+      .replace(/:/g, '-')
+      .replace(/\.\d+Z$/, 'Z'),
     logDir: mkdtempSync(join(os.tmpdir(), 'rlgate-bench-')),
     profileDir: undefined,
     machine: machineFacts(),
@@ -612,7 +838,9 @@ async function main(args: Args): Promise<void> {
   if (!args.profile) writeFileSync(join(args.out, 'latest.md'), latestTables(args.out));
   if (ctx.profileDir) {
     for (const f of readdirSync(ctx.profileDir).filter((f) => f.endsWith('.cpuprofile'))) {
-      process.stdout.write(`\nprofile ${join(ctx.profileDir, f)}\n${profileSummary(JSON.parse(readFileSync(join(ctx.profileDir, f), 'utf8')) as CpuProfile, 25)}\n`);
+      process.stdout.write(
+        `\nprofile ${join(ctx.profileDir, f)}\n${profileSummary(JSON.parse(readFileSync(join(ctx.profileDir, f), 'utf8')) as CpuProfile, 25)}\n`,
+      );
     }
   } else if (ctx.keepLogs) {
     process.stdout.write(`bench: a step failed; the child logs stay in ${ctx.logDir}\n`);
@@ -639,10 +867,13 @@ try {
   process.exit(2);
 }
 // A net under the bounded loops: whatever hangs, the run ends and takes its children with it.
-setTimeout(() => {
-  process.stderr.write('bench: watchdog fired; stopping everything\n');
-  void stopAll(1);
-}, (args.maxSeconds + 120) * 1000).unref();
+setTimeout(
+  () => {
+    process.stderr.write('bench: watchdog fired; stopping everything\n');
+    void stopAll(1);
+  },
+  (args.maxSeconds + 120) * 1000,
+).unref();
 // A closed stdout (`| head`) must not end the run without its cleanup; anything unexpected stops all.
 process.stdout.on('error', () => {});
 process.on('uncaughtException', (err) => {

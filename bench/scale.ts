@@ -113,7 +113,21 @@ export interface ScaleSizeResult {
 }
 
 export function emptyScaleResult(engines: number): ScaleSizeResult {
-  return { engines, errors: [], fleet: null, gateway: null, register: null, rss_mib: { ready: null, after_idle: null, end: null }, open_fds: { gateway_at_ready: null, nats_server_at_ready: null }, idle: null, fanout: null, listing: null, gateway_errors: [], gateway_warnings: {}, wall_seconds: 0 };
+  return {
+    engines,
+    errors: [],
+    fleet: null,
+    gateway: null,
+    register: null,
+    rss_mib: { ready: null, after_idle: null, end: null },
+    open_fds: { gateway_at_ready: null, nats_server_at_ready: null },
+    idle: null,
+    fanout: null,
+    listing: null,
+    gateway_errors: [],
+    gateway_warnings: {},
+    wall_seconds: 0,
+  };
 }
 
 const JSON_HEADERS = { 'content-type': 'application/json' };
@@ -167,7 +181,15 @@ export async function measureScale(o: ScaleOptions, r: ScaleSizeResult): Promise
 async function register(o: ScaleOptions, r: ScaleSizeResult, readyBy: number): Promise<void> {
   const n = o.engineUrls.length;
   const labelled = Math.min(FANOUT_GROUP.engines, n);
-  const reg = (r.register = { concurrency: o.registerConcurrency, labelled, accepted_s: null as number | null, ready_s: null as number | null, polls: 0, max_poll_ms: 0, progress: [] as Array<[number, number]> });
+  const reg = (r.register = {
+    concurrency: o.registerConcurrency,
+    labelled,
+    accepted_s: null as number | null,
+    ready_s: null as number | null,
+    polls: 0,
+    max_poll_ms: 0,
+    progress: [] as Array<[number, number]>,
+  });
   const agent = new Agent({ connections: o.registerConcurrency, keepAliveTimeout: 30_000, headersTimeout: 30_000, bodyTimeout: 30_000 });
   try {
     const t0 = performance.now();
@@ -179,7 +201,13 @@ async function register(o: ScaleOptions, r: ScaleSizeResult, readyBy: number): P
         const i = next++;
         const body = i < labelled ? { url: o.engineUrls[i], labels: { [FANOUT_GROUP.key]: FANOUT_GROUP.value } } : { url: o.engineUrls[i] };
         try {
-          const res = await request(`${o.gatewayUrl}/workers`, { method: 'POST', body: JSON.stringify(body), headers: JSON_HEADERS, dispatcher: agent, signal: timeoutTo(readyBy) });
+          const res = await request(`${o.gatewayUrl}/workers`, {
+            method: 'POST',
+            body: JSON.stringify(body),
+            headers: JSON_HEADERS,
+            dispatcher: agent,
+            signal: timeoutTo(readyBy),
+          });
           const text = await res.body.text();
           if (res.statusCode !== 202) throw new Error(`answered ${res.statusCode}: ${text.slice(0, 200)}`);
         } catch (err) {
@@ -204,7 +232,9 @@ async function register(o: ScaleOptions, r: ScaleSizeResult, readyBy: number): P
         const res = await request(`${o.gatewayUrl}/v1/rl/workers`, { dispatcher: agent, signal: timeoutTo(readyBy) });
         body = (await res.body.json()) as typeof body;
       } catch (err) {
-        throw new Error(`GET /v1/rl/workers (poll ${reg.polls + 1}) failed after ${Math.round(performance.now() - p0)} ms: ${(err as Error).message}; last poll: ${last} after ${reg.progress.at(-1)?.[0] ?? '–'} s`);
+        throw new Error(
+          `GET /v1/rl/workers (poll ${reg.polls + 1}) failed after ${Math.round(performance.now() - p0)} ms: ${(err as Error).message}; last poll: ${last} after ${reg.progress.at(-1)?.[0] ?? '–'} s`,
+        );
       }
       const took = performance.now() - p0;
       reg.polls++;
@@ -218,7 +248,8 @@ async function register(o: ScaleOptions, r: ScaleSizeResult, readyBy: number): P
         return;
       }
       last = `${ready} of ${n} ready (${rows.length} listed)`;
-      if (performance.now() + Math.max(250, took) > readyBy) throw new Error(`not every engine ready in time: ${last} after ${r3((performance.now() - t0) / 1000)} s`);
+      if (performance.now() + Math.max(250, took) > readyBy)
+        throw new Error(`not every engine ready in time: ${last} after ${r3((performance.now() - t0) / 1000)} s`);
       await sleep(Math.max(250, took));
     }
   } finally {
@@ -253,7 +284,15 @@ async function idle(o: ScaleOptions, r: ScaleSizeResult): Promise<void> {
   const main = pct((mainThreadCpuMs(o.gatewayPid) ?? NaN) - m0);
   const nats = Number.isFinite(n0) ? pct(cpuMs(o.natsPid) - n0) : NaN;
   if (!Number.isFinite(g)) throw new Error('the gateway process is gone (no /proc entry)');
-  r.idle = { window_s: Math.round(elapsed) / 1000, truncated: windowMs < planned, gateway_pct: g, gateway_main_thread_pct: main, nats_server_pct: nats, total_pct: Math.round((g + (Number.isFinite(nats) ? nats : 0)) * 10) / 10, slices_pct: slices };
+  r.idle = {
+    window_s: Math.round(elapsed) / 1000,
+    truncated: windowMs < planned,
+    gateway_pct: g,
+    gateway_main_thread_pct: main,
+    nats_server_pct: nats,
+    total_pct: Math.round((g + (Number.isFinite(nats) ? nats : 0)) * 10) / 10,
+    slices_pct: slices,
+  };
 }
 
 async function fanout(o: ScaleOptions, r: ScaleSizeResult): Promise<void> {
@@ -314,11 +353,19 @@ async function fanout(o: ScaleOptions, r: ScaleSizeResult): Promise<void> {
   const toEngines = new Agent({ connections: 1, keepAliveTimeout: 30_000, headersTimeout: 30_000, bodyTimeout: 30_000 });
   const direct = async (): Promise<number> => {
     const t0 = performance.now();
-    const statuses = await Promise.all(urls.map(async (u) => {
-      const res = await request(`${u}/${FANOUT_ROUTE}`, { method: 'POST', body: '{}', headers: JSON_HEADERS, dispatcher: toEngines, signal: timeoutTo(o.deadline) });
-      await res.body.text();
-      return res.statusCode;
-    }));
+    const statuses = await Promise.all(
+      urls.map(async (u) => {
+        const res = await request(`${u}/${FANOUT_ROUTE}`, {
+          method: 'POST',
+          body: '{}',
+          headers: JSON_HEADERS,
+          dispatcher: toEngines,
+          signal: timeoutTo(o.deadline),
+        });
+        await res.body.text();
+        return res.statusCode;
+      }),
+    );
     const envelope = performance.now() - t0;
     if (statuses.some((st) => st !== 200)) throw new Error(`direct fan-out: an engine answered ${statuses.find((st) => st !== 200)}`);
     return envelope;
@@ -385,15 +432,33 @@ export function scaleGoals(results: ScaleSizeResult[]): ScaleVerdict[] {
   // Judged on the readings the issue names: every engine ready, and after the idle window.
   const maxRss = (r: ScaleSizeResult) => Math.max(...[r.rss_mib.ready, r.rss_mib.after_idle].map((x) => x?.total ?? -1));
   return [
-    row(`register all, ready ≤ ${G.register_ready_s} s`, (r) => (r.register?.ready_s == null ? null : { figure: `${r.register.ready_s.toFixed(1)} s`, met: r.register.ready_s <= G.register_ready_s })),
-    row(`RSS, gateway + nats-server ≤ ${G.rss_mib} MB (the larger reading)`, (r) => (maxRss(r) < 0 ? null : { figure: `${maxRss(r).toFixed(0)} MiB`, met: maxRss(r) <= G.rss_mib })),
-    row(`idle CPU, gateway + nats-server ≤ ${G.idle_cpu_pct}% of a core`, (r) => (r.idle ? { figure: `${r.idle.total_pct.toFixed(1)}%`, met: r.idle.total_pct <= G.idle_cpu_pct } : null)),
-    row(`fan-out to 1,000, p50 ≤ ${G.fanout_ms} ms`, (r) => (r.fanout && r.fanout.envelope.n ? { figure: `${ms(r.fanout.envelope.p50)} ms`, met: r.fanout.envelope.p50 <= G.fanout_ms } : null)),
-    row(`fan-out to 1,000, p99 ≤ ${G.fanout_ms} ms`, (r) => (r.fanout && r.fanout.envelope.n ? { figure: `${ms(r.fanout.envelope.p99)} ms`, met: r.fanout.envelope.p99 <= G.fanout_ms } : null)),
-    row(`GET /v1/rl/workers p50 ≤ ${G.listing_ms} ms`, (r) => (r.listing ? { figure: `${ms(r.listing.rl_workers.wall.p50)} ms`, met: r.listing.rl_workers.wall.p50 <= G.listing_ms } : null)),
-    row(`GET /v1/rl/workers p99 ≤ ${G.listing_ms} ms`, (r) => (r.listing ? { figure: `${ms(r.listing.rl_workers.wall.p99)} ms`, met: r.listing.rl_workers.wall.p99 <= G.listing_ms } : null)),
-    row(`GET /workers p50 ≤ ${G.listing_ms} ms`, (r) => (r.listing ? { figure: `${ms(r.listing.workers.wall.p50)} ms`, met: r.listing.workers.wall.p50 <= G.listing_ms } : null)),
-    row(`GET /workers p99 ≤ ${G.listing_ms} ms`, (r) => (r.listing ? { figure: `${ms(r.listing.workers.wall.p99)} ms`, met: r.listing.workers.wall.p99 <= G.listing_ms } : null)),
+    row(`register all, ready ≤ ${G.register_ready_s} s`, (r) =>
+      r.register?.ready_s == null ? null : { figure: `${r.register.ready_s.toFixed(1)} s`, met: r.register.ready_s <= G.register_ready_s },
+    ),
+    row(`RSS, gateway + nats-server ≤ ${G.rss_mib} MB (the larger reading)`, (r) =>
+      maxRss(r) < 0 ? null : { figure: `${maxRss(r).toFixed(0)} MiB`, met: maxRss(r) <= G.rss_mib },
+    ),
+    row(`idle CPU, gateway + nats-server ≤ ${G.idle_cpu_pct}% of a core`, (r) =>
+      r.idle ? { figure: `${r.idle.total_pct.toFixed(1)}%`, met: r.idle.total_pct <= G.idle_cpu_pct } : null,
+    ),
+    row(`fan-out to 1,000, p50 ≤ ${G.fanout_ms} ms`, (r) =>
+      r.fanout && r.fanout.envelope.n ? { figure: `${ms(r.fanout.envelope.p50)} ms`, met: r.fanout.envelope.p50 <= G.fanout_ms } : null,
+    ),
+    row(`fan-out to 1,000, p99 ≤ ${G.fanout_ms} ms`, (r) =>
+      r.fanout && r.fanout.envelope.n ? { figure: `${ms(r.fanout.envelope.p99)} ms`, met: r.fanout.envelope.p99 <= G.fanout_ms } : null,
+    ),
+    row(`GET /v1/rl/workers p50 ≤ ${G.listing_ms} ms`, (r) =>
+      r.listing ? { figure: `${ms(r.listing.rl_workers.wall.p50)} ms`, met: r.listing.rl_workers.wall.p50 <= G.listing_ms } : null,
+    ),
+    row(`GET /v1/rl/workers p99 ≤ ${G.listing_ms} ms`, (r) =>
+      r.listing ? { figure: `${ms(r.listing.rl_workers.wall.p99)} ms`, met: r.listing.rl_workers.wall.p99 <= G.listing_ms } : null,
+    ),
+    row(`GET /workers p50 ≤ ${G.listing_ms} ms`, (r) =>
+      r.listing ? { figure: `${ms(r.listing.workers.wall.p50)} ms`, met: r.listing.workers.wall.p50 <= G.listing_ms } : null,
+    ),
+    row(`GET /workers p99 ≤ ${G.listing_ms} ms`, (r) =>
+      r.listing ? { figure: `${ms(r.listing.workers.wall.p99)} ms`, met: r.listing.workers.wall.p99 <= G.listing_ms } : null,
+    ),
   ];
 }
 
@@ -415,7 +480,7 @@ export function scaleMarkdown(results: ScaleSizeResult[], facts: ScaleFacts): st
     'sent → every POST answered 202; ready = first POST sent → `GET /v1/rl/workers` lists every engine',
     '`ready` (polled one at a time, pausing after each poll as long as it took, at least 250 ms). RSS =',
     'VmRSS of the gateway process + its nats-server, MiB. Idle CPU = their CPU over the idle window (no',
-    'traffic but the gateway\'s own probes and heartbeats) ÷ the window, % of one core. Fan-out =',
+    "traffic but the gateway's own probes and heartbeats) ÷ the window, % of one core. Fan-out =",
     `client-observed wall time of \`POST /v1/rl/engine/${FANOUT_ROUTE}?selector=${FANOUT_GROUP.key}=${FANOUT_GROUP.value}\` (the first 1,000`,
     'engines registered carry the label), one at a time after a warm-up. Listing = wall time of the',
     'whole answer, after one unmeasured call. Times in ms unless said.',
@@ -424,7 +489,9 @@ export function scaleMarkdown(results: ScaleSizeResult[], facts: ScaleFacts): st
     '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...results.map((r) => {
       const reg = r.register;
-      const idleCell = r.idle ? `${num(r.idle.total_pct)}% (${num(r.idle.gateway_pct)} + ${num(r.idle.nats_server_pct)}) over ${num(r.idle.window_s, 0)} s` : '–';
+      const idleCell = r.idle
+        ? `${num(r.idle.total_pct)}% (${num(r.idle.gateway_pct)} + ${num(r.idle.nats_server_pct)}) over ${num(r.idle.window_s, 0)} s`
+        : '–';
       return `| ${r.engines.toLocaleString('en-US')} | ${r.fleet?.processes ?? '–'} | ${reg?.accepted_s != null ? `${num(reg.accepted_s, 2)} s` : '–'} | ${reg?.ready_s != null ? `${num(reg.ready_s, 2)} s` : '–'} | ${rssCell(r.rss_mib.ready)} | ${rssCell(r.rss_mib.after_idle)} | ${idleCell} | ${pair(r.fanout?.envelope)} | ${pair(r.listing?.rl_workers.wall)} (${kb(r.listing?.rl_workers.bytes)}) | ${pair(r.listing?.workers.wall)} (${kb(r.listing?.workers.bytes)}) |`;
     }),
     '',
@@ -434,11 +501,11 @@ export function scaleMarkdown(results: ScaleSizeResult[], facts: ScaleFacts): st
     `|---|${results.map(() => '---').join('|')}|`,
     ...goals.map((g) => `| ${g.goal} | ${g.cells.map((c) => (c.met === null ? c.figure : `${c.figure}: ${verdict(c.met)}`)).join(' | ')} |`),
     '',
-    'More of each size: gateway CPU per fan-out to 1,000 (gateway + nats-server, from /proc), the fan-out\'s',
+    "More of each size: gateway CPU per fan-out to 1,000 (gateway + nats-server, from /proc), the fan-out's",
     'overhead (envelope − slowest leg the gateway reports), the same call made by this process to the same',
-    'engines at once (undici, `Promise.all`, after the gateway\'s loop: what the engines and the machine',
+    "engines at once (undici, `Promise.all`, after the gateway's loop: what the engines and the machine",
     'allow), the idle window in 5 s slices (% of a core),',
-    'the share of the gateway\'s idle CPU on its main thread (the rest: GC helper threads, libuv pool),',
+    "the share of the gateway's idle CPU on its main thread (the rest: GC helper threads, libuv pool),",
     'open file descriptors of the gateway once every engine was ready, how long one readiness poll took',
     'at most, and the RSS after the fan-outs and listings.',
     '',
@@ -453,7 +520,9 @@ export function scaleMarkdown(results: ScaleSizeResult[], facts: ScaleFacts): st
   const failed = results.filter((r) => r.errors.length);
   if (failed.length) {
     lines.push('Failures (a failed start or registration ends its size; the other steps run on their own):', '');
-    for (const r of failed) for (const e of r.errors) lines.push(`- ${r.engines.toLocaleString('en-US')} engines, step \`${e.step}\`: ${e.message.replace(/\s+/g, ' ').slice(0, 600)}`);
+    for (const r of failed)
+      for (const e of r.errors)
+        lines.push(`- ${r.engines.toLocaleString('en-US')} engines, step \`${e.step}\`: ${e.message.replace(/\s+/g, ' ').slice(0, 600)}`);
     lines.push('');
   }
   const logged = results.filter((r) => r.gateway_errors.length || Object.keys(r.gateway_warnings).length);

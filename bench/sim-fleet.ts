@@ -76,7 +76,14 @@ class ServiceClock {
   drain(): Record<string, TagStats> {
     const out: Record<string, TagStats> = {};
     const origin = performance.timeOrigin;
-    for (const [tag, a] of this.tags) out[tag] = { n: a.n, max_service_ms: round(a.maxService), span_ms: round(a.last - a.first), first_ms: round(origin + a.first), last_ms: round(origin + a.last) };
+    for (const [tag, a] of this.tags)
+      out[tag] = {
+        n: a.n,
+        max_service_ms: round(a.maxService),
+        span_ms: round(a.last - a.first),
+        first_ms: round(origin + a.first),
+        last_ms: round(origin + a.last),
+      };
     this.tags = new Map();
     return out;
   }
@@ -124,7 +131,9 @@ function parseTokenRate(argv: string[]): number | undefined {
 /** This process's open-file limit (soft), for the message of a failed start; null where there is none. */
 function fdLimit(): number | null {
   try {
-    const row = readFileSync('/proc/self/limits', 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const row = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
     const soft = row?.slice('Max open files'.length).trim().split(/\s+/)[0];
     return soft === undefined || soft === 'unlimited' ? null : Number(soft);
   } catch {

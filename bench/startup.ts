@@ -27,10 +27,25 @@ interface Mode {
 
 const MODES: Mode[] = [
   // The floor: node itself printing the line. On a loaded machine every figure rises with it.
-  { name: 'node_floor', command: 'node -e <print the listening line, then wait>', argv: ['-e', `console.log('{"event":"listening"}'); setTimeout(() => {}, 60_000);`], freshTmp: false },
+  {
+    name: 'node_floor',
+    command: 'node -e <print the listening line, then wait>',
+    argv: ['-e', `console.log('{"event":"listening"}'); setTimeout(() => {}, 60_000);`],
+    freshTmp: false,
+  },
   { name: 'compiled', command: `node bin/rlgate.mjs ${GATEWAY_ARGS.join(' ')}`, argv: ['bin/rlgate.mjs', ...GATEWAY_ARGS], freshTmp: false },
-  { name: 'tsx_warm', command: `node --import tsx src/cli/main.ts ${GATEWAY_ARGS.join(' ')}`, argv: ['--import', 'tsx', 'src/cli/main.ts', ...GATEWAY_ARGS], freshTmp: false },
-  { name: 'tsx_cold', command: `node --import tsx src/cli/main.ts ${GATEWAY_ARGS.join(' ')} (empty tsx cache)`, argv: ['--import', 'tsx', 'src/cli/main.ts', ...GATEWAY_ARGS], freshTmp: true },
+  {
+    name: 'tsx_warm',
+    command: `node --import tsx src/cli/main.ts ${GATEWAY_ARGS.join(' ')}`,
+    argv: ['--import', 'tsx', 'src/cli/main.ts', ...GATEWAY_ARGS],
+    freshTmp: false,
+  },
+  {
+    name: 'tsx_cold',
+    command: `node --import tsx src/cli/main.ts ${GATEWAY_ARGS.join(' ')} (empty tsx cache)`,
+    argv: ['--import', 'tsx', 'src/cli/main.ts', ...GATEWAY_ARGS],
+    freshTmp: true,
+  },
 ];
 
 interface Sample {
@@ -81,7 +96,21 @@ async function once(mode: Mode): Promise<Sample> {
 // Where the compiled gateway's start-up goes: one fresh node process imports these groups in this
 // order and reports the CPU each adds (a group's cost is what it adds to those before it).
 const GROUPS: Array<{ name: string; what: string; imports: string[] }> = [
-  { name: 'listen_deps', what: 'fastify, @sinclair/typebox (+ compiler), NATS (transport, jetstream, kv), xstate, pino, prom-client', imports: ['fastify', '@sinclair/typebox', '@sinclair/typebox/compiler', '@nats-io/transport-node', '@nats-io/jetstream', '@nats-io/kv', 'xstate', 'pino', 'prom-client'] },
+  {
+    name: 'listen_deps',
+    what: 'fastify, @sinclair/typebox (+ compiler), NATS (transport, jetstream, kv), xstate, pino, prom-client',
+    imports: [
+      'fastify',
+      '@sinclair/typebox',
+      '@sinclair/typebox/compiler',
+      '@nats-io/transport-node',
+      '@nats-io/jetstream',
+      '@nats-io/kv',
+      'xstate',
+      'pino',
+      'prom-client',
+    ],
+  },
   { name: 'grpc', what: '@grpc/grpc-js, @grpc/proto-loader (TokenSpeed gRPC engines)', imports: ['@grpc/grpc-js', '@grpc/proto-loader'] },
   { name: 'zmq', what: 'zeromq, msgpackr (ZMQ engines)', imports: ['zeromq', 'msgpackr'] },
   { name: 'huggingface', what: '@huggingface/tokenizers, @huggingface/jinja (token routes)', imports: ['@huggingface/tokenizers', '@huggingface/jinja'] },
@@ -182,9 +211,23 @@ async function main(): Promise<void> {
     `| total | all of the above | ${f(partP50('total'))} |`,
     '',
   ].join('\n');
-  const stamp = date.toISOString().replace(/\.\d+Z$/, 'Z').replace(/:/g, '-');
+  const stamp = date
+    .toISOString()
+    .replace(/\.\d+Z$/, 'Z')
+    .replace(/:/g, '-');
   mkdirSync(out, { recursive: true });
-  const json = { benchmark: 'startup', date: date.toISOString(), machine: { ...machine, loadavg_end: loadEnd }, goal_cpu_ms: GOAL_CPU_MS, runs, modes: MODES.map((m) => ({ name: m.name, command: m.command })), summary, samples, import_groups: GROUPS, import_cpu_ms: parts };
+  const json = {
+    benchmark: 'startup',
+    date: date.toISOString(),
+    machine: { ...machine, loadavg_end: loadEnd },
+    goal_cpu_ms: GOAL_CPU_MS,
+    runs,
+    modes: MODES.map((m) => ({ name: m.name, command: m.command })),
+    summary,
+    samples,
+    import_groups: GROUPS,
+    import_cpu_ms: parts,
+  };
   writeFileSync(join(out, `startup-${stamp}.json`), `${JSON.stringify(json, null, 1)}\n`);
   writeFileSync(join(out, `startup-${stamp}.md`), md);
   process.stdout.write(`${md}\nwritten: ${join(out, `startup-${stamp}.{json,md}`)}\n`);

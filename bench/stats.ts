@@ -100,12 +100,17 @@ export function profileSummary(profile: CpuProfile, limit: number): string {
   const idle = self.get('(idle)') ?? 0;
   const busy = Math.max(1, total - idle);
   const table = (m: Map<string, number>) =>
-    [...m].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, limit)
+    [...m]
+      .filter(([k]) => k !== '(idle)')
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, limit)
       .map(([k, us]) => `${(us / 1000).toFixed(1).padStart(9)} ms ${((100 * us) / busy).toFixed(1).padStart(5)}%  ${k}`);
   return [
     `total ${(total / 1000).toFixed(0)} ms, idle ${(idle / 1000).toFixed(0)} ms, busy ${(busy / 1000).toFixed(0)} ms`,
-    'self time by frame:', ...table(self),
-    'self time by module (native and node: frames charged to their caller):', ...table(modules),
+    'self time by frame:',
+    ...table(self),
+    'self time by module (native and node: frames charged to their caller):',
+    ...table(modules),
   ].join('\n');
 }
 

@@ -10,11 +10,19 @@ export type SimKind = 'sglang' | 'tokenspeed' | 'zmq';
  * abbreviations of `--tp-size`, `--dp-size` and `--pp-size`, and what its documentation writes.
  */
 const SETTING: Record<string, string> = {
-  '--tp': 'tp', '--tp-size': 'tp', '--tensor-parallel-size': 'tp',
-  '--dp': 'dp', '--dp-size': 'dp', '--data-parallel-size': 'dp',
-  '--pp': 'pp', '--pp-size': 'pp', '--pipeline-parallel-size': 'pp',
-  '--model': 'model', '--model-path': 'model',
-  '--max-running': 'running', '--max-running-requests': 'running',
+  '--tp': 'tp',
+  '--tp-size': 'tp',
+  '--tensor-parallel-size': 'tp',
+  '--dp': 'dp',
+  '--dp-size': 'dp',
+  '--data-parallel-size': 'dp',
+  '--pp': 'pp',
+  '--pp-size': 'pp',
+  '--pipeline-parallel-size': 'pp',
+  '--model': 'model',
+  '--model-path': 'model',
+  '--max-running': 'running',
+  '--max-running-requests': 'running',
 };
 
 /** Each simulator's flag for a setting; a setting a simulator lacks is left as written (it refuses it). */

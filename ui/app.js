@@ -56,7 +56,8 @@ function authHeaders() {
 
 function setConn(status) {
   ui.conn.dataset.conn = status;
-  ui.conn.textContent = { connecting: 'connecting…', live: 'live', retrying: 'reconnecting…', stopped: 'stopped', locked: 'admin key needed' }[status] ?? status;
+  ui.conn.textContent =
+    { connecting: 'connecting…', live: 'live', retrying: 'reconnecting…', stopped: 'stopped', locked: 'admin key needed' }[status] ?? status;
 }
 
 function notice(text) {

@@ -121,7 +121,16 @@ export class FleetView {
 
   renderLegend(counts) {
     if (!this.legend.childElementCount) {
-      this.legend.append(...TONES.map((t) => el('span', { class: 'legend-item', dataset: { tone: t } }, el('span', { class: 'swatch', dataset: { tone: t } }), el('span', { class: 'legend-text' }))));
+      this.legend.append(
+        ...TONES.map((t) =>
+          el(
+            'span',
+            { class: 'legend-item', dataset: { tone: t } },
+            el('span', { class: 'swatch', dataset: { tone: t } }),
+            el('span', { class: 'legend-text' }),
+          ),
+        ),
+      );
     }
     for (const item of this.legend.children) setText(item.querySelector('.legend-text'), `${item.dataset.tone} ${counts[item.dataset.tone]}`);
   }

@@ -104,7 +104,12 @@ export class Refit {
       steps.push({ key: `refit:${i}`, phase: 'refit', index: i, label: named ? `refit: ${named}` : count > 1 ? `refit ${i + 1}` : 'refit', step: named });
     }
     const verify = this.started?.verify || this.phases.has('verify') || this.report?.phases?.verify !== undefined;
-    return [{ key: 'pause', phase: 'pause', label: 'pause' }, ...steps, ...(verify ? [{ key: 'verify', phase: 'verify', label: 'verify' }] : []), { key: 'resume', phase: 'resume', label: 'resume' }];
+    return [
+      { key: 'pause', phase: 'pause', label: 'pause' },
+      ...steps,
+      ...(verify ? [{ key: 'verify', phase: 'verify', label: 'verify' }] : []),
+      { key: 'resume', phase: 'resume', label: 'resume' },
+    ];
   }
 
   /** The worker ids it reaches, in the order the gateway gave them. */
@@ -122,7 +127,16 @@ export class Refit {
   /** What one engine's cell in one column shows: outcome, timing, error. */
   cell(workerId, col) {
     const leg = this.legs.get(`${workerId}|${col.key}`);
-    if (leg) return { outcome: leg.outcome, ms: leg.latency_ms, error: leg.error, status: leg.status, message: leg.message, startedAt: leg.started_at, finishedAt: leg.finished_at };
+    if (leg)
+      return {
+        outcome: leg.outcome,
+        ms: leg.latency_ms,
+        error: leg.error,
+        status: leg.status,
+        message: leg.message,
+        startedAt: leg.started_at,
+        finishedAt: leg.finished_at,
+      };
     const er = this.report?.engines?.find((e) => e.worker_id === workerId);
     if (er) {
       const failedHere = er.failed_phase === col.phase && (col.phase !== 'refit' || !er.failed_step || !col.step || er.failed_step === col.step);

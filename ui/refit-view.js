@@ -24,7 +24,11 @@ export class RefitsView {
     const now = Date.now();
     const order = refits.ordered();
     const keep = new Set(order.map((r) => r.id));
-    for (const [id, art] of this.articles) if (!keep.has(id)) { art.remove(); this.articles.delete(id); }
+    for (const [id, art] of this.articles)
+      if (!keep.has(id)) {
+        art.remove();
+        this.articles.delete(id);
+      }
     const nodes = order.map((r) => {
       let art = this.articles.get(r.id);
       if (!art || all || r.running || r.dirty) {
@@ -55,7 +59,13 @@ export class RefitsView {
       shown = targets.filter((id) => failed.includes(id) || rest.includes(id));
     }
 
-    const head = el('tr', {}, el('th', { scope: 'col' }, 'engine'), ...cols.map((c) => el('th', { scope: 'col', dataset: { phase: c.key } }, c.label)), el('th', { scope: 'col', class: 'gantt-head' }, `timeline (${ms(span.end - span.start)})`));
+    const head = el(
+      'tr',
+      {},
+      el('th', { scope: 'col' }, 'engine'),
+      ...cols.map((c) => el('th', { scope: 'col', dataset: { phase: c.key } }, c.label)),
+      el('th', { scope: 'col', class: 'gantt-head' }, `timeline (${ms(span.end - span.start)})`),
+    );
     const rows = shown.map((id) => {
       const cs = cells.get(id);
       return el(
@@ -98,7 +108,9 @@ function describe(r) {
   const source = s.source ?? a.source;
   const selector = s.selector ?? a.selector;
   const replica = r.started?.replica ?? r.summary?.replica;
-  return [version !== undefined && `version ${version}`, source, selector && `selector ${selector}`, replica && `replica ${replica}`].filter(Boolean).join(' · ');
+  return [version !== undefined && `version ${version}`, source, selector && `selector ${selector}`, replica && `replica ${replica}`]
+    .filter(Boolean)
+    .join(' · ');
 }
 
 function now_(r, cols) {
@@ -140,7 +152,14 @@ function bars(cols, cs, span, now) {
     const end = c.outcome === 'running' ? now : c.finishedAt ? Date.parse(c.finishedAt) : start + (c.ms ?? 0);
     const left = Math.max(0, Math.min(1, (start - span.start) / total));
     const width = Math.max(0.004, Math.min(1 - left, (end - start) / total));
-    out.push(el('div', { class: 'bar', dataset: { phase: cols[i].phase, outcome: c.outcome }, title: `${cols[i].label}: ${c.outcome}${c.ms !== undefined ? ` ${ms(c.ms)}` : ''}`, style: { left: `${(left * 100).toFixed(2)}%`, width: `${(width * 100).toFixed(2)}%` } }));
+    out.push(
+      el('div', {
+        class: 'bar',
+        dataset: { phase: cols[i].phase, outcome: c.outcome },
+        title: `${cols[i].label}: ${c.outcome}${c.ms !== undefined ? ` ${ms(c.ms)}` : ''}`,
+        style: { left: `${(left * 100).toFixed(2)}%`, width: `${(width * 100).toFixed(2)}%` },
+      }),
+    );
   });
   return out;
 }

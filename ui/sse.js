@@ -48,7 +48,16 @@ export function follow(url, { headers = () => ({}), onAnswer = async () => false
       }
       onStatus('live');
       delay = retryMs;
-      const feed = parser((ev) => onEvent(ev), (id) => { lastId = id; }, (ms) => { retryMs = ms; delay = ms; });
+      const feed = parser(
+        (ev) => onEvent(ev),
+        (id) => {
+          lastId = id;
+        },
+        (ms) => {
+          retryMs = ms;
+          delay = ms;
+        },
+      );
       try {
         const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
         for (;;) {

@@ -63,7 +63,9 @@ export function decodeValues(dtype: string, bytes: Buffer, n: number): Array<num
     const off = i * width;
     let v: number;
     switch (dtype) {
-      case 'float32': v = bytes.readFloatLE(off); break;
+      case 'float32':
+        v = bytes.readFloatLE(off);
+        break;
       case 'bfloat16': {
         const four = Buffer.alloc(4);
         four[2] = bytes[off]!;
@@ -71,12 +73,23 @@ export function decodeValues(dtype: string, bytes: Buffer, n: number): Array<num
         v = four.readFloatLE(0);
         break;
       }
-      case 'float16': v = halfToNumber(bytes.readUInt16LE(off)); break;
-      case 'int64': v = Number(bytes.readBigInt64LE(off)); break;
-      case 'int32': v = bytes.readInt32LE(off); break;
-      case 'int8': v = bytes.readInt8(off); break;
-      case 'bool': v = bytes[off] ? 1 : 0; break;
-      default: v = bytes[off]!; // uint8 and the float8 kinds: the raw byte
+      case 'float16':
+        v = halfToNumber(bytes.readUInt16LE(off));
+        break;
+      case 'int64':
+        v = Number(bytes.readBigInt64LE(off));
+        break;
+      case 'int32':
+        v = bytes.readInt32LE(off);
+        break;
+      case 'int8':
+        v = bytes.readInt8(off);
+        break;
+      case 'bool':
+        v = bytes[off] ? 1 : 0;
+        break;
+      default:
+        v = bytes[off]!; // uint8 and the float8 kinds: the raw byte
     }
     out.push(Number.isFinite(v) ? v : null);
   }

@@ -6,10 +6,7 @@ import { createCipheriv, createHash } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tensorBytes } from './dtype.ts';
 import { HEAD_BYTES, type LoadedTensor, type TensorSpec } from './types.ts';
-import {
-  drained, encodeFrame, FrameReader, FrameType, GroupError, PROTOCOL_VERSION,
-  type GroupErrorCode,
-} from './wire.ts';
+import { drained, encodeFrame, FrameReader, FrameType, GroupError, PROTOCOL_VERSION, type GroupErrorCode } from './wire.ts';
 
 export interface OpenGroupOptions {
   /** Where to listen; default 127.0.0.1. */
@@ -86,7 +83,11 @@ class Master implements GroupMaster {
   private settleReady!: (err?: GroupError) => void;
   private readonly rendezvousTimer: NodeJS.Timeout;
 
-  constructor(private readonly worldSize: number, private readonly groupName: string, timeoutMs: number) {
+  constructor(
+    private readonly worldSize: number,
+    private readonly groupName: string,
+    timeoutMs: number,
+  ) {
     this.ready = new Promise<void>((resolve, reject) => {
       this.settleReady = (err) => (err ? reject(err) : resolve());
     });
@@ -199,8 +200,7 @@ class Master implements GroupMaster {
     if (this.formed || this.closed) return;
     const missing = [];
     for (let r = 1; r < this.worldSize; r++) if (!this.peers.has(r)) missing.push(r);
-    const err = new GroupError(
-      'rendezvous_timeout', `group ${this.groupName}: ranks ${missing.join(', ')} never joined`, missing[0]);
+    const err = new GroupError('rendezvous_timeout', `group ${this.groupName}: ranks ${missing.join(', ')} never joined`, missing[0]);
     this.broken = err;
     this.settleReady(err);
     // The master has given up: tell the ranks that did join instead of leaving them hanging.
@@ -238,13 +238,19 @@ class Master implements GroupMaster {
     const transfer = newTransfer();
     this.current = transfer;
     const peers = [...this.peers.values()];
-    const timer = opts.timeoutMs === undefined ? undefined : setTimeout(() => {
-      const waiting = peers.filter((p) => p.acked < this.seq).map((p) => p.rank);
-      const err = new GroupError('broadcast_timeout',
-        `group ${this.groupName}: ranks ${waiting.join(', ')} did not finish in ${opts.timeoutMs} ms`, waiting[0]);
-      this.broken ??= err; // the streams stop mid-tensor: nothing can resynchronise them
-      transfer.fail(err);
-    }, opts.timeoutMs);
+    const timer =
+      opts.timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            const waiting = peers.filter((p) => p.acked < this.seq).map((p) => p.rank);
+            const err = new GroupError(
+              'broadcast_timeout',
+              `group ${this.groupName}: ranks ${waiting.join(', ')} did not finish in ${opts.timeoutMs} ms`,
+              waiting[0],
+            );
+            this.broken ??= err; // the streams stop mid-tensor: nothing can resynchronise them
+            transfer.fail(err);
+          }, opts.timeoutMs);
     try {
       const sent: LoadedTensor[] = [];
       for (const [i, tensor] of tensors.entries()) {
@@ -258,9 +264,7 @@ class Master implements GroupMaster {
     }
   }
 
-  private async sendTensor(
-    peers: Peer[], transfer: Transfer, tensor: OutgoingTensor, bytes: number, version: string,
-  ): Promise<LoadedTensor> {
+  private async sendTensor(peers: Peer[], transfer: Transfer, tensor: OutgoingTensor, bytes: number, version: string): Promise<LoadedTensor> {
     const seq = ++this.seq;
     await this.write(peers, transfer, encodeFrame(FrameType.tensor, { seq, name: tensor.name, bytes }));
     const hash = createHash('sha256');
@@ -279,8 +283,7 @@ class Master implements GroupMaster {
     if (transfer.error) throw transfer.error;
     const waits: Promise<void>[] = [];
     for (const peer of peers) {
-      const lost = (): GroupError =>
-        new GroupError('member_lost', `rank ${peer.rank} left group ${this.groupName}`, peer.rank);
+      const lost = (): GroupError => new GroupError('member_lost', `rank ${peer.rank} left group ${this.groupName}`, peer.rank);
       if (peer.socket.destroyed) throw lost();
       if (!peer.socket.write(buf)) waits.push(drained(peer.socket, lost));
     }

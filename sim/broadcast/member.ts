@@ -6,9 +6,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { tensorBytes } from './dtype.ts';
 import { HEAD_BYTES, type GroupMember, type JoinGroup, type JoinParams, type LoadedTensor, type TensorSpec } from './types.ts';
-import {
-  encodeFrame, FrameReader, FrameType, GroupError, PROTOCOL_VERSION, type GroupErrorCode, type WireEvent,
-} from './wire.ts';
+import { encodeFrame, FrameReader, FrameType, GroupError, PROTOCOL_VERSION, type GroupErrorCode, type WireEvent } from './wire.ts';
 
 /** Pause between connection attempts while the master is not listening yet (it may open late). */
 const RETRY_MS = 50;
@@ -47,7 +45,11 @@ class RankLink {
   private consumer: Consumer | null = null;
   private lost: GroupError | null = null;
 
-  constructor(readonly rank: number, private readonly socket: Socket, onLost: (err: GroupError) => void) {
+  constructor(
+    readonly rank: number,
+    private readonly socket: Socket,
+    onLost: (err: GroupError) => void,
+  ) {
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => {
       this.reader.feed(chunk);
@@ -141,18 +143,21 @@ class Membership implements GroupMember {
     let timer: NodeJS.Timeout | undefined;
     try {
       const deadline = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new GroupError('receive_timeout',
-          `group ${this.groupName}: ${tensors.length} tensors not received within ${timeoutMs} ms`)), timeoutMs);
+        timer = setTimeout(
+          () => reject(new GroupError('receive_timeout', `group ${this.groupName}: ${tensors.length} tensors not received within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
       });
-      const perRank = await Promise.race([
-        Promise.all(this.links.map((link) => receiveOn(link, tensors, sizes))), deadline]);
+      const perRank = await Promise.race([Promise.all(this.links.map((link) => receiveOn(link, tensors, sizes))), deadline]);
       const first = perRank[0]!;
       for (const [r, got] of perRank.entries()) {
         const differs = got.findIndex((t, i) => t.checksum !== first[i]!.checksum);
         if (differs >= 0) {
-          throw new GroupError('rank_disagreement',
+          throw new GroupError(
+            'rank_disagreement',
             `rank ${this.links[r]!.rank} received other bytes than rank ${this.links[0]!.rank} for ${got[differs]!.name}`,
-            this.links[r]!.rank);
+            this.links[r]!.rank,
+          );
         }
       }
       return first;
@@ -182,7 +187,9 @@ class Membership implements GroupMember {
   private async joinRank(rank: number, deadline: number): Promise<void> {
     const { masterAddress, masterPort, worldSize, groupName } = this.params;
     const socket = await this.connectRank(masterAddress, masterPort, deadline);
-    const link = new RankLink(rank, socket, (err) => { this.broken ??= err; });
+    const link = new RankLink(rank, socket, (err) => {
+      this.broken ??= err;
+    });
     this.links.push(link);
     this.links.sort((a, b) => a.rank - b.rank);
     const formed = new Promise<void>((resolve, reject) => {
@@ -246,8 +253,11 @@ function receiveOn(link: RankLink, tensors: TensorSpec[], sizes: number[]): Prom
             throw new GroupError('protocol_error', `rank ${link.rank}: unexpected frame type ${ev.type}`, link.rank);
           }
           if (ev.body.bytes !== sizes[i]) {
-            throw new GroupError('size_mismatch', `rank ${link.rank}: tensor ${tensors[i]!.name} is ${sizes[i]} bytes, ` +
-              `the master sent ${String(ev.body.bytes)} (${String(ev.body.name)})`, link.rank);
+            throw new GroupError(
+              'size_mismatch',
+              `rank ${link.rank}: tensor ${tensors[i]!.name} is ${sizes[i]} bytes, ` + `the master sent ${String(ev.body.bytes)} (${String(ev.body.name)})`,
+              link.rank,
+            );
           }
           seq = Number(ev.body.seq);
           hash = createHash('sha256');

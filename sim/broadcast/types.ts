@@ -2,9 +2,7 @@
 // NCCL (spec/engines.md §6.6). The SGLang and TokenSpeed simulators call `joinGroup` from their
 // `init_weights_update_group` route; the trainer simulator opens the group as rank 0.
 
-export type Dtype =
-  | 'float32' | 'bfloat16' | 'float16' | 'int64' | 'int32'
-  | 'uint8' | 'int8' | 'bool' | 'float8_e4m3fn' | 'float8_e5m2';
+export type Dtype = 'float32' | 'bfloat16' | 'float16' | 'int64' | 'int32' | 'uint8' | 'int8' | 'bool' | 'float8_e4m3fn' | 'float8_e5m2';
 
 export interface TensorSpec {
   name: string;

@@ -16,11 +16,27 @@ export const FrameType = {
 } as const;
 export type FrameTypeCode = (typeof FrameType)[keyof typeof FrameType];
 
-export interface HelloBody { protocol: number; group: string; rank: number; world_size: number }
-export interface FormedBody { world_size: number }
-export interface ErrorBody { code: GroupErrorCode; message: string }
-export interface TensorHeader { seq: number; name: string; bytes: number }
-export interface AckBody { seq: number }
+export interface HelloBody {
+  protocol: number;
+  group: string;
+  rank: number;
+  world_size: number;
+}
+export interface FormedBody {
+  world_size: number;
+}
+export interface ErrorBody {
+  code: GroupErrorCode;
+  message: string;
+}
+export interface TensorHeader {
+  seq: number;
+  name: string;
+  bytes: number;
+}
+export interface AckBody {
+  seq: number;
+}
 
 export type GroupErrorCode =
   | 'invalid_params' // a caller passed a bad worldSize / rank / gpus
@@ -45,7 +61,11 @@ export type GroupErrorCode =
 /** Every failure of the group carries a stable code; `rank` names the member at fault. */
 export class GroupError extends Error {
   override readonly name = 'GroupError';
-  constructor(readonly code: GroupErrorCode, message: string, readonly rank?: number) {
+  constructor(
+    readonly code: GroupErrorCode,
+    message: string,
+    readonly rank?: number,
+  ) {
     super(message);
   }
 }

@@ -62,13 +62,7 @@ export function engineRoutes<R extends Rule>(
 }
 
 /** `GET /_sim/faults` · `POST` (append) · `PUT` (replace) · `DELETE` over `table`. */
-function faultRoutes<R extends Rule>(
-  route: string,
-  body: unknown,
-  res: ServerResponse,
-  table: FaultTable<R>,
-  parse: (input: unknown) => R[],
-): boolean {
+function faultRoutes<R extends Rule>(route: string, body: unknown, res: ServerResponse, table: FaultTable<R>, parse: (input: unknown) => R[]): boolean {
   switch (route) {
     case 'GET /_sim/faults':
       sendJson(res, 200, table.list());

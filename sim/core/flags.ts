@@ -11,7 +11,10 @@ export function readFlags(argv: readonly string[], visit: (flag: string, next: (
     let flag = argv[i];
     let value: string | undefined;
     const eq = flag.indexOf('=');
-    if (flag.startsWith('--') && eq > 0) { value = flag.slice(eq + 1); flag = flag.slice(0, eq); }
+    if (flag.startsWith('--') && eq > 0) {
+      value = flag.slice(eq + 1);
+      flag = flag.slice(0, eq);
+    }
     const next = (): string => {
       if (value !== undefined) return value;
       const v = argv[++i];

@@ -97,16 +97,25 @@ export class HttpFront<E> {
     if (f.delayMs) {
       holds.delayed++;
       await new Promise<void>((resolve) => {
-        const t = setTimeout(() => { this.timers.delete(t); resolve(); }, f.delayMs);
+        const t = setTimeout(() => {
+          this.timers.delete(t);
+          resolve();
+        }, f.delayMs);
         this.timers.add(t);
       });
       holds.delayed--;
       if (res.destroyed && !f.runIfAbandoned) return;
     }
     if (f.exit !== undefined && f.exit !== false) return this.o.exit(f.exit === true ? 1 : f.exit);
-    if (f.drop) { req.socket.destroy(); return; }
+    if (f.drop) {
+      req.socket.destroy();
+      return;
+    }
     if (f.hang) {
-      const end = (): void => { holds.hung.delete(end); res.destroy(); };
+      const end = (): void => {
+        holds.hung.delete(end);
+        res.destroy();
+      };
       holds.hung.add(end);
       res.on('close', () => holds.hung.delete(end));
       return;

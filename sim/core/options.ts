@@ -69,23 +69,39 @@ export interface CommandLine {
  * flags every simulator spells alike land here, in `o`; every other flag goes to `visit`, which
  * returns false for one it does not know (an error).
  */
-export function readEngineFlags(
-  argv: readonly string[],
-  o: EngineOptions,
-  visit: (flag: string, next: () => string) => boolean,
-): CommandLine {
+export function readEngineFlags(argv: readonly string[], o: EngineOptions, visit: (flag: string, next: () => string) => boolean): CommandLine {
   const line: CommandLine = { help: false, exitOnStdinClose: false };
   readFlags(argv, (flag, next) => {
     switch (flag) {
-      case '--help': case '-h': line.help = true; return;
-      case '--exit-on-stdin-close': line.exitOnStdinClose = true; return;
-      case '--model': case '--model-path': o.model = next(); return;
-      case '--weight-version': o.weightVersion = next(); return;
-      case '--token-rate': o.tokenRate = flagNumber(flag, next()); return;
-      case '--context-length': o.contextLength = flagNumber(flag, next()); return;
-      case '--version': o.version = next(); return;
-      case '--group-timeout': o.groupTimeoutMs = flagNumber(flag, next()); return;
-      case '--record-limit': o.recordLimit = flagNumber(flag, next()); return;
+      case '--help':
+      case '-h':
+        line.help = true;
+        return;
+      case '--exit-on-stdin-close':
+        line.exitOnStdinClose = true;
+        return;
+      case '--model':
+      case '--model-path':
+        o.model = next();
+        return;
+      case '--weight-version':
+        o.weightVersion = next();
+        return;
+      case '--token-rate':
+        o.tokenRate = flagNumber(flag, next());
+        return;
+      case '--context-length':
+        o.contextLength = flagNumber(flag, next());
+        return;
+      case '--version':
+        o.version = next();
+        return;
+      case '--group-timeout':
+        o.groupTimeoutMs = flagNumber(flag, next());
+        return;
+      case '--record-limit':
+        o.recordLimit = flagNumber(flag, next());
+        return;
       default:
         if (!visit(flag, next)) throw new Error(`unknown flag ${flag} (see --help)`);
     }

@@ -68,8 +68,14 @@ export class RequestLog extends BoundedLog<RecordedRequest> {
     // Counted only when nothing is kept: no record object per request in the benchmarks.
     if (!this.enabled) return this.count();
     this.add({
-      method, path, query, headers: req.headers, body: body.toString('utf8'), bodyBytes: body.length,
-      httpVersion: req.httpVersion, remotePort: req.socket.remotePort,
+      method,
+      path,
+      query,
+      headers: req.headers,
+      body: body.toString('utf8'),
+      bodyBytes: body.length,
+      httpVersion: req.httpVersion,
+      remotePort: req.socket.remotePort,
     });
   }
 }

@@ -23,7 +23,12 @@ export function callOf(req: IncomingMessage, res: ServerResponse, body: Buffer):
   const url = req.url ?? '/';
   const q = url.indexOf('?');
   return {
-    req, res, method: req.method ?? 'GET', path: q < 0 ? url : url.slice(0, q), query: q < 0 ? '' : url.slice(q + 1), body,
+    req,
+    res,
+    method: req.method ?? 'GET',
+    path: q < 0 ? url : url.slice(0, q),
+    query: q < 0 ? '' : url.slice(q + 1),
+    body,
     claimSuccess: false,
   };
 }

@@ -53,7 +53,10 @@ export class Scheduler<Mode extends string> {
   private readonly instant: boolean;
   private rr = 0;
 
-  constructor(private readonly opts: SchedulerOptions, private readonly modes: PauseModes<Mode>) {
+  constructor(
+    private readonly opts: SchedulerOptions,
+    private readonly modes: PauseModes<Mode>,
+  ) {
     this.instant = !Number.isFinite(opts.tokenRate) || opts.tokenRate <= 0;
     this.tickMs = this.instant ? 0 : Math.max(1, Math.min(20, 1000 / opts.tokenRate));
   }
@@ -125,10 +128,16 @@ export class Scheduler<Mode extends string> {
   submit(seqs: Sequence[]): void {
     for (const s of seqs) this.live.set(s.rid, s);
     if (!this.gateOpen) {
-      for (const s of seqs) { s.state = 'held'; this.held.add(s); }
+      for (const s of seqs) {
+        s.state = 'held';
+        this.held.add(s);
+      }
       return;
     }
-    for (const s of seqs) { s.state = 'waiting'; this.waiting.push(s); }
+    for (const s of seqs) {
+      s.state = 'waiting';
+      this.waiting.push(s);
+    }
     this.admit();
   }
 
@@ -145,7 +154,10 @@ export class Scheduler<Mode extends string> {
   abortWhere(match: (rid: string) => boolean, finish: Finish): number {
     let n = 0;
     for (const s of [...this.live.values()]) {
-      if (match(s.rid)) { this.end(s, finish); n++; }
+      if (match(s.rid)) {
+        this.end(s, finish);
+        n++;
+      }
     }
     return n;
   }
@@ -221,7 +233,10 @@ export class Scheduler<Mode extends string> {
       s.runStartedAt = now;
       s.runBase = s.outputIds.length;
       this.running.add(s);
-      if (s.done) { this.end(s, s.finish!); continue; }
+      if (s.done) {
+        this.end(s, s.finish!);
+        continue;
+      }
       if (this.instant) this.runToEnd(s);
     }
     if (this.running.size > 0) this.startTicker();
@@ -244,13 +259,19 @@ export class Scheduler<Mode extends string> {
   /** Pacing restarts from now: a frozen request does not catch up on the time it was frozen. */
   private rebase(): void {
     const now = performance.now();
-    for (const s of this.running) { s.runStartedAt = now; s.runBase = s.outputIds.length; }
+    for (const s of this.running) {
+      s.runStartedAt = now;
+      s.runBase = s.outputIds.length;
+    }
   }
 
   private openGateIfFree(): void {
     if (!this.gateOpen) return;
     if (this.held.size > 0) {
-      for (const s of this.held) { s.state = 'waiting'; this.waiting.push(s); }
+      for (const s of this.held) {
+        s.state = 'waiting';
+        this.waiting.push(s);
+      }
       this.held.clear();
     }
     this.gateWaiters.wake();
@@ -299,7 +320,10 @@ export class Scheduler<Mode extends string> {
       let finished = false;
       while (s.outputIds.length < target) {
         produced = true;
-        if (s.step()) { finished = true; break; }
+        if (s.step()) {
+          finished = true;
+          break;
+        }
       }
       if (produced) this.produced();
       if (finished) this.end(s, s.finish!);

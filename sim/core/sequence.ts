@@ -56,7 +56,10 @@ export class Sequence {
   /** Called after new tokens and once at the end (`finish` set). Set by the wire's handler. */
   onUpdate: ((seq: Sequence) => void) | null = null;
 
-  constructor(readonly params: SeqParams, private readonly tokenAt: TokenAt) {
+  constructor(
+    readonly params: SeqParams,
+    private readonly tokenAt: TokenAt,
+  ) {
     if (params.maxNewTokens <= 0) this.finish = { type: 'length' };
   }
 

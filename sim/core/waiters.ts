@@ -17,7 +17,10 @@ export class Waiters {
   /** Resolves true at the next wake, false if `timeoutMs` passes first. */
   within(timeoutMs: number): Promise<boolean> {
     return new Promise((resolve) => {
-      const waiter = (): void => { clearTimeout(timer); resolve(true); };
+      const waiter = (): void => {
+        clearTimeout(timer);
+        resolve(true);
+      };
       const timer = setTimeout(() => {
         this.list = this.list.filter((w) => w !== waiter);
         resolve(false);

@@ -9,14 +9,7 @@ import { readJson, sendJson } from '../core/reply.ts';
 import type { SimEngine } from './engine.ts';
 import { parseFaults, ruleOf } from './faults.ts';
 
-export function handleAdmin(
-  engine: SimEngine,
-  exit: (code: number) => void,
-  method: string,
-  path: string,
-  body: Buffer,
-  res: ServerResponse,
-): void {
+export function handleAdmin(engine: SimEngine, exit: (code: number) => void, method: string, path: string, body: Buffer, res: ServerResponse): void {
   const route = `${method} ${path}`;
   // A body that is not JSON counts as none: only the fault and exit routes read one.
   const parsed = readJson(body);

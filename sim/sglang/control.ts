@@ -45,7 +45,13 @@ export async function flushCache(engine: SimEngine, call: Call): Promise<void> {
     if (!Number.isFinite(seconds) || seconds < 0) return sendError(call.res, 'timeout must be a number >= 0');
     if (seconds > 0 && !sched.idle) {
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([sched.whenIdle(), new Promise<void>((r) => { timer = setTimeout(r, seconds * 1000); timer.unref(); })]);
+      await Promise.race([
+        sched.whenIdle(),
+        new Promise<void>((r) => {
+          timer = setTimeout(r, seconds * 1000);
+          timer.unref();
+        }),
+      ]);
       clearTimeout(timer);
     }
   }
@@ -57,7 +63,10 @@ export async function flushCache(engine: SimEngine, call: Call): Promise<void> {
 
 function memoryTags(call: Call): string[] | null {
   const parsed = jsonObjectOrEmpty(call.body);
-  if (!parsed.ok) { sendInvalid(call.res, parsed.message); return null; }
+  if (!parsed.ok) {
+    sendInvalid(call.res, parsed.message);
+    return null;
+  }
   const tags = parsed.value.tags;
   if (tags === undefined || tags === null) return [...MEMORY_TAGS];
   if (!Array.isArray(tags) || !tags.every((t) => (MEMORY_TAGS as readonly string[]).includes(t as string))) {

@@ -11,8 +11,20 @@ export interface Fault extends RouteFault {
 }
 
 const KEYS = new Set([
-  'route', 'method', 'delayMs', 'status', 'body', 'bodyBytes', 'contentType', 'headers', 'times',
-  'hang', 'drop', 'exit', 'claimSuccessWithoutApplying', 'runIfAbandoned',
+  'route',
+  'method',
+  'delayMs',
+  'status',
+  'body',
+  'bodyBytes',
+  'contentType',
+  'headers',
+  'times',
+  'hang',
+  'drop',
+  'exit',
+  'claimSuccessWithoutApplying',
+  'runIfAbandoned',
 ]);
 
 /** Validates one fault object or a list of them. */

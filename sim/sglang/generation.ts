@@ -19,20 +19,17 @@ export const SSE_DONE = Buffer.from('data: [DONE]\n\n');
  * Submits `seqs` and calls `onUpdate` after each scheduler update (new tokens, or the end) and
  * `onDone` once all finished. A client that goes away cancels what is left, as SGLang does.
  */
-export function runSequences(
-  engine: SimEngine,
-  call: Call,
-  seqs: Sequence[],
-  onUpdate: ((seq: Sequence, k: number) => void) | null,
-  onDone: () => void,
-): void {
+export function runSequences(engine: SimEngine, call: Call, seqs: Sequence[], onUpdate: ((seq: Sequence, k: number) => void) | null, onDone: () => void): void {
   let remaining = seqs.length;
   let done = false;
   seqs.forEach((s, k) => {
     s.onUpdate = (seq) => {
       if (done) return;
       onUpdate?.(seq, k);
-      if (seq.done && --remaining === 0) { done = true; onDone(); }
+      if (seq.done && --remaining === 0) {
+        done = true;
+        onDone();
+      }
     };
   });
   call.res.on('close', () => {
@@ -91,13 +88,7 @@ function finishReason(seq: Sequence): Record<string, unknown> | null {
 }
 
 /** One SGLang output object for a sequence, with the live weight_version. */
-export function outputOf(
-  engine: SimEngine,
-  seq: Sequence,
-  ask: LogprobAsk,
-  mock: Record<string, unknown> | null,
-  index?: number,
-): Record<string, unknown> {
+export function outputOf(engine: SimEngine, seq: Sequence, ask: LogprobAsk, mock: Record<string, unknown> | null, index?: number): Record<string, unknown> {
   let meta: Record<string, unknown> = {
     id: seq.rid,
     finish_reason: finishReason(seq),
@@ -171,22 +162,33 @@ export function generate(engine: SimEngine, call: Call): void {
       withText: b.return_text_in_logprobs === true,
     };
   });
-  const mock = typeof b.mock_meta_info === 'object' && b.mock_meta_info !== null && !Array.isArray(b.mock_meta_info)
-    ? (b.mock_meta_info as Record<string, unknown>)
-    : null;
+  const mock =
+    typeof b.mock_meta_info === 'object' && b.mock_meta_info !== null && !Array.isArray(b.mock_meta_info)
+      ? (b.mock_meta_info as Record<string, unknown>)
+      : null;
   const res = call.res;
 
   if (b.stream === true) {
     res.writeHead(200, SSE_HEADERS);
     res.flushHeaders();
-    runSequences(engine, call, seqs, (seq, k) => {
-      const obj = outputOf(engine, seq, asks[k], mock, isSingle ? undefined : k);
-      res.write(`data: ${JSON.stringify(obj)}\n\n`);
-    }, () => res.end(SSE_DONE));
+    runSequences(
+      engine,
+      call,
+      seqs,
+      (seq, k) => {
+        const obj = outputOf(engine, seq, asks[k], mock, isSingle ? undefined : k);
+        res.write(`data: ${JSON.stringify(obj)}\n\n`);
+      },
+      () => res.end(SSE_DONE),
+    );
     return;
   }
   runSequences(engine, call, seqs, null, () => {
     if (isSingle) return sendJson(res, 200, outputOf(engine, seqs[0], asks[0], mock));
-    sendJson(res, 200, seqs.map((s, k) => outputOf(engine, s, asks[k], mock)));
+    sendJson(
+      res,
+      200,
+      seqs.map((s, k) => outputOf(engine, s, asks[k], mock)),
+    );
   });
 }

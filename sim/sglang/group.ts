@@ -45,15 +45,28 @@ export async function initWeightsUpdateGroup(engine: SimEngine, call: Call): Pro
     return fail(call, `Failed to initialize custom process group: ranks ${ranks[0]}..${ranks[ranks.length - 1]} do not fit world_size ${b.world_size}.`);
   }
   const entry: GroupEntry = {
-    name, state: 'joining', masterAddress: b.master_address, masterPort: b.master_port,
-    rankOffset: b.rank_offset, worldSize: b.world_size, backend, ranks, member: null, chunks: 0,
+    name,
+    state: 'joining',
+    masterAddress: b.master_address,
+    masterPort: b.master_port,
+    rankOffset: b.rank_offset,
+    worldSize: b.world_size,
+    backend,
+    ranks,
+    member: null,
+    chunks: 0,
   };
   store.groups.set(name, entry);
   const join = engine.opts.joinGroup;
   if (join && !call.claimSuccess) {
     const params: JoinParams = {
-      masterAddress: entry.masterAddress, masterPort: entry.masterPort, rankOffset: entry.rankOffset,
-      worldSize: entry.worldSize, groupName: name, gpus, timeoutMs: engine.opts.groupTimeoutMs,
+      masterAddress: entry.masterAddress,
+      masterPort: entry.masterPort,
+      rankOffset: entry.rankOffset,
+      worldSize: entry.worldSize,
+      groupName: name,
+      gpus,
+      timeoutMs: engine.opts.groupTimeoutMs,
     };
     try {
       const member = await join(params);
@@ -92,7 +105,10 @@ export async function updateWeightsFromDistributed(engine: SimEngine, call: Call
   const names = b.names;
   const dtypes = b.dtypes;
   if (names.length !== dtypes.length || names.length !== shapes.length) {
-    return fail(call, `Failed to update parameter online: names (${names.length}), dtypes (${dtypes.length}) and shapes (${shapes.length}) must have the same length.`);
+    return fail(
+      call,
+      `Failed to update parameter online: names (${names.length}), dtypes (${dtypes.length}) and shapes (${shapes.length}) must have the same length.`,
+    );
   }
   const badDtype = dtypes.find((d) => !knownDtype(d));
   if (badDtype !== undefined) return fail(call, `Failed to update parameter online: unsupported dtype "${badDtype}".`);
@@ -117,9 +133,15 @@ export async function updateWeightsFromDistributed(engine: SimEngine, call: Call
       for (const s of specs) {
         const got = received?.get(s.name);
         engine.weights.tensors.set(s.name, {
-          name: s.name, dtype: s.dtype, shape: s.shape,
+          name: s.name,
+          dtype: s.dtype,
+          shape: s.shape,
           bytes: got?.bytes ?? tensorBytes(s.dtype, s.shape),
-          checksum: got?.checksum ?? null, head: got?.head ?? null, group: name, weightVersion, at,
+          checksum: got?.checksum ?? null,
+          head: got?.head ?? null,
+          group: name,
+          weightVersion,
+          at,
         });
       }
     },

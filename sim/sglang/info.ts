@@ -132,19 +132,32 @@ export class InfoRoutes {
   /** Deprecated `/get_load`: the older per-rank list. */
   getLoad = (_engine: SimEngine, call: Call): void => {
     const ranks = this.engine.scheduler.countsByRank();
-    sendJson(call.res, 200, ranks.map((r, dp_rank) => ({
-      dp_rank, num_reqs: r.running + r.waiting, num_waiting_reqs: r.waiting, num_tokens: 0,
-    })));
+    sendJson(
+      call.res,
+      200,
+      ranks.map((r, dp_rank) => ({
+        dp_rank,
+        num_reqs: r.running + r.waiting,
+        num_waiting_reqs: r.waiting,
+        num_tokens: 0,
+      })),
+    );
   };
 
   models = (_engine: SimEngine, call: Call): void => {
     const o = this.engine.opts;
     sendJson(call.res, 200, {
       object: 'list',
-      data: [{
-        id: o.servedModelName, object: 'model', created: Math.floor(this.engine.startedAt / 1000),
-        owned_by: 'sglang', root: o.servedModelName, max_model_len: o.contextLength,
-      }],
+      data: [
+        {
+          id: o.servedModelName,
+          object: 'model',
+          created: Math.floor(this.engine.startedAt / 1000),
+          owned_by: 'sglang',
+          root: o.servedModelName,
+          max_model_len: o.contextLength,
+        },
+      ],
     });
   };
 }

@@ -43,9 +43,7 @@ export async function sglangSimCommand(argv: string[]): Promise<void> {
     // A simulated crash: no cleanup, the port just stops answering.
     onExit: (code) => process.exit(code),
   });
-  process.stdout.write(
-    `${JSON.stringify({ event: 'listening', url: sim.url, port: sim.port, transport: joinGroup ? 'tcp' : 'metadata' })}\n`,
-  );
+  process.stdout.write(`${JSON.stringify({ event: 'listening', url: sim.url, port: sim.port, transport: joinGroup ? 'tcp' : 'metadata' })}\n`);
   await runUntilStopped(() => sim.close(), cli.exitOnStdinClose);
 }
 

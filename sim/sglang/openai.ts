@@ -15,7 +15,8 @@ type Kind = 'chat' | 'completion';
 
 function contentText(c: unknown): string {
   if (typeof c === 'string') return c;
-  if (Array.isArray(c)) return c.map((p) => (p && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : '')).join('');
+  if (Array.isArray(c))
+    return c.map((p) => (p && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : '')).join('');
   return '';
 }
 
@@ -41,8 +42,13 @@ function chatLogprobs(seq: Sequence, from: number, top: number): Record<string, 
   for (let i = from; i < seq.outputIds.length; i++) {
     const t = tokenText(seq.outputIds[i]);
     content.push({
-      token: t, logprob: logprobAt(seq.params.seed, i), bytes: [...Buffer.from(t)],
-      top_logprobs: top > 0 ? topLogprobsAt(seq.params.seed, i, top).map(([lp, id]) => ({ token: tokenText(id), logprob: lp, bytes: [...Buffer.from(tokenText(id))] })) : [],
+      token: t,
+      logprob: logprobAt(seq.params.seed, i),
+      bytes: [...Buffer.from(t)],
+      top_logprobs:
+        top > 0
+          ? topLogprobsAt(seq.params.seed, i, top).map(([lp, id]) => ({ token: tokenText(id), logprob: lp, bytes: [...Buffer.from(tokenText(id))] }))
+          : [],
     });
   }
   return { content };
@@ -111,7 +117,7 @@ function handle(engine: SimEngine, call: Call, kind: Kind): void {
   const created = Math.floor(Date.now() / 1000);
   const id = seqs[0].rid;
   const wantLogprobs = kind === 'chat' ? b.logprobs === true : isInt(b.logprobs) && b.logprobs > 0;
-  const top = kind === 'chat' ? (isInt(b.top_logprobs) ? b.top_logprobs : 0) : (isInt(b.logprobs) ? b.logprobs : 0);
+  const top = kind === 'chat' ? (isInt(b.top_logprobs) ? b.top_logprobs : 0) : isInt(b.logprobs) ? b.logprobs : 0;
   const object = kind === 'chat' ? 'chat.completion' : 'text_completion';
   const res = call.res;
 
@@ -125,26 +131,32 @@ function handle(engine: SimEngine, call: Call, kind: Kind): void {
     };
     res.writeHead(200, SSE_HEADERS);
     res.flushHeaders();
-    runSequences(engine, call, seqs, (seq, k) => {
-      if (kind === 'chat' && !started[k]) {
-        started[k] = true;
-        write({ index: k, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null, matched_stop: null });
-      }
-      const delta = seq.text.slice(sentText[k]);
-      sentText[k] = seq.text.length;
-      const lp = !wantLogprobs ? null : kind === 'chat' ? chatLogprobs(seq, sentTokens[k], top) : completionLogprobs(seq, sentTokens[k], top);
-      sentTokens[k] = seq.outputIds.length;
-      if (delta === '' && !seq.done) return;
-      const fin = { finish_reason: finishName(seq.finish), matched_stop: matchedStop(seq.finish) };
-      if (kind === 'chat') write({ index: k, delta: delta === '' ? {} : { content: delta }, logprobs: lp, ...fin });
-      else write({ index: k, text: delta, logprobs: lp, ...fin });
-    }, () => {
-      const opts = b.stream_options as { include_usage?: unknown } | undefined;
-      if (opts && opts.include_usage === true) {
-        res.write(`data: ${JSON.stringify({ id, object: chunkObject, created, model, choices: [], usage: usageOf(seqs, n) })}\n\n`);
-      }
-      res.end(SSE_DONE);
-    });
+    runSequences(
+      engine,
+      call,
+      seqs,
+      (seq, k) => {
+        if (kind === 'chat' && !started[k]) {
+          started[k] = true;
+          write({ index: k, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null, matched_stop: null });
+        }
+        const delta = seq.text.slice(sentText[k]);
+        sentText[k] = seq.text.length;
+        const lp = !wantLogprobs ? null : kind === 'chat' ? chatLogprobs(seq, sentTokens[k], top) : completionLogprobs(seq, sentTokens[k], top);
+        sentTokens[k] = seq.outputIds.length;
+        if (delta === '' && !seq.done) return;
+        const fin = { finish_reason: finishName(seq.finish), matched_stop: matchedStop(seq.finish) };
+        if (kind === 'chat') write({ index: k, delta: delta === '' ? {} : { content: delta }, logprobs: lp, ...fin });
+        else write({ index: k, text: delta, logprobs: lp, ...fin });
+      },
+      () => {
+        const opts = b.stream_options as { include_usage?: unknown } | undefined;
+        if (opts && opts.include_usage === true) {
+          res.write(`data: ${JSON.stringify({ id, object: chunkObject, created, model, choices: [], usage: usageOf(seqs, n) })}\n\n`);
+        }
+        res.end(SSE_DONE);
+      },
+    );
     return;
   }
 
@@ -162,7 +174,12 @@ function handle(engine: SimEngine, call: Call, kind: Kind): void {
       return { index: k, text: s.text, logprobs: wantLogprobs ? completionLogprobs(s, 0, top) : null, ...fin };
     });
     sendJson(res, 200, {
-      id, object, created, model, choices, usage: usageOf(seqs, n),
+      id,
+      object,
+      created,
+      model,
+      choices,
+      usage: usageOf(seqs, n),
       metadata: { weight_version: engine.weightVersion },
     });
   });

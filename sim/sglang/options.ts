@@ -120,14 +120,37 @@ export function parseArgs(argv: readonly string[]): CliOptions {
   let transport: Transport = 'auto';
   const line = readEngineFlags(argv, o, (flag, next) => {
     switch (flag) {
-      case '--host': o.host = next(); break;
-      case '--port': o.port = flagNumber(flag, next()); break;
-      case '--served-model-name': o.servedModelName = next(); break;
-      case '--tp-size': case '--tp': case '--tensor-parallel-size': o.tpSize = flagNumber(flag, next()); break;
-      case '--dp-size': case '--dp': case '--data-parallel-size': o.dpSize = flagNumber(flag, next()); break;
-      case '--pp-size': case '--pp': case '--pipeline-parallel-size': o.ppSize = flagNumber(flag, next()); break;
-      case '--max-running': case '--max-running-requests': o.maxRunningRequests = flagNumber(flag, next()); break;
-      case '--api-key': o.apiKey = next(); break;
+      case '--host':
+        o.host = next();
+        break;
+      case '--port':
+        o.port = flagNumber(flag, next());
+        break;
+      case '--served-model-name':
+        o.servedModelName = next();
+        break;
+      case '--tp-size':
+      case '--tp':
+      case '--tensor-parallel-size':
+        o.tpSize = flagNumber(flag, next());
+        break;
+      case '--dp-size':
+      case '--dp':
+      case '--data-parallel-size':
+        o.dpSize = flagNumber(flag, next());
+        break;
+      case '--pp-size':
+      case '--pp':
+      case '--pipeline-parallel-size':
+        o.ppSize = flagNumber(flag, next());
+        break;
+      case '--max-running':
+      case '--max-running-requests':
+        o.maxRunningRequests = flagNumber(flag, next());
+        break;
+      case '--api-key':
+        o.apiKey = next();
+        break;
       case '--fault': {
         const parsed = flagJson(flag, next());
         faults.push(...parseFaults(parsed));
@@ -139,15 +162,20 @@ export function parseArgs(argv: readonly string[]): CliOptions {
         o.healthMode = v;
         break;
       }
-      case '--health-check-timeout': o.healthCheckTimeoutMs = flagNumber(flag, next()); break;
-      case '--no-memory-saver': o.enableMemorySaver = false; break;
+      case '--health-check-timeout':
+        o.healthCheckTimeoutMs = flagNumber(flag, next());
+        break;
+      case '--no-memory-saver':
+        o.enableMemorySaver = false;
+        break;
       case '--transport': {
         const v = next();
         if (v !== 'auto' && v !== 'metadata') throw new Error('--transport is auto or metadata');
         transport = v;
         break;
       }
-      default: return false;
+      default:
+        return false;
     }
     return true;
   });

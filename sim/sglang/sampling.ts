@@ -52,8 +52,15 @@ export function parseSampling(raw: unknown): Sampling | string {
   const seed = raw.sampling_seed ?? 0;
   if (!isInt(seed)) return 'sampling_seed must be an integer';
   return {
-    maxNewTokens: max, minNewTokens: min, stopTokenIds, stopStrings, n, temperature,
-    noStopTrim: raw.no_stop_trim === true, ignoreEos: raw.ignore_eos === true, samplingSeed: seed,
+    maxNewTokens: max,
+    minNewTokens: min,
+    stopTokenIds,
+    stopStrings,
+    n,
+    temperature,
+    noStopTrim: raw.no_stop_trim === true,
+    ignoreEos: raw.ignore_eos === true,
+    samplingSeed: seed,
   };
 }
 
@@ -79,13 +86,7 @@ export function expandRids(rid: unknown, num: number, isSingle: boolean): string
  * Children in SGLang's order (prompt-major, then sample). Greedy sampling gives every sample the
  * same tokens; otherwise the sample index (and sampling_seed) varies the seed.
  */
-export function makeSequences(
-  engine: SimEngine,
-  prompts: number[][],
-  samplings: Sampling[],
-  rids: string[],
-  askedRank: unknown,
-): Sequence[] | string {
+export function makeSequences(engine: SimEngine, prompts: number[][], samplings: Sampling[], rids: string[], askedRank: unknown): Sequence[] | string {
   const out: Sequence[] = [];
   const n = samplings[0].n;
   for (let i = 0; i < prompts.length; i++) {
@@ -97,19 +98,24 @@ export function makeSequences(
     const promptHash = seedOf(ids, 0);
     for (let j = 0; j < n; j++) {
       const salt = sp.temperature === 0 ? 0 : (Math.imul(j, 0x9e3779b1) ^ sp.samplingSeed) >>> 0;
-      out.push(new Sequence({
-        rid: rids[i * n + j],
-        promptIds: ids,
-        promptHash,
-        seed: salt === 0 ? promptHash : seedOf(ids, salt),
-        maxNewTokens: sp.maxNewTokens,
-        minNewTokens: sp.minNewTokens,
-        stopTokenIds: sp.stopTokenIds,
-        stopStrings: sp.stopStrings,
-        noStopTrim: sp.noStopTrim,
-        ignoreEos: sp.ignoreEos,
-        dpRank: engine.scheduler.rankFor(askedRank),
-      }, tokenAt));
+      out.push(
+        new Sequence(
+          {
+            rid: rids[i * n + j],
+            promptIds: ids,
+            promptHash,
+            seed: salt === 0 ? promptHash : seedOf(ids, salt),
+            maxNewTokens: sp.maxNewTokens,
+            minNewTokens: sp.minNewTokens,
+            stopTokenIds: sp.stopTokenIds,
+            stopStrings: sp.stopStrings,
+            noStopTrim: sp.noStopTrim,
+            ignoreEos: sp.ignoreEos,
+            dpRank: engine.scheduler.rankFor(askedRank),
+          },
+          tokenAt,
+        ),
+      );
     }
   }
   const seen = new Set<string>();

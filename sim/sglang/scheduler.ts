@@ -36,10 +36,16 @@ export class Scheduler extends BaseScheduler<PauseMode> {
     if (!all && !this.live.has(rid)) return 0;
     let n = 0;
     for (const s of [...this.waiting]) {
-      if (all || s.rid.startsWith(rid)) { this.end(s, abortFinish(ABORT_WAITING)); n++; }
+      if (all || s.rid.startsWith(rid)) {
+        this.end(s, abortFinish(ABORT_WAITING));
+        n++;
+      }
     }
     for (const s of [...this.running]) {
-      if (all || s.rid.startsWith(rid)) { this.end(s, abortFinish(ABORT_RUNNING)); n++; }
+      if (all || s.rid.startsWith(rid)) {
+        this.end(s, abortFinish(ABORT_RUNNING));
+        n++;
+      }
     }
     return n;
   }
@@ -53,7 +59,11 @@ export class Scheduler extends BaseScheduler<PauseMode> {
       // tokens already produced are kept and recomputed after continue.
       const back = [...this.running];
       this.running.clear();
-      for (const s of back) { s.state = 'waiting'; s.retractions++; s.cachedTokens = 0; }
+      for (const s of back) {
+        s.state = 'waiting';
+        s.retractions++;
+        s.cachedTokens = 0;
+      }
       this.waiting.unshift(...back);
       if (back.length > 0) this.prefixCache.clear();
     }

@@ -5,8 +5,16 @@
 import { WeightStore as BaseWeightStore, type StoredGroup } from '../core/weight-store.ts';
 
 export const DTYPE_BYTES: Readonly<Record<string, number>> = {
-  float32: 4, bfloat16: 2, float16: 2, int64: 8, int32: 4,
-  uint8: 1, int8: 1, bool: 1, float8_e4m3fn: 1, float8_e5m2: 1,
+  float32: 4,
+  bfloat16: 2,
+  float16: 2,
+  int64: 8,
+  int32: 4,
+  uint8: 1,
+  int8: 1,
+  bool: 1,
+  float8_e4m3fn: 1,
+  float8_e5m2: 1,
 };
 
 export type LoadSource = 'distributed' | 'disk' | 'tensor' | 'ipc';

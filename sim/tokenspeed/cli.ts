@@ -70,7 +70,11 @@ function serverArg(raw: string, into: Record<string, unknown>): void {
   const eq = raw.indexOf('=');
   if (eq <= 0) throw new Error(`--server-arg needs key=value, got ${raw}`);
   const value = raw.slice(eq + 1);
-  try { into[raw.slice(0, eq)] = JSON.parse(value); } catch { into[raw.slice(0, eq)] = value; }
+  try {
+    into[raw.slice(0, eq)] = JSON.parse(value);
+  } catch {
+    into[raw.slice(0, eq)] = value;
+  }
 }
 
 export function parseArgs(argv: readonly string[]): CliOptions {
@@ -80,34 +84,87 @@ export function parseArgs(argv: readonly string[]): CliOptions {
   let servicerImplFlag: string | undefined;
   const line = readEngineFlags(argv, o, (flag, next) => {
     switch (flag) {
-      case '--host': o.host = next(); break;
-      case '--port': o.port = flagNumber(flag, next()); break;
-      case '--admin-port': o.adminPort = flagNumber(flag, next()); break;
-      case '--rl-control-port': o.rlControlPort = flagNumber(flag, next()); break;
-      case '--rl-control-host': o.rlControlHost = next(); break;
-      case '--rl-control-api-key': o.rlControlApiKey = next(); break;
-      case '--rl-update-from': o.rlUpdateFrom = next().split(','); break;
-      case '--no-rl-advertise': o.rlAdvertise = false; break;
-      case '--servicer-impl': servicerImplFlag = next(); break;
-      case '--served-model-name': o.servedModelName = next(); break;
-      case '--tokenizer': o.tokenizerPath = next(); break;
-      case '--no-tokenizer': o.tokenizerPath = ''; break;
-      case '--stamp-weight-version': o.stamp = stampOf(next()); break;
-      case '--attn-tp-size': { const v = next(); o.attnTpSize = v === 'none' ? null : flagNumber(flag, v); break; }
-      case '--dp-size': case '--data-parallel-size': o.dpSize = flagNumber(flag, next()); break;
-      case '--max-running-requests': case '--max-running': o.maxRunningRequests = flagNumber(flag, next()); break;
-      case '--enable-output-logprobs': o.enableOutputLogprobs = true; break;
-      case '--kv-events-config': o.kvEventsConfig = next(); break;
-      case '--kv-load-interval': o.kvLoadIntervalMs = flagNumber(flag, next()); break;
-      case '--kvstore-storage-backend': o.kvstoreStorageBackend = next(); break;
-      case '--server-arg': serverArg(next(), extra); break;
-      case '--fault': {
-        const parsed = flagJson(flag, next());
-        try { faults.push(...parseFaults(parsed)); } catch (e) { throw new Error(`--fault: ${(e as FaultError).message}`); }
+      case '--host':
+        o.host = next();
+        break;
+      case '--port':
+        o.port = flagNumber(flag, next());
+        break;
+      case '--admin-port':
+        o.adminPort = flagNumber(flag, next());
+        break;
+      case '--rl-control-port':
+        o.rlControlPort = flagNumber(flag, next());
+        break;
+      case '--rl-control-host':
+        o.rlControlHost = next();
+        break;
+      case '--rl-control-api-key':
+        o.rlControlApiKey = next();
+        break;
+      case '--rl-update-from':
+        o.rlUpdateFrom = next().split(',');
+        break;
+      case '--no-rl-advertise':
+        o.rlAdvertise = false;
+        break;
+      case '--servicer-impl':
+        servicerImplFlag = next();
+        break;
+      case '--served-model-name':
+        o.servedModelName = next();
+        break;
+      case '--tokenizer':
+        o.tokenizerPath = next();
+        break;
+      case '--no-tokenizer':
+        o.tokenizerPath = '';
+        break;
+      case '--stamp-weight-version':
+        o.stamp = stampOf(next());
+        break;
+      case '--attn-tp-size': {
+        const v = next();
+        o.attnTpSize = v === 'none' ? null : flagNumber(flag, v);
         break;
       }
-      case '--drain-secs': o.drainMs = flagNumber(flag, next()) * 1000; break;
-      default: return false;
+      case '--dp-size':
+      case '--data-parallel-size':
+        o.dpSize = flagNumber(flag, next());
+        break;
+      case '--max-running-requests':
+      case '--max-running':
+        o.maxRunningRequests = flagNumber(flag, next());
+        break;
+      case '--enable-output-logprobs':
+        o.enableOutputLogprobs = true;
+        break;
+      case '--kv-events-config':
+        o.kvEventsConfig = next();
+        break;
+      case '--kv-load-interval':
+        o.kvLoadIntervalMs = flagNumber(flag, next());
+        break;
+      case '--kvstore-storage-backend':
+        o.kvstoreStorageBackend = next();
+        break;
+      case '--server-arg':
+        serverArg(next(), extra);
+        break;
+      case '--fault': {
+        const parsed = flagJson(flag, next());
+        try {
+          faults.push(...parseFaults(parsed));
+        } catch (e) {
+          throw new Error(`--fault: ${(e as FaultError).message}`);
+        }
+        break;
+      }
+      case '--drain-secs':
+        o.drainMs = flagNumber(flag, next()) * 1000;
+        break;
+      default:
+        return false;
     }
     return true;
   });

@@ -97,9 +97,15 @@ export async function startControlApp(engine: TsEngine, exit: (code: number) => 
 
   await start();
   return {
-    get url() { return url; },
-    get port() { return port; },
-    get running() { return server !== null; },
+    get url() {
+      return url;
+    },
+    get port() {
+      return port;
+    },
+    get running() {
+      return server !== null;
+    },
     async stop() {
       const s = server;
       if (!s) return;

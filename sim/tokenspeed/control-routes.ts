@@ -91,7 +91,10 @@ export function healthGenerate(_engine: TsEngine, call: Call): void {
 export function loads(engine: TsEngine, call: Call): void {
   sendJson(call.res, 200, {
     loads: engine.scheduler.countsByRank().map((r, dp_rank) => ({
-      dp_rank, num_reqs: r.running + r.waiting, num_waiting_reqs: r.waiting, num_pages: r.tokens,
+      dp_rank,
+      num_reqs: r.running + r.waiting,
+      num_waiting_reqs: r.waiting,
+      num_pages: r.tokens,
     })),
   });
 }
@@ -108,7 +111,10 @@ export function updateWeightVersion(engine: TsEngine, call: Call): void {
   if (typeof v !== 'string' && typeof v !== 'number') return invalid(call, 'new_version must be a string');
   const version = String(v);
   if (engine.opts.kvstoreStorageBackend !== null) {
-    return refuse(call, `update_weight_version is refused with L3 KV storage (${engine.opts.kvstoreStorageBackend}): relabelling would serve stale cached KV under the new version.`);
+    return refuse(
+      call,
+      `update_weight_version is refused with L3 KV storage (${engine.opts.kvstoreStorageBackend}): relabelling would serve stale cached KV under the new version.`,
+    );
   }
   if (!call.claimSuccess) {
     if (body.abort_all_requests === true) engine.scheduler.abortWhere(() => true, abortFinish('Aborted by update_weight_version'));

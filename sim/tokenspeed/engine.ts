@@ -60,7 +60,9 @@ export class TsEngine {
     if (this.kv) {
       const kv = this.kv;
       this.scheduler.hooks = {
-        prefilled: (seq, hit) => { if (!hit) kv.stored(seq.params.promptIds, seq.params.dpRank); },
+        prefilled: (seq, hit) => {
+          if (!hit) kv.stored(seq.params.promptIds, seq.params.dpRank);
+        },
         flushed: () => kv.cleared(),
       };
     }

@@ -30,8 +30,24 @@ export interface FaultRule {
 }
 
 const KEYS = new Set([
-  'route', 'rpc', 'method', 'delayMs', 'times', 'hang', 'drop', 'exit', 'status', 'body', 'contentType', 'headers',
-  'claimSuccessWithoutApplying', 'code', 'message', 'response', 'abortAfterTokens', 'abortStatus',
+  'route',
+  'rpc',
+  'method',
+  'delayMs',
+  'times',
+  'hang',
+  'drop',
+  'exit',
+  'status',
+  'body',
+  'contentType',
+  'headers',
+  'claimSuccessWithoutApplying',
+  'code',
+  'message',
+  'response',
+  'abortAfterTokens',
+  'abortStatus',
 ]);
 
 export function grpcCodeOf(code: number | string): number | null {

@@ -17,7 +17,10 @@ export type GenerateCall = ServerWritableStream<Req, Record<string, unknown>>;
 export const DEFAULT_MAX_NEW_TOKENS = 128;
 
 export class RpcError extends Error {
-  constructor(readonly code: status, message: string) {
+  constructor(
+    readonly code: status,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -75,7 +78,11 @@ function makeSequences(engine: TsEngine, req: Req, rid: string): Sequence[] {
   const greedy = sp.temperature !== undefined && sp.temperature < 1e-6;
   let samplingSeed = 0n;
   if (sp.sampling_seed !== undefined) {
-    try { samplingSeed = BigInt(sp.sampling_seed); } catch { throw new RpcError(status.INVALID_ARGUMENT, 'sampling_seed must be an integer'); }
+    try {
+      samplingSeed = BigInt(sp.sampling_seed);
+    } catch {
+      throw new RpcError(status.INVALID_ARGUMENT, 'sampling_seed must be an integer');
+    }
   }
   const stopTokenIds = Array.isArray(sp.stop_token_ids) && sp.stop_token_ids.length > 0 ? new Set<number>(sp.stop_token_ids) : null;
   const stopStrings = Array.isArray(sp.stop) && sp.stop.length > 0 ? (sp.stop as string[]) : null;
@@ -88,19 +95,24 @@ function makeSequences(engine: TsEngine, req: Req, rid: string): Sequence[] {
   for (let i = 0; i < n; i++) {
     const childRid = n > 1 ? `${rid}-n${i}` : rid;
     if (engine.scheduler.isLive(childRid)) throw new RpcError(status.INVALID_ARGUMENT, `Duplicate request ID: ${childRid}`);
-    seqs.push(new Sequence({
-      rid: childRid,
-      promptIds,
-      promptHash,
-      seed: choiceSeed(promptIds, i, samplingSeed, greedy),
-      maxNewTokens: sp.max_new_tokens ?? DEFAULT_MAX_NEW_TOKENS,
-      minNewTokens: Number(sp.min_new_tokens ?? 0),
-      stopTokenIds,
-      stopStrings,
-      noStopTrim: sp.no_stop_trim === true,
-      ignoreEos: sp.ignore_eos === true,
-      dpRank: engine.scheduler.rankFor(pin),
-    }, tokenAt));
+    seqs.push(
+      new Sequence(
+        {
+          rid: childRid,
+          promptIds,
+          promptHash,
+          seed: choiceSeed(promptIds, i, samplingSeed, greedy),
+          maxNewTokens: sp.max_new_tokens ?? DEFAULT_MAX_NEW_TOKENS,
+          minNewTokens: Number(sp.min_new_tokens ?? 0),
+          stopTokenIds,
+          stopStrings,
+          noStopTrim: sp.no_stop_trim === true,
+          ignoreEos: sp.ignore_eos === true,
+          dpRank: engine.scheduler.rankFor(pin),
+        },
+        tokenAt,
+      ),
+    );
   }
   return seqs;
 }
@@ -185,15 +197,23 @@ export function generate(engine: TsEngine, call: GenerateCall, fault: FaultRule 
         call.write({
           request_id: responseId,
           chunk: stamped({
-            token_ids: ids.slice(emitted, to), ...counts(s), output_logprobs: outputLogprobs(s, emitted, to, plan), index,
+            token_ids: ids.slice(emitted, to),
+            ...counts(s),
+            output_logprobs: outputLogprobs(s, emitted, to, plan),
+            index,
           }),
         });
         emitted = to;
       }
       if (!f) return;
       const complete: Record<string, unknown> = {
-        output_ids: ids, finish_reason: f.type, ...counts(s), output_logprobs: outputLogprobs(s, 0, ids.length, plan),
-        index, spec_accepted_tokens: 0, spec_draft_tokens: 0,
+        output_ids: ids,
+        finish_reason: f.type,
+        ...counts(s),
+        output_logprobs: outputLogprobs(s, 0, ids.length, plan),
+        index,
+        spec_accepted_tokens: 0,
+        spec_draft_tokens: 0,
       };
       if (f.type === 'stop') {
         if (typeof f.matched === 'number') complete.matched_token_id = f.matched;
@@ -214,9 +234,7 @@ export function generate(engine: TsEngine, call: GenerateCall, fault: FaultRule 
   // A client that goes away aborts every engine request of the call.
   call.on('cancelled', stop);
   if (promptLen > engine.opts.contextLength) {
-    return fail(abortFinish(
-      `The input (${promptLen} tokens) is longer than the model's context length (${engine.opts.contextLength} tokens).`, 400,
-    ));
+    return fail(abortFinish(`The input (${promptLen} tokens) is longer than the model's context length (${engine.opts.contextLength} tokens).`, 400));
   }
   engine.scheduler.submit(seqs);
 }

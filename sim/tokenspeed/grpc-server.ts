@@ -36,7 +36,11 @@ function metadataOf(md: grpc.Metadata): Record<string, unknown> {
 function sleep(engine: TsEngine, ms: number, timers: Set<NodeJS.Timeout>): Promise<void> {
   engine.holds.delayed++;
   return new Promise((resolve) => {
-    const t = setTimeout(() => { timers.delete(t); engine.holds.delayed--; resolve(); }, ms);
+    const t = setTimeout(() => {
+      timers.delete(t);
+      engine.holds.delayed--;
+      resolve();
+    }, ms);
     timers.add(t);
   });
 }
@@ -56,13 +60,22 @@ export async function startGrpc(engine: TsEngine, exit: (code: number) => void):
     const f = rule.fault;
     if (f.delayMs) await sleep(engine, f.delayMs, timers);
     if (cancelled()) return true;
-    if (f.exit !== undefined && f.exit !== false) { exit(f.exit === true ? 1 : f.exit); return true; }
+    if (f.exit !== undefined && f.exit !== false) {
+      exit(f.exit === true ? 1 : f.exit);
+      return true;
+    }
     if (f.hang) {
-      const end = (): void => { engine.holds.hung.delete(end); fail(grpc.status.UNAVAILABLE, 'released by the simulator'); };
+      const end = (): void => {
+        engine.holds.hung.delete(end);
+        fail(grpc.status.UNAVAILABLE, 'released by the simulator');
+      };
       engine.holds.hung.add(end);
       return true;
     }
-    if (rule.grpcCode !== null) { fail(rule.grpcCode, f.message ?? 'injected fault'); return true; }
+    if (rule.grpcCode !== null) {
+      fail(rule.grpcCode, f.message ?? 'injected fault');
+      return true;
+    }
     return false;
   };
 
@@ -102,7 +115,9 @@ export async function startGrpc(engine: TsEngine, exit: (code: number) => void):
   for (const [name, handler] of Object.entries(streaming)) {
     implementation[name] = (call: grpc.ServerWritableStream<Req, Msg>) => {
       record(name, call);
-      const fail = (code: number, details: string): void => { if (!call.cancelled) call.emit('error', { code, details }); };
+      const fail = (code: number, details: string): void => {
+        if (!call.cancelled) call.emit('error', { code, details });
+      };
       const run = async (): Promise<void> => {
         const rule = engine.faults.take(rpcMatch(name));
         if (rule && (await applyFault(rule, fail, () => call.cancelled))) return;
@@ -150,7 +165,9 @@ export async function startGrpc(engine: TsEngine, exit: (code: number) => void):
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
         new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
-        new Promise<void>((resolve) => { timer = setTimeout(resolve, graceMs); }),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, graceMs);
+        }),
       ]);
       clearTimeout(timer);
       face.close();

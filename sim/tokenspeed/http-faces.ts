@@ -18,14 +18,32 @@ export async function startHttpFaces(engine: TsEngine, exit: (code: number) => v
   const control = engine.opts.rlControlPort === null ? null : await startControlApp(engine, exit);
   let admin: AdminServer;
   try {
-    admin = await startAdmin(engine, {
-      stopControlApp: async () => { if (!control?.running) return false; await control.stop(); return true; },
-      startControlApp: async () => { if (!control || control.running) return false; await control.start(); return true; },
-      exit,
-    }, adminPort);
+    admin = await startAdmin(
+      engine,
+      {
+        stopControlApp: async () => {
+          if (!control?.running) return false;
+          await control.stop();
+          return true;
+        },
+        startControlApp: async () => {
+          if (!control || control.running) return false;
+          await control.start();
+          return true;
+        },
+        exit,
+      },
+      adminPort,
+    );
   } catch (e) {
     await control?.stop();
     throw e;
   }
-  return { control, admin, close: async () => { await Promise.all([control?.stop(), admin.close()]); } };
+  return {
+    control,
+    admin,
+    close: async () => {
+      await Promise.all([control?.stop(), admin.close()]);
+    },
+  };
 }

@@ -29,7 +29,10 @@ type Send = (batch: KvBatch) => void;
 
 /** A signed 64-bit block hash (as a decimal string) chained on the parent's. */
 function blockHash(parent: string | null, tokens: readonly number[]): string {
-  const h = createHash('sha256').update(parent ?? 'root').update(Uint32Array.from(tokens)).digest();
+  const h = createHash('sha256')
+    .update(parent ?? 'root')
+    .update(Uint32Array.from(tokens))
+    .digest();
   return BigInt.asIntN(64, h.readBigUInt64LE(0)).toString();
 }
 
@@ -41,9 +44,7 @@ export class KvRelay {
   private readonly subscribers = new Set<Send>();
   private readonly timers = new Set<NodeJS.Timeout>();
 
-  constructor(
-    private readonly opts: { replay: boolean; loadIntervalMs: number; load: () => EngineLoadFacts },
-  ) {}
+  constructor(private readonly opts: { replay: boolean; loadIntervalMs: number; load: () => EngineLoadFacts }) {}
 
   get subscriberCount(): number {
     return this.subscribers.size;

@@ -32,16 +32,18 @@ export async function tokenspeedSimCommand(argv: string[]): Promise<void> {
     // A simulated crash: no drain, the ports just stop answering.
     onExit: (code) => process.exit(code),
   });
-  process.stdout.write(`${JSON.stringify({
-    event: 'listening',
-    url: sim.url,
-    port: sim.port,
-    control_url: sim.controlUrl,
-    control_port: sim.controlPort,
-    admin_url: sim.adminUrl,
-    servicer_impl: impl,
-    servicer_impl_source: source,
-  })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({
+      event: 'listening',
+      url: sim.url,
+      port: sim.port,
+      control_url: sim.controlUrl,
+      control_port: sim.controlPort,
+      admin_url: sim.adminUrl,
+      servicer_impl: impl,
+      servicer_impl_source: source,
+    })}\n`,
+  );
   await runUntilStopped(() => sim.shutdown(), cli.exitOnStdinClose);
 }
 

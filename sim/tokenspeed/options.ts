@@ -5,10 +5,7 @@
 import type { JoinGroup } from '../broadcast/types.ts';
 import { positiveInt, resolveEngineOptions, type EngineOptions } from '../core/options.ts';
 import type { FaultRule } from './faults.ts';
-import {
-  healthCheckTimeoutMs, profileFor, rustTuning, type ImplSource, type RustTuning, type ServicerImpl,
-  type ServicerProfile,
-} from './profile.ts';
+import { healthCheckTimeoutMs, profileFor, rustTuning, type ImplSource, type RustTuning, type ServicerImpl, type ServicerProfile } from './profile.ts';
 
 /** What goes into weight_version fields 7/12: the live version, nothing, or a fixed string. */
 export type StampMode = { kind: 'live' } | { kind: 'none' } | { kind: 'fixed'; value: string };
@@ -74,7 +71,9 @@ export interface KvEventsSetting {
   source: 'flag' | 'rust-default' | 'off';
 }
 
-export type ResolvedOptions = Required<Omit<TokenspeedSimOptions, 'joinGroup' | 'onExit' | 'env' | 'kvEventsConfig' | 'rlControlPort' | 'rlControlApiKey' | 'attnTpSize' | 'kvstoreStorageBackend'>> & {
+export type ResolvedOptions = Required<
+  Omit<TokenspeedSimOptions, 'joinGroup' | 'onExit' | 'env' | 'kvEventsConfig' | 'rlControlPort' | 'rlControlApiKey' | 'attnTpSize' | 'kvstoreStorageBackend'>
+> & {
   rlControlPort: number | null;
   rlControlApiKey: string | null;
   attnTpSize: number | null;
@@ -98,7 +97,11 @@ function resolveKvEvents(raw: string | undefined, profile: ServicerProfile): KvE
   const t = raw.trim();
   if (['', 'off', 'none', 'null', 'false'].includes(t.toLowerCase())) return { enabled: false, config: t || null, source: 'flag' };
   let parsed: unknown;
-  try { parsed = JSON.parse(t); } catch { throw new Error(`--kv-events-config needs JSON or "off", got ${raw}`); }
+  try {
+    parsed = JSON.parse(t);
+  } catch {
+    throw new Error(`--kv-events-config needs JSON or "off", got ${raw}`);
+  }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('--kv-events-config must be a JSON object');
   return { enabled: (parsed as Record<string, unknown>).enable_kv_cache_events === true, config: t, source: 'flag' };
 }

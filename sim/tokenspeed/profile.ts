@@ -14,7 +14,10 @@ export const KV_EVENTS_ENV = 'SMG_TOKENSPEED_SERVICER_KV_EVENTS';
 export class ServicerImplError extends Error {
   override name = 'ServicerImplError';
   /** 2 for a bad flag (argparse usage error), 1 for a bad environment value. */
-  constructor(message: string, readonly exitCode: 1 | 2) {
+  constructor(
+    message: string,
+    readonly exitCode: 1 | 2,
+  ) {
     super(message);
   }
 }

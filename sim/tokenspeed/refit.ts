@@ -57,18 +57,35 @@ export function initWeightsUpdateGroup(engine: TsEngine, call: Call): void {
   if (call.claimSuccess) return ok(call, { message: 'Succeeded to initialize custom process group.' });
   const join = engine.opts.joinGroup;
   const entry: GroupEntry = {
-    name, masterAddress: b.master_address, masterPort: b.master_port, rankOffset: b.rank_offset,
-    worldSize: b.world_size, backend, ranks, joining: Promise.resolve(null), member: null, joinError: null, chunks: 0,
+    name,
+    masterAddress: b.master_address,
+    masterPort: b.master_port,
+    rankOffset: b.rank_offset,
+    worldSize: b.world_size,
+    backend,
+    ranks,
+    joining: Promise.resolve(null),
+    member: null,
+    joinError: null,
+    chunks: 0,
   };
   // TokenSpeed answers init in a millisecond or two and creates the communicator lazily; the join
   // starts now (so the trainer's rendezvous can complete) and the first transfer awaits it.
   if (join) {
     entry.joining = join({
-      masterAddress: entry.masterAddress, masterPort: entry.masterPort, rankOffset: entry.rankOffset,
-      worldSize: entry.worldSize, groupName: name, gpus, timeoutMs: engine.opts.groupTimeoutMs,
+      masterAddress: entry.masterAddress,
+      masterPort: entry.masterPort,
+      rankOffset: entry.rankOffset,
+      worldSize: entry.worldSize,
+      groupName: name,
+      gpus,
+      timeoutMs: engine.opts.groupTimeoutMs,
     }).then(
       (member: GroupMember) => {
-        if (store.groups.get(name) !== entry) { member.close(); return null; }
+        if (store.groups.get(name) !== entry) {
+          member.close();
+          return null;
+        }
         entry.member = member;
         return member;
       },
@@ -112,7 +129,10 @@ export async function updateWeightsFromDistributed(engine: TsEngine, call: Call)
   if (name === null) return;
   const { names, dtypes } = b;
   if (names.length !== dtypes.length || names.length !== shapes.length) {
-    return refuse(call, `Failed to update weights: names (${names.length}), dtypes (${dtypes.length}) and shapes (${shapes.length}) must have the same length.`);
+    return refuse(
+      call,
+      `Failed to update weights: names (${names.length}), dtypes (${dtypes.length}) and shapes (${shapes.length}) must have the same length.`,
+    );
   }
   const bad = dtypes.find((d) => dtypeWidth(d) === undefined);
   if (bad !== undefined) return refuse(call, `Failed to update weights: unsupported dtype "${bad}".`);
@@ -133,7 +153,10 @@ export async function updateWeightsFromDistributed(engine: TsEngine, call: Call)
     if (flush && !engine.scheduler.idle) {
       store.failedLoads++;
       const c = engine.scheduler.counts();
-      return { ok: false, message: `Failed to flush cache before updating weights: ${c.running} running and ${c.waiting} waiting requests. Weights were not updated.` };
+      return {
+        ok: false,
+        message: `Failed to flush cache before updating weights: ${c.running} running and ${c.waiting} waiting requests. Weights were not updated.`,
+      };
     }
     let received: Map<string, { bytes: number; checksum: string; head?: string }> | null = null;
     try {
@@ -152,8 +175,13 @@ export async function updateWeightsFromDistributed(engine: TsEngine, call: Call)
       const got = received?.get(s.name);
       const width = dtypeWidth(s.dtype) ?? 0;
       store.tensors.set(s.name, {
-        ...s, bytes: got?.bytes ?? s.shape.reduce((a, d) => a * d, 1) * width, checksum: got?.checksum ?? null, head: got?.head ?? null,
-        group: name, weightVersion: version, at,
+        ...s,
+        bytes: got?.bytes ?? s.shape.reduce((a, d) => a * d, 1) * width,
+        checksum: got?.checksum ?? null,
+        head: got?.head ?? null,
+        group: name,
+        weightVersion: version,
+        at,
       });
     }
     store.loads++;
@@ -185,7 +213,13 @@ export async function updateWeightsFromMooncake(engine: TsEngine, call: Call): P
     if (call.claimSuccess) store.claimedLoads++;
     else {
       store.loads++;
-      store.lastLoad = { source: 'mooncake', at: new Date().toISOString(), weightVersion: version, claimedWithoutApplying: false, detail: { version: b.version } };
+      store.lastLoad = {
+        source: 'mooncake',
+        at: new Date().toISOString(),
+        weightVersion: version,
+        claimedWithoutApplying: false,
+        detail: { version: b.version },
+      };
       if (flush) engine.scheduler.flushCache();
     }
     if (version !== null) engine.weightVersion = version;

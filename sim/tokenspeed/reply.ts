@@ -28,7 +28,10 @@ function parsed(call: Call): Record<string, unknown> | null {
 
 /** Routes that need a body: none → 400. */
 export function requiredBody(call: Call): Record<string, unknown> | null {
-  if (call.body.length === 0) { invalid(call, 'a JSON body is required'); return null; }
+  if (call.body.length === 0) {
+    invalid(call, 'a JSON body is required');
+    return null;
+  }
   return parsed(call);
 }
 

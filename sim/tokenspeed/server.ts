@@ -82,7 +82,12 @@ export async function startTokenspeedSim(options: TokenspeedSimOptions = {}): Pr
         check();
       });
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([drained, new Promise<void>((r) => { timer = setTimeout(r, opts.drainMs); })]);
+      await Promise.race([
+        drained,
+        new Promise<void>((r) => {
+          timer = setTimeout(r, opts.drainMs);
+        }),
+      ]);
       clearTimeout(timer);
       // Calls that just ended still need their last messages and status on the wire.
       await grpcFace?.drainClose(1_000);

@@ -40,13 +40,8 @@ export function unaryHandlers(engine: TsEngine): Record<string, UnaryHandler> {
     Abort(req) {
       const rid = String(req.request_id ?? '');
       const child = new RegExp(`^${escapeRegExp(rid)}-n\\d+$`);
-      const n = engine.scheduler.abortWhere(
-        (r) => r === rid || child.test(r),
-        abortFinish(req.reason ? `Aborted: ${req.reason}` : 'Aborted by client'),
-      );
-      return n > 0
-        ? { success: true, message: `Aborted ${n} request(s) for ${rid}` }
-        : { success: false, message: `Request ${rid} not found` };
+      const n = engine.scheduler.abortWhere((r) => r === rid || child.test(r), abortFinish(req.reason ? `Aborted: ${req.reason}` : 'Aborted by client'));
+      return n > 0 ? { success: true, message: `Aborted ${n} request(s) for ${rid}` } : { success: false, message: `Request ${rid} not found` };
     },
 
     GetModelInfo() {
@@ -120,8 +115,12 @@ export function unaryHandlers(engine: TsEngine): Record<string, UnaryHandler> {
         dp_rank_count: loads.length,
         loads,
         aggregate: {
-          total_running_reqs: running, total_waiting_reqs: waiting, total_reqs: running + waiting,
-          avg_token_usage: usage, avg_throughput: 0, avg_utilization: running / (o.maxRunningRequests * Math.max(1, loads.length)),
+          total_running_reqs: running,
+          total_waiting_reqs: waiting,
+          total_reqs: running + waiting,
+          avg_token_usage: usage,
+          avg_throughput: 0,
+          avg_utilization: running / (o.maxRunningRequests * Math.max(1, loads.length)),
         },
       };
     },
@@ -132,7 +131,12 @@ export function unaryHandlers(engine: TsEngine): Record<string, UnaryHandler> {
       const sched = engine.scheduler;
       if (waitS > 0 && !sched.idle) {
         let timer: NodeJS.Timeout | undefined;
-        await Promise.race([sched.whenIdle(), new Promise<void>((r) => { timer = setTimeout(r, waitS * 1000); })]);
+        await Promise.race([
+          sched.whenIdle(),
+          new Promise<void>((r) => {
+            timer = setTimeout(r, waitS * 1000);
+          }),
+        ]);
         clearTimeout(timer);
       }
       if (sched.flushCache()) return { success: true, message: 'Cache flushed successfully' };
@@ -180,8 +184,14 @@ export function streamHandlers(engine: TsEngine): Record<string, StreamHandler> 
         return;
       }
       let start = 0n;
-      try { start = BigInt(call.request.start_sequence_number ?? 0); } catch { start = 0n; }
-      const unsubscribe = kv.subscribe(start, (batch) => { if (!call.cancelled) call.write({ ...batch }); });
+      try {
+        start = BigInt(call.request.start_sequence_number ?? 0);
+      } catch {
+        start = 0n;
+      }
+      const unsubscribe = kv.subscribe(start, (batch) => {
+        if (!call.cancelled) call.write({ ...batch });
+      });
       const end = (): void => {
         unsubscribe();
         engine.subscriptions.delete(end);

@@ -35,8 +35,7 @@ export interface TokenizerFacts {
 }
 
 const CHAT_TEMPLATE =
-  "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}" +
-  "{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
+  "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}" + '{% if add_generation_prompt %}<|assistant|>\n{% endif %}';
 
 /** The tokenizer directory's files, name → content, in a fixed order (the bundle is stable). */
 export function tokenizerFiles(facts: TokenizerFacts): Array<{ name: string; content: Buffer }> {
@@ -50,15 +49,29 @@ export function tokenizerFiles(facts: TokenizerFacts): Array<{ name: string; con
     truncation: null,
     padding: null,
     added_tokens: SPECIAL.map((s) => ({
-      id: s.id, content: s.content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true,
+      id: s.id,
+      content: s.content,
+      single_word: false,
+      lstrip: false,
+      rstrip: false,
+      normalized: false,
+      special: true,
     })),
     normalizer: null,
     pre_tokenizer: byteLevel,
     post_processor: null,
     decoder: byteLevel,
     model: {
-      type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null,
-      fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges: [],
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab,
+      merges: [],
     },
   };
   const tokenizerConfig = {

@@ -21,7 +21,10 @@ export class WeightStore extends BaseWeightStore<GroupEntry> {
     if (!g) return false;
     this.groups.delete(name);
     g.member?.close();
-    void g.joining.then((m) => m?.close(), () => undefined);
+    void g.joining.then(
+      (m) => m?.close(),
+      () => undefined,
+    );
     return true;
   }
 

@@ -84,34 +84,48 @@ export class ZmqFace {
   }
 
   private add(req: AddRequest): void {
-    if (this.has('drop_adds')) { this.droppedAdds++; return; }
+    if (this.has('drop_adds')) {
+      this.droppedAdds++;
+      return;
+    }
     if (this.live.has(req.rid) || this.engine.scheduler.isLive(req.rid)) return this.bad(`duplicate rid ${req.rid}`);
     const why = this.engine.shuttingDown ? 'engine is shutting down' : refusal(req, this.engine.opts.contextLength);
     this.adds.push({ ...req, seq: ++this.addSeq, time: new Date().toISOString(), refused: why });
     if (this.adds.length > RECORD_LIMIT) this.adds.splice(0, this.adds.length - RECORD_LIMIT);
     if (why) {
       // A refused request still ends on the wire: one terminal abort output (validation_error).
-      this.refused.push({ rid: req.rid, outputIds: [], finished: 'abort', promptTokens: req.inputIds.length, completionTokens: 0, cachedTokens: 0, logprobs: [] });
+      this.refused.push({
+        rid: req.rid,
+        outputIds: [],
+        finished: 'abort',
+        promptTokens: req.inputIds.length,
+        completionTokens: 0,
+        cachedTokens: 0,
+        logprobs: [],
+      });
       return this.schedule();
     }
     const s = req.sampling;
     const greedy = s.topK === 1;
     // resolve_seed: a missing seed is the CRC-32 of the rid.
-    const seed = s.seed ?? (crc32(Buffer.from(req.rid, 'utf8')) >>> 0);
+    const seed = s.seed ?? crc32(Buffer.from(req.rid, 'utf8')) >>> 0;
     const room = this.engine.opts.contextLength - req.inputIds.length;
-    const seq = new Sequence({
-      rid: req.rid,
-      promptIds: req.inputIds,
-      promptHash: seedOf(req.inputIds, 0),
-      seed: (choiceSeed(req.inputIds, 0, BigInt(seed), greedy) ^ versionSalt(this.engine.weightVersion)) >>> 0,
-      maxNewTokens: Math.max(0, Math.min(s.maxNewTokens ?? DEFAULT_MAX_NEW_TOKENS, room)),
-      minNewTokens: s.minNewTokens,
-      stopTokenIds: s.stopTokenIds ? new Set(s.stopTokenIds) : null,
-      stopStrings: null, // string stops never cross this wire
-      noStopTrim: false,
-      ignoreEos: s.ignoreEos,
-      dpRank: 0,
-    }, tokenAt);
+    const seq = new Sequence(
+      {
+        rid: req.rid,
+        promptIds: req.inputIds,
+        promptHash: seedOf(req.inputIds, 0),
+        seed: (choiceSeed(req.inputIds, 0, BigInt(seed), greedy) ^ versionSalt(this.engine.weightVersion)) >>> 0,
+        maxNewTokens: Math.max(0, Math.min(s.maxNewTokens ?? DEFAULT_MAX_NEW_TOKENS, room)),
+        minNewTokens: s.minNewTokens,
+        stopTokenIds: s.stopTokenIds ? new Set(s.stopTokenIds) : null,
+        stopStrings: null, // string stops never cross this wire
+        noStopTrim: false,
+        ignoreEos: s.ignoreEos,
+        dpRank: 0,
+      },
+      tokenAt,
+    );
     const entry: Live = { seq, req, sent: 0 };
     this.live.set(req.rid, entry);
     seq.onUpdate = () => {
@@ -165,7 +179,14 @@ export class ZmqFace {
     const ragged = this.raggedLeft > 0;
     if (ragged && --this.raggedLeft === 0) this.standing = this.standing.filter((x) => x.kind !== 'ragged');
     const r = this.engine.scheduler.countsByRank()[0] ?? { running: 0, waiting: 0, tokens: 0 };
-    this.link.push([encodeBatch(rows, this.rank, { running: r.running, waiting: r.waiting, kvActivePages: Math.ceil(r.tokens / PAGE_SIZE), kvTotalPages: KV_TOTAL_PAGES }, ragged)]);
+    this.link.push([
+      encodeBatch(
+        rows,
+        this.rank,
+        { running: r.running, waiting: r.waiting, kvActivePages: Math.ceil(r.tokens / PAGE_SIZE), kvTotalPages: KV_TOTAL_PAGES },
+        ragged,
+      ),
+    ]);
   }
 
   private has(kind: SimFault['kind']): boolean {
@@ -176,16 +197,27 @@ export class ZmqFace {
   applyFault(f: SimFault): void {
     if (STANDING.has(f.kind)) this.standing.push(f);
     switch (f.kind) {
-      case 'ragged': this.raggedLeft += f.times ?? 1; break;
-      case 'garbage': for (let i = 0; i < (f.count ?? 1); i++) this.link.push([Buffer.from([0xc1, 0xff, 0x00])]); break;
-      case 'dead': this.link.die(); this.dead = true; break;
+      case 'ragged':
+        this.raggedLeft += f.times ?? 1;
+        break;
+      case 'garbage':
+        for (let i = 0; i < (f.count ?? 1); i++) this.link.push([Buffer.from([0xc1, 0xff, 0x00])]);
+        break;
+      case 'dead':
+        this.link.die();
+        this.dead = true;
+        break;
       case 'engine_abort': {
         const finish = abortFinish('Aborted by the engine');
         this.engine.scheduler.abortWhere((rid) => f.rid === undefined || rid === f.rid, finish);
         break;
       }
-      case 'exit': this.exit(f.code ?? 1); break;
-      case 'stall': case 'drop_adds': break;
+      case 'exit':
+        this.exit(f.code ?? 1);
+        break;
+      case 'stall':
+      case 'drop_adds':
+        break;
     }
   }
 

@@ -33,17 +33,24 @@ function one(v: unknown): SimFault {
   if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new Error('a fault is a JSON object with a `kind`');
   const f = v as Record<string, unknown>;
   switch (f.kind) {
-    case 'stall': return { kind: 'stall' };
-    case 'drop_adds': return { kind: 'drop_adds' };
-    case 'dead': return { kind: 'dead' };
-    case 'ragged': return { kind: 'ragged', times: count(f.times, 'times') };
-    case 'garbage': return { kind: 'garbage', count: count(f.count, 'count') };
-    case 'exit': return { kind: 'exit', code: count(f.code, 'code') };
+    case 'stall':
+      return { kind: 'stall' };
+    case 'drop_adds':
+      return { kind: 'drop_adds' };
+    case 'dead':
+      return { kind: 'dead' };
+    case 'ragged':
+      return { kind: 'ragged', times: count(f.times, 'times') };
+    case 'garbage':
+      return { kind: 'garbage', count: count(f.count, 'count') };
+    case 'exit':
+      return { kind: 'exit', code: count(f.code, 'code') };
     case 'engine_abort': {
       if (f.rid !== undefined && typeof f.rid !== 'string') throw new Error('fault rid must be a string');
       return { kind: 'engine_abort', rid: f.rid as string | undefined };
     }
-    default: throw new Error(`unknown fault kind ${JSON.stringify(f.kind)} (known: ${FAULT_KINDS.join(', ')})`);
+    default:
+      throw new Error(`unknown fault kind ${JSON.stringify(f.kind)} (known: ${FAULT_KINDS.join(', ')})`);
   }
 }
 

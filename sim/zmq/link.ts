@@ -75,9 +75,11 @@ export class Link {
   push(frames: Buffer[]): void {
     const out = this.output;
     if (!out || this.phase !== 'registered') return;
-    this.pushing = this.pushing.then(() => out.send(frames)).catch((e: Error) => {
-      if (this.phase !== 'closed') this.onError(`push failed: ${e.message}`);
-    });
+    this.pushing = this.pushing
+      .then(() => out.send(frames))
+      .catch((e: Error) => {
+        if (this.phase !== 'closed') this.onError(`push failed: ${e.message}`);
+      });
   }
 
   /** The engine dies as EngineCoreProc does: the sentinel on the output socket, then silence. */

@@ -19,14 +19,16 @@ export async function zmqSimCommand(argv: string[]): Promise<void> {
   }
   // A simulated crash: no cleanup, the sockets just go away.
   const sim = await startZmqSim({ ...cli.options, joinGroup, onExit: (code) => process.exit(code) });
-  process.stdout.write(`${JSON.stringify({
-    event: 'listening',
-    url: sim.url,
-    handshake: sim.handshakeAddress,
-    control_url: sim.controlUrl,
-    admin_url: sim.adminUrl,
-    port: sim.port,
-  })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({
+      event: 'listening',
+      url: sim.url,
+      handshake: sim.handshakeAddress,
+      control_url: sim.controlUrl,
+      admin_url: sim.adminUrl,
+      port: sim.port,
+    })}\n`,
+  );
   await runUntilStopped(() => sim.close(), cli.exitOnStdinClose);
 }
 

@@ -161,25 +161,55 @@ export function parseArgs(argv: readonly string[]): Cli {
   const controlFaults: FaultRule[] = [];
   const line = readEngineFlags(argv, o, (flag, next) => {
     switch (flag) {
-      case '--url': o.url = next(); break;
-      case '--handshake-address': o.handshakeAddress = next(); break;
-      case '--dp-rank': o.rank = flagNumber(flag, next()); break;
-      case '--dp-size': o.dpSize = flagNumber(flag, next()); break;
-      case '--tp-size': o.tpSize = flagNumber(flag, next()); break;
-      case '--pp-size': o.ppSize = flagNumber(flag, next()); break;
-      case '--max-running': o.maxRunning = flagNumber(flag, next()); break;
-      case '--port': case '--admin-port': o.adminPort = flagNumber(flag, next()); break;
-      case '--rl-control-port': o.rlControlPort = flagNumber(flag, next()); break;
-      case '--no-rl-control': o.rlControlPort = null; break;
-      case '--rl-control-host': o.rlControlHost = next(); break;
-      case '--rl-control-api-key': o.rlControlApiKey = next(); break;
-      case '--fault': faults.push(...parseFaults(flagJson(flag, next()))); break;
+      case '--url':
+        o.url = next();
+        break;
+      case '--handshake-address':
+        o.handshakeAddress = next();
+        break;
+      case '--dp-rank':
+        o.rank = flagNumber(flag, next());
+        break;
+      case '--dp-size':
+        o.dpSize = flagNumber(flag, next());
+        break;
+      case '--tp-size':
+        o.tpSize = flagNumber(flag, next());
+        break;
+      case '--pp-size':
+        o.ppSize = flagNumber(flag, next());
+        break;
+      case '--max-running':
+        o.maxRunning = flagNumber(flag, next());
+        break;
+      case '--port':
+      case '--admin-port':
+        o.adminPort = flagNumber(flag, next());
+        break;
+      case '--rl-control-port':
+        o.rlControlPort = flagNumber(flag, next());
+        break;
+      case '--no-rl-control':
+        o.rlControlPort = null;
+        break;
+      case '--rl-control-host':
+        o.rlControlHost = next();
+        break;
+      case '--rl-control-api-key':
+        o.rlControlApiKey = next();
+        break;
+      case '--fault':
+        faults.push(...parseFaults(flagJson(flag, next())));
+        break;
       case '--control-fault':
-        try { controlFaults.push(...parseControlFaults(flagJson(flag, next()))); } catch (e) {
+        try {
+          controlFaults.push(...parseControlFaults(flagJson(flag, next())));
+        } catch (e) {
           throw e instanceof FaultError ? new Error(`--control-fault: ${e.message}`) : e;
         }
         break;
-      default: return false;
+      default:
+        return false;
     }
     return true;
   });

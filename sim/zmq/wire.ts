@@ -138,7 +138,10 @@ export function decodeAdd(payload: Buffer): AddRequest {
 /** SamplingParams.__post_init__ for a sender that did not normalize. */
 function normalize(s: SimSampling): void {
   if (s.stopTokenIds && s.stopTokenIds.length === 0) s.stopTokenIds = null;
-  if (s.temperature < 1e-6) { s.temperature = 1.0; s.topK = 1; }
+  if (s.temperature < 1e-6) {
+    s.temperature = 1.0;
+    s.topK = 1;
+  }
   if (s.topK === 1) s.seed = 0;
   if (s.topK === -1) s.topK = TOP_K_DISABLED;
 }
@@ -150,9 +153,11 @@ export function refusal(req: AddRequest, contextLength: number): string | null {
   if (req.inputIds.length === 0) return 'input_ids is empty';
   if (req.inputIds.length >= contextLength) return `prompt of ${req.inputIds.length} tokens does not fit context length ${contextLength}`;
   if (!(s.topP > 0 && s.topP <= 1)) return `top_p must be in (0, 1], got ${s.topP}.`;
-  if (s.topK !== TOP_K_DISABLED && (s.topK < 1 || s.topK >= TOP_K_FUSED_MAX)) return `top_k must be < ${TOP_K_FUSED_MAX} (fused kernel limit) or -1 (disable), got ${s.topK}.`;
+  if (s.topK !== TOP_K_DISABLED && (s.topK < 1 || s.topK >= TOP_K_FUSED_MAX))
+    return `top_k must be < ${TOP_K_FUSED_MAX} (fused kernel limit) or -1 (disable), got ${s.topK}.`;
   if (s.maxNewTokens !== null && s.maxNewTokens < 0) return `max_new_tokens must be at least 0, got ${s.maxNewTokens}.`;
-  if (s.maxNewTokens !== null && s.minNewTokens > s.maxNewTokens) return `min_new_tokens must be in (0, max_new_tokens(${s.maxNewTokens})], got ${s.minNewTokens}.`;
+  if (s.maxNewTokens !== null && s.minNewTokens > s.maxNewTokens)
+    return `min_new_tokens must be in (0, max_new_tokens(${s.maxNewTokens})], got ${s.minNewTokens}.`;
   if (s.logprobs !== null && s.logprobs !== 0) return `logprobs=${s.logprobs} is not supported; use logprobs=0 (the sampled token's logprob).`;
   if (s.grammars > 1) return 'Only one of regex, json_schema, or ebnf can be set.';
   if (req.logprobStartLen !== -1) return 'prompt logprobs are not carried on the msgpack wire';

@@ -6,7 +6,10 @@ import { ErrorStatus } from './errors.ts';
 
 export const ErrorAnswer = Type.Object(
   {
-    error: Type.Union(Object.keys(ErrorStatus).map((code) => Type.Literal(code)), { description: 'Stable error code (SMG-compatible where SMG has one).' }),
+    error: Type.Union(
+      Object.keys(ErrorStatus).map((code) => Type.Literal(code)),
+      { description: 'Stable error code (SMG-compatible where SMG has one).' },
+    ),
     message: Type.String({ description: 'What went wrong, for people.' }),
   },
   { additionalProperties: true, description: 'An error: `error` and `message`, with context fields (worker_id, selector, limit, ...) as siblings.' },

@@ -29,7 +29,9 @@ export const FailedCall = Type.Object(
   {
     worker_id: Type.String(),
     url: Type.String(),
-    error: Type.String({ description: '`upstream_error` (a non-2xx answer), `upstream_timeout`, `upstream_unreachable`, `bus_unavailable`, `no_control_endpoint`.' }),
+    error: Type.String({
+      description: '`upstream_error` (a non-2xx answer), `upstream_timeout`, `upstream_unreachable`, `bus_unavailable`, `no_control_endpoint`.',
+    }),
     message: Type.String(),
     status: Type.Optional(Type.Integer()),
     connection_mode: Type.Optional(Type.String()),
@@ -57,7 +59,9 @@ export const TraceHeaders = Type.Object(Trace, { additionalProperties: true });
 
 export const FanoutHeaders = Type.Object(
   {
-    'x-rlgate-fanout-concurrency': Type.Optional(Type.String({ description: 'How many legs run at once per replica, 1-65536 (default: 32 for weight loads, the whole fleet for other calls).' })),
+    'x-rlgate-fanout-concurrency': Type.Optional(
+      Type.String({ description: 'How many legs run at once per replica, 1-65536 (default: 32 for weight loads, the whole fleet for other calls).' }),
+    ),
     ...Trace,
   },
   { additionalProperties: true },

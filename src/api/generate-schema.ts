@@ -13,8 +13,16 @@ const Obj = Type.Object({}, { additionalProperties: true });
 
 export const GenerateRequest = Type.Object(
   {
-    text: Type.Optional(Nullable(Type.Union([Type.String(), Type.Array(Type.String())], { description: 'One prompt (a list of prompts is refused: 422 `invalid_request_shape`).' }))),
-    input_ids: Type.Optional(Nullable(Type.Union([Type.Array(Int), Type.Array(Type.Array(Int))], { description: 'Token ids; a list of lists is a batch, served by HTTP engines only.' }))),
+    text: Type.Optional(
+      Nullable(
+        Type.Union([Type.String(), Type.Array(Type.String())], { description: 'One prompt (a list of prompts is refused: 422 `invalid_request_shape`).' }),
+      ),
+    ),
+    input_ids: Type.Optional(
+      Nullable(
+        Type.Union([Type.Array(Int), Type.Array(Type.Array(Int))], { description: 'Token ids; a list of lists is a batch, served by HTTP engines only.' }),
+      ),
+    ),
     sampling_params: Type.Optional(Nullable(Type.Union([Obj, Type.Array(Obj)]))),
     rid: Type.Optional(Nullable(StrOrStrs)),
     return_logprob: Type.Optional(Nullable(Type.Union([Type.Boolean(), Type.Array(Type.Boolean())]))),
@@ -50,7 +58,10 @@ const OpenAiCommon = {
   stop: Type.Optional(Nullable(StrOrStrs)),
 };
 
-export const ChatRequest = Type.Object({ messages: Type.Array(Message, { minItems: 1 }), ...OpenAiCommon }, { additionalProperties: true, description: 'An OpenAI chat completion request.' });
+export const ChatRequest = Type.Object(
+  { messages: Type.Array(Message, { minItems: 1 }), ...OpenAiCommon },
+  { additionalProperties: true, description: 'An OpenAI chat completion request.' },
+);
 
 export const CompletionRequest = Type.Object(
   { prompt: Type.Union([Type.String(), Type.Array(Type.String()), Type.Array(Int), Type.Array(Type.Array(Int))]), ...OpenAiCommon },
@@ -69,7 +80,9 @@ export const OpenAiAnswer = Type.Object(
 
 export const VersionPolicyHeaders = Type.Object(
   {
-    'x-rl-version-policy': Type.Optional(Type.String({ description: 'RL on: `any`, `latest-only`, `min-version:<v>` or `max-staleness:<k>`; wins over x-smg-version-policy.' })),
+    'x-rl-version-policy': Type.Optional(
+      Type.String({ description: 'RL on: `any`, `latest-only`, `min-version:<v>` or `max-staleness:<k>`; wins over x-smg-version-policy.' }),
+    ),
     'x-smg-version-policy': Type.Optional(Type.String({ description: "SMG's name for the same policy." })),
     'x-smg-routing-key': Type.Optional(Type.String({ description: 'Same key, same engine (consistent hashing).' })),
   },

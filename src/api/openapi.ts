@@ -38,7 +38,12 @@ export function documentOptions(): FastifyDynamicSwaggerOptions {
       ],
       components: {
         securitySchemes: {
-          adminBearer: { type: 'http', scheme: 'bearer', description: 'The gateway\'s --admin-key. Needed only when the gateway has one: on every `/v1/rl` route, and on `/workers` writes that set keys, `rl.*` labels or change an existing worker.' },
+          adminBearer: {
+            type: 'http',
+            scheme: 'bearer',
+            description:
+              "The gateway's --admin-key. Needed only when the gateway has one: on every `/v1/rl` route, and on `/workers` writes that set keys, `rl.*` labels or change an existing worker.",
+          },
         },
       },
     },

@@ -28,10 +28,18 @@ export const EngineReport = Type.Object(
     outcome: Type.Union([Type.Literal('ok'), Type.Literal('failed')]),
     failed_phase: Type.Optional(Phase),
     failed_step: Type.Optional(Type.String()),
-    error: Type.Optional(Type.String({ description: 'An envelope code, or `engine_refused`, `verify_failed`, `phase_deadline_exceeded`, `cut_after_grace`, `engine_asleep`, `quorum_not_met`, `transfer_aborted`, `gateway_failover`, ...' })),
+    error: Type.Optional(
+      Type.String({
+        description:
+          'An envelope code, or `engine_refused`, `verify_failed`, `phase_deadline_exceeded`, `cut_after_grace`, `engine_asleep`, `quorum_not_met`, `transfer_aborted`, `gateway_failover`, ...',
+      }),
+    ),
     status: Type.Optional(Type.Integer({ description: "The engine's HTTP status, when it answered." })),
     message: Type.Optional(Type.String()),
-    phases: Type.Object({ pause: Ms, refit: Ms, verify: Ms, resume: Ms }, { additionalProperties: true, description: 'Milliseconds per phase; null for a phase not reached.' }),
+    phases: Type.Object(
+      { pause: Ms, refit: Ms, verify: Ms, resume: Ms },
+      { additionalProperties: true, description: 'Milliseconds per phase; null for a phase not reached.' },
+    ),
     rank_offset: Type.Optional(Type.Integer({ description: 'Distributed refits: the first rank of this engine in the weight-update group.' })),
     breaker: Type.String(),
     state: Type.String(),
@@ -66,7 +74,9 @@ export const RefitReport = Type.Object(
 export const RunningRefit = Type.Object(
   {
     id: Type.String(),
-    status: Type.Union([Type.Literal('running'), Type.Literal('queued')], { description: '`queued` (on the replica that queued it) until a replica takes it.' }),
+    status: Type.Union([Type.Literal('running'), Type.Literal('queued')], {
+      description: '`queued` (on the replica that queued it) until a replica takes it.',
+    }),
     weight_version: Type.String(),
     source: Source,
     selector: Nullable(Type.String()),
@@ -88,7 +98,9 @@ export const RefitPlan = Type.Object(
     source: Source,
     selector: Nullable(Type.String()),
     quorum: Type.Integer({ minimum: 0 }),
-    targets: Type.Array(Type.Object({ worker_id: Type.String(), url: Type.String(), rank_offset: Type.Optional(Type.Integer()) }, { additionalProperties: true })),
+    targets: Type.Array(
+      Type.Object({ worker_id: Type.String(), url: Type.String(), rank_offset: Type.Optional(Type.Integer()) }, { additionalProperties: true }),
+    ),
     skipped: Type.Array(SkippedEngine),
     asleep: Type.Array(Type.String(), { description: 'Worker ids left out because they are asleep.' }),
     world_size: Type.Optional(Type.Integer()),

@@ -41,7 +41,9 @@ export const RlWorkerRow = Type.Object(
     control: Type.String({ description: '`active`, `paused` or `asleep`.' }),
     labels: Type.Record(Type.String(), Type.String()),
     capabilities: RlCapabilities,
-    state: Type.String({ description: 'rlgate: the engine actor lifecycle (`registering`, `serving`, `pausing`, `paused`, `asleep`, `refitting`, `unreachable`).' }),
+    state: Type.String({
+      description: 'rlgate: the engine actor lifecycle (`registering`, `serving`, `pausing`, `paused`, `asleep`, `refitting`, `unreachable`).',
+    }),
     breaker: Type.String({ description: 'rlgate: `closed`, `open` or `half_open`.' }),
     load: Type.Number({ description: 'rlgate: data-plane requests in flight.' }),
     owner: Nullable(Type.String({ description: "rlgate: the replica that runs the engine's actor." })),
@@ -61,7 +63,12 @@ export const RlWorkerListing = Type.Object(
 );
 
 export const SelectorQuery = Type.Object({
-  selector: Type.Optional(Type.String({ description: 'Label selector (`k=v,k!=v,k in (a,b),k,!k`); required and non-blank. Synthetic keys id, url, engine, model, health, weight_version, control, ... shadow labels.' })),
+  selector: Type.Optional(
+    Type.String({
+      description:
+        'Label selector (`k=v,k!=v,k in (a,b),k,!k`); required and non-blank. Synthetic keys id, url, engine, model, health, weight_version, control, ... shadow labels.',
+    }),
+  ),
 });
 
 export const VersionWrite = Type.Object(

@@ -9,8 +9,12 @@ export const WorkerIdParams = Type.Object({ id: Type.String({ minLength: 1, maxL
 export const WorkerRow = Type.Object(
   {
     id: Type.String({ description: 'Registry worker id.' }),
-    url: Type.String({ description: 'The registered URL (http(s)://, grpc(s):// or a ZMQ URL); in listings, possibly the control app URL (see `registry_url`).' }),
-    registry_url: Type.Optional(Type.String({ description: 'Listings only, with --workers-list-control-urls: the registry URL of a token engine listed by its control app URL.' })),
+    url: Type.String({
+      description: 'The registered URL (http(s)://, grpc(s):// or a ZMQ URL); in listings, possibly the control app URL (see `registry_url`).',
+    }),
+    registry_url: Type.Optional(
+      Type.String({ description: 'Listings only, with --workers-list-control-urls: the registry URL of a token engine listed by its control app URL.' }),
+    ),
     model_id: Type.String(),
     worker_type: Type.String({ description: '`regular`, `prefill` or `decode`.' }),
     connection_mode: Type.String({ description: '`http`, `grpc` or `zmq`.' }),

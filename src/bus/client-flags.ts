@@ -19,14 +19,32 @@ export interface NatsClientFlag {
 
 export const NATS_CLIENT_FLAGS: NatsClientFlag[] = [
   { flag: 'nats-user', env: 'RLGATE_NATS_USER', key: 'user', fileKey: 'user', help: 'NATS user name; its password comes from --nats-password-file' },
-  { flag: 'nats-password-file', env: 'RLGATE_NATS_PASSWORD_FILE', key: 'passwordFile', fileKey: 'password_file', help: 'file holding the NATS user\'s password' },
+  {
+    flag: 'nats-password-file',
+    env: 'RLGATE_NATS_PASSWORD_FILE',
+    key: 'passwordFile',
+    fileKey: 'password_file',
+    help: "file holding the NATS user's password",
+  },
   { flag: 'nats-token-file', env: 'RLGATE_NATS_TOKEN_FILE', key: 'tokenFile', fileKey: 'token_file', help: 'file holding a NATS authorization token' },
   { flag: 'nats-nkey-seed', env: 'RLGATE_NATS_NKEY_SEED', key: 'nkeySeedFile', fileKey: 'nkey_seed', help: 'file holding a NATS user nkey seed (SU...)' },
   { flag: 'nats-creds', env: 'RLGATE_NATS_CREDS', key: 'credsFile', fileKey: 'creds', help: 'NATS .creds file (user JWT and nkey seed)' },
-  { flag: 'nats-tls-ca', env: 'RLGATE_NATS_TLS_CA', key: 'tlsCa', fileKey: 'tls_ca', help: 'PEM file of the CA that signed the NATS servers\' certificates' },
-  { flag: 'nats-tls-cert', env: 'RLGATE_NATS_TLS_CERT', key: 'tlsCert', fileKey: 'tls_cert', help: 'PEM client certificate for NATS servers that verify clients (with --nats-tls-key)' },
+  { flag: 'nats-tls-ca', env: 'RLGATE_NATS_TLS_CA', key: 'tlsCa', fileKey: 'tls_ca', help: "PEM file of the CA that signed the NATS servers' certificates" },
+  {
+    flag: 'nats-tls-cert',
+    env: 'RLGATE_NATS_TLS_CERT',
+    key: 'tlsCert',
+    fileKey: 'tls_cert',
+    help: 'PEM client certificate for NATS servers that verify clients (with --nats-tls-key)',
+  },
   { flag: 'nats-tls-key', env: 'RLGATE_NATS_TLS_KEY', key: 'tlsKey', fileKey: 'tls_key', help: 'PEM private key of --nats-tls-cert' },
-  { flag: 'nats-inbox-prefix', env: 'RLGATE_NATS_INBOX_PREFIX', key: 'inboxPrefix', fileKey: 'inbox_prefix', help: 'prefix of this client\'s reply subjects instead of _INBOX: the one its NATS user may subscribe to (deploy/nats/accounts.conf: _INBOX_<user>)' },
+  {
+    flag: 'nats-inbox-prefix',
+    env: 'RLGATE_NATS_INBOX_PREFIX',
+    key: 'inboxPrefix',
+    fileKey: 'inbox_prefix',
+    help: "prefix of this client's reply subjects instead of _INBOX: the one its NATS user may subscribe to (deploy/nats/accounts.conf: _INBOX_<user>)",
+  },
 ];
 
 export const DEFAULT_NATS_URL = 'nats://127.0.0.1:4222';

@@ -76,7 +76,10 @@ export interface ParsedServer {
 
 /** `a,b , c` → `['a','b','c']`: a cluster is given as a comma-separated list. */
 export function splitServers(list: string): string[] {
-  return list.split(',').map((s) => s.trim()).filter(Boolean);
+  return list
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 function parseServer(text: string): ParsedServer {
@@ -135,7 +138,9 @@ export function checkNatsSettings(url: string, auth: Partial<NatsAuthSettings> =
   if (auth.passwordFile !== undefined && auth.user === undefined) throw new NatsSettingsError('--nats-password-file needs --nats-user');
   if ((auth.tlsCert === undefined) !== (auth.tlsKey === undefined)) throw new NatsSettingsError('--nats-tls-cert and --nats-tls-key go together');
   if (auth.inboxPrefix !== undefined && !INBOX_PREFIX.test(auth.inboxPrefix)) {
-    throw new NatsSettingsError(`invalid --nats-inbox-prefix \`${auth.inboxPrefix}\`: expected subject tokens without wildcards or white space, the first starting with _INBOX (gateways answer only inboxes), e.g. _INBOX_gateway`);
+    throw new NatsSettingsError(
+      `invalid --nats-inbox-prefix \`${auth.inboxPrefix}\`: expected subject tokens without wildcards or white space, the first starting with _INBOX (gateways answer only inboxes), e.g. _INBOX_gateway`,
+    );
   }
   return parsed;
 }

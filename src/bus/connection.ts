@@ -172,26 +172,14 @@ export interface Bus {
   request<T>(subject: string, payload: unknown, timeoutMs: number): Promise<T>;
   publish(subject: string, payload: unknown): void;
   /** Messages are handled one at a time, in order (state events must not overtake each other). */
-  subscribe(
-    subject: string,
-    handler: (data: unknown, msg: Msg) => void | Promise<void>,
-    opts?: { queue?: string },
-  ): BusSubscription;
+  subscribe(subject: string, handler: (data: unknown, msg: Msg) => void | Promise<void>, opts?: { queue?: string }): BusSubscription;
   /** A request/reply service. Requests are handled concurrently; a throw becomes an error reply. */
-  respond(
-    subject: string,
-    handler: (data: unknown) => Promise<unknown>,
-    opts?: { queue?: string },
-  ): BusSubscription;
+  respond(subject: string, handler: (data: unknown) => Promise<unknown>, opts?: { queue?: string }): BusSubscription;
   /**
    * The answering side of requestStream: `send` one reply per item (replies sent in the same
    * event-loop turn travel as one message holding a JSON array), then a sentinel is sent.
    */
-  respondStream(
-    subject: string,
-    handler: (data: unknown, send: (reply: unknown) => void) => Promise<void>,
-    opts?: { queue?: string },
-  ): BusSubscription;
+  respondStream(subject: string, handler: (data: unknown, send: (reply: unknown) => void) => Promise<void>, opts?: { queue?: string }): BusSubscription;
   /**
    * One request, many replies, ended by an empty-payload sentinel. Resolves at the sentinel.
    * Rejects with BusTimeout (with `received`) if the deadline comes first — the replies that did
@@ -280,9 +268,7 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
     );
   }
   const report =
-    opts.onHandlerError ??
-    ((err: unknown, subject: string) =>
-      process.emitWarning(`bus handler on ${subject} failed: ${(err as Error)?.stack ?? err}`));
+    opts.onHandlerError ?? ((err: unknown, subject: string) => process.emitWarning(`bus handler on ${subject} failed: ${(err as Error)?.stack ?? err}`));
   const safeRespond = (msg: Msg, data: Uint8Array, headers?: MsgHdrs) => {
     // The requester names the reply subject, and the answer goes out with this connection's
     // rights: a gateway answering on `$KV.…` or `rl.refit.<id>.report` would write a bucket or
@@ -318,8 +304,7 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
   const dropped = (event: 'disconnect' | 'close') => {
     const wasConnected = connected;
     connected = false;
-    const detail =
-      event === 'close' ? 'the NATS connection closed before the reply came' : `lost the connection to NATS${at()} before the reply came`;
+    const detail = event === 'close' ? 'the NATS connection closed before the reply came' : `lost the connection to NATS${at()} before the reply came`;
     for (const fail of [...inFlight]) fail(detail);
     if (wasConnected || event === 'close') emit({ connected: false, event, server });
   };
@@ -543,7 +528,10 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
           if (msg.data.length === 0) {
             // An empty message is either the server's "no responders" status or our sentinel.
             if (msg.headers?.code === 503) return finish(new BusNoResponders(subject));
-            chain.then(() => finish(), (e: Error) => finish(e));
+            chain.then(
+              () => finish(),
+              (e: Error) => finish(e),
+            );
             return;
           }
           const remote = remoteError(subject, msg);
@@ -558,7 +546,11 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
             received++;
             chain = chain.then(() => onMessage(item));
           }
-          if (msg.headers?.get(END_HEADER)) chain.then(() => finish(), (e: Error) => finish(e));
+          if (msg.headers?.get(END_HEADER))
+            chain.then(
+              () => finish(),
+              (e: Error) => finish(e),
+            );
           else chain.catch((e: Error) => finish(e));
         });
         try {
@@ -572,7 +564,13 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
     close(closeOpts = {}) {
       closing ??= (async () => {
         if (connected && !nc.isClosed()) {
-          const drained = await within(nc.drain().then(() => true, () => false), closeOpts.timeoutMs ?? CLOSE_DRAIN_MS);
+          const drained = await within(
+            nc.drain().then(
+              () => true,
+              () => false,
+            ),
+            closeOpts.timeoutMs ?? CLOSE_DRAIN_MS,
+          );
           if (drained) return;
         }
         await nc.close().catch(() => undefined);

@@ -21,7 +21,10 @@ export async function whilePlacing<T>(create: () => Promise<T>, opts: { timeoutM
     } catch (err) {
       if (!clusterSettling(err)) throw err;
       if (Date.now() > until) {
-        throw new Error(`NATS JetStream did not let this replica create ${opts.what ?? 'its streams'} within ${Math.round(opts.timeoutMs / 1000)} s: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+        throw new Error(
+          `NATS JetStream did not let this replica create ${opts.what ?? 'its streams'} within ${Math.round(opts.timeoutMs / 1000)} s: ${(err as Error)?.message ?? String(err)}`,
+          { cause: err },
+        );
       }
       if (!warned) opts.onRetry?.(err);
       warned = true;

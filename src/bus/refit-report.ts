@@ -109,7 +109,9 @@ export async function watchRefitReport(bus: Bus, opts: RefitReportOptions): Prom
         const text = `${(err as Error)?.message ?? err} ${((err as Error)?.cause as Error | undefined)?.message ?? ''}`.trim();
         if (/permission/i.test(text)) {
           journalReadable = false;
-          log(`the refits bucket cannot be read with these credentials (${text}); waiting for the reply and the report on ${subj.refitEvents(refitId)} or ${subj.refitReport(refitId)} only`);
+          log(
+            `the refits bucket cannot be read with these credentials (${text}); waiting for the reply and the report on ${subj.refitEvents(refitId)} or ${subj.refitReport(refitId)} only`,
+          );
         }
         kv = undefined; // not there yet, or NATS was away: opened again next time
       } finally {

@@ -96,7 +96,10 @@ function isExecutable(path: string): boolean {
 
 function findOnPath(name: string, env: NodeJS.ProcessEnv): string | undefined {
   const dirs = [...(env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/sbin', '/usr/local/bin'];
-  return dirs.filter(Boolean).map((d) => join(d, name)).find(isExecutable);
+  return dirs
+    .filter(Boolean)
+    .map((d) => join(d, name))
+    .find(isExecutable);
 }
 
 /**
@@ -108,8 +111,7 @@ export function findNatsServer(env: NodeJS.ProcessEnv = process.env): string {
   if (override) {
     if (isExecutable(override)) return override;
     throw new NatsServerNotFound(
-      `RLGATE_NATS_SERVER=${override} is not an executable nats-server; unset it or install the ` +
-        `Debian package: apt-get install nats-server`,
+      `RLGATE_NATS_SERVER=${override} is not an executable nats-server; unset it or install the ` + `Debian package: apt-get install nats-server`,
     );
   }
   const found = findOnPath('nats-server', env);
@@ -168,8 +170,7 @@ export async function startEmbeddedNats(opts: EmbeddedNatsOptions = {}): Promise
   try {
     for (let attempt = 1; ; attempt++) {
       const port = opts.port || (await pickFreePort());
-      const monitorPort =
-        opts.monitorPort === undefined ? undefined : opts.monitorPort || (await pickFreePort());
+      const monitorPort = opts.monitorPort === undefined ? undefined : opts.monitorPort || (await pickFreePort());
       try {
         return await launch({ bin, dir, storeDir, serverName, maxPayload, port, monitorPort, opts });
       } catch (err) {
@@ -230,17 +231,14 @@ async function spawnServer(p: LaunchPlan): Promise<Running> {
   live.add(entry);
   installExitHook();
 
-  const failed = (why: string) =>
-    new NatsServerStartFailed(`nats-server ${why} (port ${p.port}):\n${tail.join('\n')}`);
+  const failed = (why: string) => new NatsServerStartFailed(`nats-server ${why} (port ${p.port}):\n${tail.join('\n')}`);
   const controller = new AbortController();
   try {
     await Promise.race([
       waitReady(p.port, p.monitorPort, controller.signal),
       exited.then(() => Promise.reject(failed(`exited with ${child.exitCode ?? child.signalCode}`))),
       spawnError.then((e) => Promise.reject(failed(`could not be spawned: ${e.message}`))),
-      delay(p.opts.readyTimeoutMs ?? 15_000, controller.signal).then(() =>
-        Promise.reject(failed('was not ready in time')),
-      ),
+      delay(p.opts.readyTimeoutMs ?? 15_000, controller.signal).then(() => Promise.reject(failed('was not ready in time'))),
     ]);
   } catch (err) {
     await terminate(child, exited);
@@ -356,10 +354,7 @@ async function terminate(child: ChildProcess, exited: Promise<void>): Promise<vo
   if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) return;
   child.kill('SIGTERM');
   const controller = new AbortController();
-  const timedOut = await Promise.race([
-    exited.then(() => false),
-    delay(STOP_GRACE_MS, controller.signal).then(() => true),
-  ]);
+  const timedOut = await Promise.race([exited.then(() => false), delay(STOP_GRACE_MS, controller.signal).then(() => true)]);
   controller.abort();
   if (timedOut) {
     child.kill('SIGKILL');

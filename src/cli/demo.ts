@@ -41,7 +41,10 @@ export async function demoCommand(argv: string[]): Promise<number> {
     }
     for (const s of sims) say(`  engine ${s.url} (pid ${s.pid})`);
 
-    const config = loadConfig(['--port', '0', '--enable-rl', '--rl-control-timeout-secs', '10', '--health-check-interval-secs', '1', '--worker-urls', ...sims.map((s) => s.url)], {});
+    const config = loadConfig(
+      ['--port', '0', '--enable-rl', '--rl-control-timeout-secs', '10', '--health-check-interval-secs', '1', '--worker-urls', ...sims.map((s) => s.url)],
+      {},
+    );
     gw = await startGateway(config, { log: createLogger({ level: verbose ? 'info' : 'warn' }) });
     say(`  gateway ${gw.url}, NATS ${gw.natsUrl}`);
     await waitReady(gw.url, ENGINES);

@@ -59,9 +59,8 @@ export class FleetWatch {
       else {
         const at = stepLabel(e.phase, e.step, e.stepIndex, p.steps);
         const f = e.failure;
-        step = e.leg === 'running' ? at
-          : e.leg === 'ok' ? `${at} ok`
-          : `${at} failed${f?.error ? ` ${f.error}` : ''}${f?.status != null ? ` ${f.status}` : ''}`;
+        step =
+          e.leg === 'running' ? at : e.leg === 'ok' ? `${at} ok` : `${at} failed${f?.error ? ` ${f.error}` : ''}${f?.status != null ? ` ${f.status}` : ''}`;
       }
       found = { refitId: p.refitId, step };
       if (p.status === 'running') return found;
@@ -119,7 +118,11 @@ export function tableLines(w: FleetWatch, size: { columns: number; rows: number 
     return COLUMNS.map((c) => c.cell(e, touch));
   });
   const widths = COLUMNS.map((c, i) => Math.min(c.max, Math.max(c.min ?? 0, c.title.length, ...cells.map((r) => r[i]!.length))));
-  const line = (r: string[]) => r.map((v, i) => (i === r.length - 1 ? v : fit(v, widths[i]!).padEnd(widths[i]!))).join('  ').trimEnd();
+  const line = (r: string[]) =>
+    r
+      .map((v, i) => (i === r.length - 1 ? v : fit(v, widths[i]!).padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   const lines = [header, line(COLUMNS.map((c) => c.title)), ...cells.map(line)];
   const hidden = engines.length - shown.length;
   if (hidden > 0) lines.push(`… ${hidden} more engine${hidden > 1 ? 's' : ''} not shown`);

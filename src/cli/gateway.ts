@@ -28,9 +28,14 @@ export async function gatewayCommand(argv: string[]): Promise<number> {
   }
   const log = createLogger({ level: config.logLevel });
   // Any user of the machine can read a process's arguments (ps, /proc/<pid>/cmdline).
-  for (const [flag, env] of [['--admin-key', 'RLGATE_ADMIN_KEY'], ['--registration-key', 'RLGATE_REGISTRATION_KEY']] as const) {
+  for (const [flag, env] of [
+    ['--admin-key', 'RLGATE_ADMIN_KEY'],
+    ['--registration-key', 'RLGATE_REGISTRATION_KEY'],
+  ] as const) {
     if (argv.some((a) => a === flag || a.startsWith(`${flag}=`))) {
-      log.warn(`${flag} on the command line is visible to other users of this machine (ps, /proc/<pid>/cmdline); pass it with ${flag}-file or the environment variable ${env}`);
+      log.warn(
+        `${flag} on the command line is visible to other users of this machine (ps, /proc/<pid>/cmdline); pass it with ${flag}-file or the environment variable ${env}`,
+      );
     }
   }
   const gw = await startGateway(config, { log });

@@ -11,11 +11,20 @@ import { redactUrl } from '../obs/redact-url.ts';
 const COMMANDS: Record<string, { summary: string; run: (argv: string[]) => Promise<number | void> }> = {
   gateway: { summary: 'run a gateway replica (embedded nats-server unless --nats-url)', run: async (a) => (await import('./gateway.ts')).gatewayCommand(a) },
   sim: { summary: 'run an engine simulator: sim sglang|tokenspeed|zmq [flags]', run: async (a) => (await import('./sim.ts')).simCommand(a) },
-  serve: { summary: 'a fleet of engines (simulators or a real engine command) and its gateway in one command', run: async (a) => (await import('./serve.ts')).serveCommand(a) },
+  serve: {
+    summary: 'a fleet of engines (simulators or a real engine command) and its gateway in one command',
+    run: async (a) => (await import('./serve.ts')).serveCommand(a),
+  },
   demo: { summary: 'embedded NATS, three simulated engines, the gateway and two refits', run: async (a) => (await import('./demo.ts')).demoCommand(a) },
   watch: { summary: 'print engine actor transitions as they are published on NATS', run: async (a) => (await import('./watch.ts')).watchCommand(a) },
-  refit: { summary: 'ask the gateway for a refit over NATS (rl.refit.request) and print the report', run: async (a) => (await import('./refit.ts')).refitCommand(a) },
-  trainer: { summary: 'trainer client: a distributed (NCCL-style) refit through the gateway', run: async (a) => (await import('./trainer/main.ts')).trainerCommand(a) },
+  refit: {
+    summary: 'ask the gateway for a refit over NATS (rl.refit.request) and print the report',
+    run: async (a) => (await import('./refit.ts')).refitCommand(a),
+  },
+  trainer: {
+    summary: 'trainer client: a distributed (NCCL-style) refit through the gateway',
+    run: async (a) => (await import('./trainer/main.ts')).trainerCommand(a),
+  },
 };
 
 /**

@@ -55,15 +55,27 @@ export interface RefitProgress {
 
 export function newRefitProgress(refitId: string): RefitProgress {
   return {
-    refitId, weightVersion: null, status: 'waiting', replica: null, phase: null, step: null, stepIndex: null, steps: null,
-    stepNames: null, engines: new Map(), skipped: 0, takeovers: 0, report: null,
+    refitId,
+    weightVersion: null,
+    status: 'waiting',
+    replica: null,
+    phase: null,
+    step: null,
+    stepIndex: null,
+    steps: null,
+    stepNames: null,
+    engines: new Map(),
+    skipped: 0,
+    takeovers: 0,
+    report: null,
   };
 }
 
 const str = (v: unknown): string | null => (typeof v === 'string' ? v : null);
 const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 const strings = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
-const record = (v: unknown): Record<string, unknown> | null => (v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null);
+const record = (v: unknown): Record<string, unknown> | null =>
+  v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
 
 /** The refit id of an event off the wire, or null when it is not a refit event. */
 export function refitIdOf(event: unknown): string | null {
@@ -127,7 +139,12 @@ export function applyRefitEvent(p: RefitProgress, event: unknown): boolean {
       const en = engine(p, id);
       const ok = e.outcome === 'ok';
       Object.assign(en, {
-        url: str(e.url) ?? en.url, phase, step: str(e.step), stepIndex: num(e.step_index), leg: ok ? 'ok' : 'failed', latencyMs: num(e.latency_ms),
+        url: str(e.url) ?? en.url,
+        phase,
+        step: str(e.step),
+        stepIndex: num(e.step_index),
+        leg: ok ? 'ok' : 'failed',
+        latencyMs: num(e.latency_ms),
       });
       if (!ok && !en.failure) {
         en.failure = { phase, step: en.step, stepIndex: en.stepIndex, error: str(e.error), status: num(e.status), message: str(e.message) };
@@ -165,8 +182,12 @@ export function applyReport(p: RefitProgress, report: Record<string, unknown>): 
     if (en.leg === 'running') en.leg = en.outcome === 'ok' ? 'ok' : 'failed';
     if (en.outcome === 'failed' && !en.failure) {
       en.failure = {
-        phase: str(r.failed_phase) ?? en.phase ?? '?', step: str(r.failed_step), stepIndex: null,
-        error: str(r.error), status: num(r.status), message: str(r.message),
+        phase: str(r.failed_phase) ?? en.phase ?? '?',
+        step: str(r.failed_step),
+        stepIndex: null,
+        error: str(r.error),
+        status: num(r.status),
+        message: str(r.message),
       };
     }
   }

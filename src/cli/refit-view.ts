@@ -12,7 +12,10 @@ function val(v: unknown): string {
 }
 
 function pairs(fields: Array<[string, unknown]>): string {
-  return fields.filter(([, v]) => v !== undefined && v !== null).map(([k, v]) => `${k}=${val(v)}`).join(' ');
+  return fields
+    .filter(([, v]) => v !== undefined && v !== null)
+    .map(([k, v]) => `${k}=${val(v)}`)
+    .join(' ');
 }
 
 /** `12:03:04.567` from an ISO time (the event's own clock), or the text as is. */
@@ -24,7 +27,13 @@ const count = (v: unknown) => (Array.isArray(v) ? v.length : undefined);
 
 /** The step of a refit phase (only the refit phase has steps): its name, index and count. */
 function stepPairs(e: Record<string, unknown>): Array<[string, unknown]> {
-  return e.phase === 'refit' ? [['step', e.step], ['step_index', e.step_index], ['steps', e.steps]] : [];
+  return e.phase === 'refit'
+    ? [
+        ['step', e.step],
+        ['step_index', e.step_index],
+        ['steps', e.steps],
+      ]
+    : [];
 }
 
 /**
@@ -34,30 +43,65 @@ function stepPairs(e: Record<string, unknown>): Array<[string, unknown]> {
  */
 export function eventLine(event: Record<string, unknown>): string {
   const e = event;
-  const head: Array<[string, unknown]> = [['refit', e.refit_id], ['event', e.type]];
+  const head: Array<[string, unknown]> = [
+    ['refit', e.refit_id],
+    ['event', e.type],
+  ];
   let rest: Array<[string, unknown]>;
   switch (e.type) {
     case 'accepted':
-      rest = [['version', e.weight_version], ['source', e.source], ['selector', e.selector], ['targets', count(e.targets)], ['skipped', count(e.skipped)], ['replica', e.replica]];
+      rest = [
+        ['version', e.weight_version],
+        ['source', e.source],
+        ['selector', e.selector],
+        ['targets', count(e.targets)],
+        ['skipped', count(e.skipped)],
+        ['replica', e.replica],
+      ];
       break;
     case 'started':
-      rest = [['replica', e.replica], ['targets', count(e.targets)], ['quorum', e.quorum], ['steps', count(e.steps)], ['verify', e.verify], ['recovered', e.recovered]];
+      rest = [
+        ['replica', e.replica],
+        ['targets', count(e.targets)],
+        ['quorum', e.quorum],
+        ['steps', count(e.steps)],
+        ['verify', e.verify],
+        ['recovered', e.recovered],
+      ];
       break;
     case 'phase':
       rest = [['phase', e.phase], ...stepPairs(e), ['targets', count(e.targets)]];
       break;
     case 'leg':
       rest = [
-        ['phase', e.phase], ...stepPairs(e), ['engine', e.url ?? e.worker_id], ['outcome', e.outcome],
-        ['error', e.error], ['status', e.status], ['latency_ms', e.latency_ms], ['message', e.outcome === 'ok' ? undefined : e.message],
+        ['phase', e.phase],
+        ...stepPairs(e),
+        ['engine', e.url ?? e.worker_id],
+        ['outcome', e.outcome],
+        ['error', e.error],
+        ['status', e.status],
+        ['latency_ms', e.latency_ms],
+        ['message', e.outcome === 'ok' ? undefined : e.message],
       ];
       break;
     case 'takeover':
-      rest = [['from', e.from], ['to', e.to], ['phase', e.phase], ['step_index', e.step_index]];
+      rest = [
+        ['from', e.from],
+        ['to', e.to],
+        ['phase', e.phase],
+        ['step_index', e.step_index],
+      ];
       break;
     case 'report': {
       const r = (e.report ?? {}) as Record<string, unknown>;
-      rest = [['status', r.status], ['version', r.weight_version], ['succeeded', r.succeeded], ['total', r.total], ['duration_ms', r.duration_ms], ['aborted', r.aborted]];
+      rest = [
+        ['status', r.status],
+        ['version', r.weight_version],
+        ['succeeded', r.succeeded],
+        ['total', r.total],
+        ['duration_ms', r.duration_ms],
+        ['aborted', r.aborted],
+      ];
       break;
     }
     default:

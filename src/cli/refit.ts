@@ -147,8 +147,11 @@ export async function refitCommand(argv: string[]): Promise<number> {
       const version = request.weight_version;
       // Subscribed (events, report) before the request goes out; the journal is read while waiting.
       watch = await watchRefitReport(bus, {
-        root: args.root, refitId, ...(typeof version === 'string' ? { weightVersion: version } : {}),
-        onEvent: (data) => shown.event(data), log: (line) => shown.note(`refit: ${line}`),
+        root: args.root,
+        refitId,
+        ...(typeof version === 'string' ? { weightVersion: version } : {}),
+        onEvent: (data) => shown.event(data),
+        log: (line) => shown.note(`refit: ${line}`),
       });
       bus.onStatus((s) => {
         if (s.event === 'disconnect') shown.note(`NATS disconnected (${s.server ?? '?'}); reconnecting…`);
@@ -164,7 +167,14 @@ export async function refitCommand(argv: string[]): Promise<number> {
 }
 
 /** Sends the request, prints what came back, and says how it went (REFIT_EXIT). */
-async function ask(bus: Bus, subj: Subjects, args: RefitArgs, refitId: string | undefined, display: RefitDisplay | undefined, watch: RefitReportWatch | undefined): Promise<number> {
+async function ask(
+  bus: Bus,
+  subj: Subjects,
+  args: RefitArgs,
+  refitId: string | undefined,
+  display: RefitDisplay | undefined,
+  watch: RefitReportWatch | undefined,
+): Promise<number> {
   const subject = subj.refitRequest();
   const named = refitId ? `refit ${refitId}` : 'refit';
   let answer: { status: number; report?: unknown; plan?: unknown };
@@ -196,7 +206,9 @@ function failure(err: unknown, named: string, subject: string, timeoutMs: number
   } else if (err instanceof BusNoResponders) {
     process.stderr.write(`${named}: no gateway answers on ${subject} (no replica with RL on is connected to this NATS server with this subject root)\n`);
   } else if (err instanceof BusTimeout) {
-    process.stderr.write(`${named}: no report within ${Math.round(timeoutMs / 1000)} s; it may still run: GET /v1/rl/refits/${refitId ?? '<id>'} on any replica\n`);
+    process.stderr.write(
+      `${named}: no report within ${Math.round(timeoutMs / 1000)} s; it may still run: GET /v1/rl/refits/${refitId ?? '<id>'} on any replica\n`,
+    );
   } else if (err instanceof BusUnavailable) {
     process.stderr.write(`${named}: ${err.message}; it may have reached a gateway: send the same request again (same refit id) to have its report\n`);
   } else {

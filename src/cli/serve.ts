@@ -47,7 +47,18 @@ Gateway flags (see rlgate gateway --help) come before --; --enable-rl is implied
 
 const KINDS: readonly SimKind[] = ['sglang', 'tokenspeed', 'zmq'];
 const ALIASES: Record<string, string> = { tp: 'tp-size', 'tensor-parallel-size': 'tp-size', 'model-path': 'model' };
-const OWN_FLAGS = new Set(['engines', 'kind', 'engine-cmd', 'engine-base-port', 'rl-control-port', 'servicer-impl', 'model', 'tp-size', 'engine-ready-secs', ...Object.keys(ALIASES)]);
+const OWN_FLAGS = new Set([
+  'engines',
+  'kind',
+  'engine-cmd',
+  'engine-base-port',
+  'rl-control-port',
+  'servicer-impl',
+  'model',
+  'tp-size',
+  'engine-ready-secs',
+  ...Object.keys(ALIASES),
+]);
 /** Engine flags serve sets per engine itself. */
 const SERVE_SETS = new Set(['--port', '--url', '--rl-control-port']);
 const MAX_ENGINES = 256;
@@ -185,7 +196,10 @@ export async function serveCommand(argv: string[]): Promise<number> {
         slot.restarts++;
         const delay = Math.min(30_000, 500 * 2 ** Math.min(slot.restarts, 6));
         process.stderr.write(`rlgate serve: engine ${slot.index} (${slot.url}) exited (code ${code}, signal ${signal}); restarting in ${delay} ms\n`);
-        setTimeout(() => void (!stopping && start(slot).catch((err) => process.stderr.write(`rlgate serve: restart failed: ${(err as Error).message}\n`))), delay).unref();
+        setTimeout(
+          () => void (!stopping && start(slot).catch((err) => process.stderr.write(`rlgate serve: restart failed: ${(err as Error).message}\n`))),
+          delay,
+        ).unref();
       });
     };
     await Promise.all(slots.map(start));
@@ -240,7 +254,14 @@ async function startSim(slot: EngineSlot, own: Map<string, string>, servicer: st
   return launchSim(slot.kind, args, { stderr: 'inherit' });
 }
 
-async function startTemplate(template: string, slot: EngineSlot, own: Map<string, string>, servicer: string | undefined, readyMs: number, engineFlags: readonly string[]): Promise<ChildProcess> {
+async function startTemplate(
+  template: string,
+  slot: EngineSlot,
+  own: Map<string, string>,
+  servicer: string | undefined,
+  readyMs: number,
+  engineFlags: readonly string[],
+): Promise<ChildProcess> {
   const vars: Record<string, string> = {
     url: slot.url,
     port: String(slot.port),

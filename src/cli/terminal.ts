@@ -115,7 +115,9 @@ export class LiveRegion {
     this.timer = undefined;
     if (this.closed) return;
     const size = this.size();
-    const lines = this.frame(size).slice(0, size.rows).map((l) => fit(l, size.columns));
+    const lines = this.frame(size)
+      .slice(0, size.rows)
+      .map((l) => fit(l, size.columns));
     if (lines.length === this.last.length && lines.every((l, i) => l === this.last[i])) return;
     this.stream.write(`${HIDE_CURSOR}${this.toTop()}${this.body(lines)}${CLEAR_BELOW}`);
     this.last = lines;
@@ -149,9 +151,7 @@ export class LiveRegion {
   }
 
   private body(lines: string[]): string {
-    return lines
-      .map((l, i) => (i === 0 && this.opts.boldFirstLine ? `${BOLD}${l}${PLAIN}` : l) + CLEAR_LINE_END)
-      .join('\n');
+    return lines.map((l, i) => (i === 0 && this.opts.boldFirstLine ? `${BOLD}${l}${PLAIN}` : l) + CLEAR_LINE_END).join('\n');
   }
 
   /** From the end of the last frame back to its first column and first row. */

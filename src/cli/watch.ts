@@ -107,12 +107,17 @@ export async function watchCommand(argv: string[]): Promise<number> {
   process.stderr.write(`watching ${subj.allEngineStates()} and ${subj.allRefitEvents()} on ${redactUrl(nats.url)} (Ctrl-C to stop)\n`);
   if (table) {
     const where = redactUrl(nats.url);
-    region = new LiveRegion(process.stdout, (size) => {
-      const running = [...fleet.refits.values()].filter((p) => p.status === 'running').length;
-      const header = `rlgate watch · ${where} · ${fleet.engines.size} engine${fleet.engines.size === 1 ? '' : 's'} · ` +
-        `${running} refit${running === 1 ? '' : 's'} running · NATS ${busState} · last change ${lastChange.slice(11, 19)}`;
-      return tableLines(fleet, size, header);
-    }, { boldFirstLine: true });
+    region = new LiveRegion(
+      process.stdout,
+      (size) => {
+        const running = [...fleet.refits.values()].filter((p) => p.status === 'running').length;
+        const header =
+          `rlgate watch · ${where} · ${fleet.engines.size} engine${fleet.engines.size === 1 ? '' : 's'} · ` +
+          `${running} refit${running === 1 ? '' : 's'} running · NATS ${busState} · last change ${lastChange.slice(11, 19)}`;
+        return tableLines(fleet, size, header);
+      },
+      { boldFirstLine: true },
+    );
     region.flush();
   }
   // Silence is not "nothing happens": say when the bus is gone and when it is back (nats.js keeps
@@ -168,7 +173,11 @@ async function readSnapshot(kv: KV): Promise<EngineRow[]> {
   return rows;
 }
 
-async function followRecords(records: QueuedIterator<{ operation: string; key: string; length: number; value: Uint8Array }>, fleet: FleetWatch, changed: () => void): Promise<void> {
+async function followRecords(
+  records: QueuedIterator<{ operation: string; key: string; length: number; value: Uint8Array }>,
+  fleet: FleetWatch,
+  changed: () => void,
+): Promise<void> {
   try {
     for await (const entry of records) {
       if (entry.operation === 'PUT' && entry.length > 0) {

@@ -32,7 +32,9 @@ export function requestedConcurrency(header: string | string[] | undefined): num
   const text = Array.isArray(header) ? (header.length === 1 ? header[0]! : '') : header;
   const n = /^\s*\d{1,6}\s*$/.test(text) ? Number(text) : NaN;
   if (!Number.isInteger(n) || n < 1 || n > MAX_REQUESTED) {
-    throw new GatewayError('invalid_request', `header \`${CONCURRENCY_HEADER}\` must be one integer from 1 to ${MAX_REQUESTED}`, { header: CONCURRENCY_HEADER });
+    throw new GatewayError('invalid_request', `header \`${CONCURRENCY_HEADER}\` must be one integer from 1 to ${MAX_REQUESTED}`, {
+      header: CONCURRENCY_HEADER,
+    });
   }
   return n;
 }

@@ -161,7 +161,8 @@ export class Dispatcher {
   private async toLocal(owner: string, legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }) {
     if (!this.deps.bus.connected) {
       const err = new BusUnavailable(this.deps.subjects.replicaCmd(owner));
-      for (const leg of legs) opts.onLeg({ workerId: leg.workerId, outcome: busFailure(err, this.deps.registry.get(leg.workerId)?.url ?? leg.workerId, leg.call) });
+      for (const leg of legs)
+        opts.onLeg({ workerId: leg.workerId, outcome: busFailure(err, this.deps.registry.get(leg.workerId)?.url ?? leg.workerId, leg.call) });
       return;
     }
     if (this.deps.fence?.reason() != null) {
@@ -246,7 +247,14 @@ export class Dispatcher {
   }
 
   /** Waits for the bus, then asks the owner for the replies of `requestId` until every leg has one or the deadline passes. */
-  private async settleFromOwner(owner: string, requestId: string, legs: Leg[], answered: Set<string>, deadline: number, opts: { onLeg: (reply: LegReply) => void; signal?: AbortSignal }) {
+  private async settleFromOwner(
+    owner: string,
+    requestId: string,
+    legs: Leg[],
+    answered: Set<string>,
+    deadline: number,
+    opts: { onLeg: (reply: LegReply) => void; signal?: AbortSignal },
+  ) {
     const until = deadline + BUS_MARGIN_MS;
     // The owner comes back to the bus on its own schedule: no responder is not yet a verdict.
     let silentSince: number | undefined;
@@ -291,8 +299,14 @@ export class Dispatcher {
 function busFailure(err: unknown, url: string, call: ControlCall): ControlOutcome {
   if (err instanceof BusUnavailable) {
     // Not in flight: it never left this replica, so it may be sent again (as a fenced call may).
-    if (!err.inFlight) return { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${url}\` not called: ${err.message}` };
-    return { kind: 'unreachable', code: 'bus_unavailable', latencyMs: 0, message: `upstream \`${url}\` its reply was lost, and the call may have run: ${err.message}` };
+    if (!err.inFlight)
+      return { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${url}\` not called: ${err.message}` };
+    return {
+      kind: 'unreachable',
+      code: 'bus_unavailable',
+      latencyMs: 0,
+      message: `upstream \`${url}\` its reply was lost, and the call may have run: ${err.message}`,
+    };
   }
   if (err instanceof BusTimeout) {
     return { kind: 'timeout', latencyMs: 0, message: `upstream \`${url}\` timed out after ${call.timeoutSecs}s` };

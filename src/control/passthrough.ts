@@ -45,7 +45,15 @@ export class Passthrough {
     const call = this.deps.legs.callFor(path, req);
     const outcome = await this.deps.dispatcher.one(worker.id, call, req.signal);
     this.deps.log.info(
-      { worker_id: worker.id, url: worker.url, control_url: controlUrl, method: req.method, path, status: outcome.kind === 'answer' ? outcome.status : null, latency_ms: outcome.latencyMs },
+      {
+        worker_id: worker.id,
+        url: worker.url,
+        control_url: controlUrl,
+        method: req.method,
+        path,
+        status: outcome.kind === 'answer' ? outcome.status : null,
+        latency_ms: outcome.latencyMs,
+      },
       'rl.proxy',
     );
     return proxyAnswer(worker, outcome);
@@ -62,13 +70,25 @@ export class Passthrough {
     }
     const call = this.deps.legs.callFor(path, req);
     const concurrency = this.deps.legs.concurrencyFor(path, targets.length, req.concurrency);
-    const outcomes = await this.deps.legs.runLegs(targets.map((w) => ({ worker: w, call })), req.signal, undefined, concurrency);
+    const outcomes = await this.deps.legs.runLegs(
+      targets.map((w) => ({ worker: w, call })),
+      req.signal,
+      undefined,
+      concurrency,
+    );
     const body = fanoutResponse(targets, outcomes);
     const seconds = (performance.now() - started) / 1000;
     this.deps.metrics.fanout(body.failed.length === 0 ? 'ok' : 'partial', seconds);
     // One line per fan-out: at info when a leg failed, at debug otherwise (a trainer may fan out
     // several times a second; the metrics count every one).
-    const line = { path, selector: selector.text, total: body.total, succeeded: body.succeeded, failed: body.failed.length, latency_ms: Math.round(seconds * 1000) };
+    const line = {
+      path,
+      selector: selector.text,
+      total: body.total,
+      succeeded: body.succeeded,
+      failed: body.failed.length,
+      latency_ms: Math.round(seconds * 1000),
+    };
     if (body.failed.length > 0) this.deps.log.info(line, 'rl.fanout');
     else this.deps.log.debug(line, 'rl.fanout');
     return { status: body.failed.length === 0 ? 200 : 207, body };

@@ -15,7 +15,14 @@ import { replicaCommandOf } from './command-payload.ts';
 import type { ControlCall } from '../wire/control-call.ts';
 import type { LegReply, ReplicaCommand } from '../wire/replica-share.ts';
 
-export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; replicaId: string; host: EngineHost; cancels: Cancellations; log: OutcomeLog }): BusSubscription {
+export function serveReplicaCommands(deps: {
+  bus: Bus;
+  subjects: Subjects;
+  replicaId: string;
+  host: EngineHost;
+  cancels: Cancellations;
+  log: OutcomeLog;
+}): BusSubscription {
   const commands = deps.bus.respondStream(deps.subjects.replicaCmd(deps.replicaId), async (data, send) => {
     const cmd = replicaCommandOf(data); // a payload of another shape is a request error, nothing run
     return deps.cancels.track(cmd.requestId, (signal) => runLoggedShare(deps.host, deps.log, cmd, send, signal));
@@ -35,7 +42,13 @@ export function serveReplicaCommands(deps: { bus: Bus; subjects: Subjects; repli
 }
 
 /** Runs a share and keeps its replies in the log, whether or not they reach the caller. */
-export async function runLoggedShare(host: EngineHost, log: OutcomeLog, cmd: ReplicaCommand, send: (reply: LegReply) => void, signal: AbortSignal): Promise<void> {
+export async function runLoggedShare(
+  host: EngineHost,
+  log: OutcomeLog,
+  cmd: ReplicaCommand,
+  send: (reply: LegReply) => void,
+  signal: AbortSignal,
+): Promise<void> {
   log.begin(cmd.requestId);
   try {
     await runShare(

@@ -57,7 +57,12 @@ export const CONTROL_OPS: ReadonlySet<string> = new Set([
 
 /** §15 `op` label for a validated path: the path itself when listed, else `other`. */
 /** Calls that move weights onto the engine. */
-export const WEIGHT_PATHS: ReadonlySet<string> = new Set(['update_weights_from_disk', 'update_weights_from_tensor', 'update_weights_from_ipc', 'update_weights_from_distributed']);
+export const WEIGHT_PATHS: ReadonlySet<string> = new Set([
+  'update_weights_from_disk',
+  'update_weights_from_tensor',
+  'update_weights_from_ipc',
+  'update_weights_from_distributed',
+]);
 /** Calls during which the engine is `refitting`: the weight moves and the group set-up around them. */
 const REFIT_PATHS: ReadonlySet<string> = new Set([...WEIGHT_PATHS, 'init_weights_update_group', 'destroy_weights_update_group']);
 /** Calls that stop generation: the engine leaves routing when they are sent (spec §12.6 paths). */

@@ -45,10 +45,7 @@ export interface TokenRequest {
   stream: boolean;
 }
 
-export type FinishReason =
-  | { type: 'stop'; matched: number | string | null }
-  | { type: 'length'; length: number }
-  | { type: 'abort'; message: string };
+export type FinishReason = { type: 'stop'; matched: number | string | null } | { type: 'length'; length: number } | { type: 'abort'; message: string };
 
 /** New tokens of one choice since its previous chunk. */
 export interface TokenChunk {

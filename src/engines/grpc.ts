@@ -109,7 +109,11 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
     // is_paused is the live scheduler state, but only servicers that advertise rl.* report it (the
     // rust servicer always says false): without the advertisement it is unknown.
     const reportsPaused = Object.keys(serverArgs).some((k) => k.startsWith('rl.'));
-    return { serverInfo: serverArgs, modelInfo: model as Record<string, unknown>, paused: reportsPaused && typeof server.is_paused === 'boolean' ? server.is_paused : undefined };
+    return {
+      serverInfo: serverArgs,
+      modelInfo: model as Record<string, unknown>,
+      paused: reportsPaused && typeof server.is_paused === 'boolean' ? server.is_paused : undefined,
+    };
   }
 
   async probe(signal: AbortSignal, quiet = false): Promise<void> {
@@ -213,7 +217,25 @@ function toProto(req: TokenRequest): Record<string, unknown> {
     skip_special_tokens: s.skip_special_tokens ?? true,
     spaces_between_special_tokens: s.spaces_between_special_tokens ?? true,
   };
-  for (const k of ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'max_new_tokens', 'min_new_tokens', 'stop', 'stop_token_ids', 'ignore_eos', 'no_stop_trim', 'n', 'sampling_seed', 'regex', 'json_schema'] as const) {
+  for (const k of [
+    'temperature',
+    'top_p',
+    'top_k',
+    'min_p',
+    'frequency_penalty',
+    'presence_penalty',
+    'repetition_penalty',
+    'max_new_tokens',
+    'min_new_tokens',
+    'stop',
+    'stop_token_ids',
+    'ignore_eos',
+    'no_stop_trim',
+    'n',
+    'sampling_seed',
+    'regex',
+    'json_schema',
+  ] as const) {
     if (s[k] !== undefined) sampling[k] = s[k];
   }
   if (s.ebnf !== undefined) sampling.ebnf_grammar = s.ebnf;

@@ -107,4 +107,3 @@ export class HttpEngineClient implements EngineClient {
     return null;
   }
 }
-

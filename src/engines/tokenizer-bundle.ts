@@ -17,7 +17,10 @@ export class BundleError extends Error {
 
 /** Joins the chunks in order; the archive must hash to the sha256 the stream announced. */
 export function assembleBundle(chunks: readonly BundleChunk[]): { archive: Buffer; sha256: string } {
-  const announced = [...chunks].reverse().find((c) => c.sha256)?.sha256.toLowerCase();
+  const announced = [...chunks]
+    .reverse()
+    .find((c) => c.sha256)
+    ?.sha256.toLowerCase();
   if (!announced) throw new BundleError('the tokenizer bundle carried no sha256');
   const archive = Buffer.concat(chunks.map((c) => Buffer.from(c.data.buffer, c.data.byteOffset, c.data.byteLength)));
   const actual = createHash('sha256').update(archive).digest('hex');

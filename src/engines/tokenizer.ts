@@ -20,7 +20,11 @@ export class Tokenizer {
   /** tokenizer_config.json as shipped (chat_template, bos/eos tokens, ...); {} when absent. */
   readonly config: Record<string, unknown>;
 
-  constructor(tokenizerJson: object, tokenizerConfig: object | undefined, readonly source: string) {
+  constructor(
+    tokenizerJson: object,
+    tokenizerConfig: object | undefined,
+    readonly source: string,
+  ) {
     this.config = (tokenizerConfig ?? {}) as Record<string, unknown>;
     this.hf = new HfTokenizer(tokenizerJson, this.config);
   }

@@ -129,14 +129,19 @@ export class ZmqEngineClient implements EngineClient, TokenEngine {
     signal.throwIfAborted();
     const n = req.sampling.n ?? 1;
     // n > 1 is the gateway's fan-out (spec §5.4): rids `<rid>-<i>`, seed + i when a seed is set.
-    const subs: TokenRequest[] = n === 1
-      ? [{ ...req, sampling: { ...req.sampling, n: 1 } }]
-      : Array.from({ length: n }, (_, i) => ({
-          ...req,
-          rid: `${req.rid}-${i}`,
-          sampling: { ...req.sampling, n: 1, ...(req.sampling.sampling_seed !== undefined ? { sampling_seed: req.sampling.sampling_seed + i } : {}) },
-        }));
-    const stream = new RequestStream(subs.map((s) => s.rid), req.stream, req.returnLogprob);
+    const subs: TokenRequest[] =
+      n === 1
+        ? [{ ...req, sampling: { ...req.sampling, n: 1 } }]
+        : Array.from({ length: n }, (_, i) => ({
+            ...req,
+            rid: `${req.rid}-${i}`,
+            sampling: { ...req.sampling, n: 1, ...(req.sampling.sampling_seed !== undefined ? { sampling_seed: req.sampling.sampling_seed + i } : {}) },
+          }));
+    const stream = new RequestStream(
+      subs.map((s) => s.rid),
+      req.stream,
+      req.returnLogprob,
+    );
     const onAbort = (): void => {
       this.lane.abort(stream.pending());
       stream.fail(signal.reason ?? new DOMException('aborted', 'AbortError'));
@@ -190,7 +195,8 @@ function checkRequest(req: TokenRequest): string | null {
     const v = s[k];
     if (v !== undefined && (typeof v !== 'number' || !Number.isFinite(v))) return `${k} must be a finite number`;
   }
-  if (s.stop_token_ids) for (const id of s.stop_token_ids) if (!Number.isInteger(id) || id < 0 || id > MAX_U32) return 'stop_token_ids must be unsigned 32-bit integers';
+  if (s.stop_token_ids)
+    for (const id of s.stop_token_ids) if (!Number.isInteger(id) || id < 0 || id > MAX_U32) return 'stop_token_ids must be unsigned 32-bit integers';
   // What encodeAdd would write as null: refused, never dropped (the gateway refuses them earlier).
   for (const k of UNCARRIED) if (s[k] !== undefined) return `${k} is not carried by the ZMQ lane`;
   return null;

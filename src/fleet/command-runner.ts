@@ -50,7 +50,6 @@ export function newLane(actor: EngineActor): CommandLane {
   return { actor, queue: [], current: undefined, running: new Map(), closed: false };
 }
 
-
 export class CommandRunner {
   private tokens = 0;
   /**
@@ -235,7 +234,9 @@ export class CommandRunner {
     const fence = this.deps.fence;
     const closed = fence.reason();
     if (closed !== null) {
-      return { outcome: { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${worker.url}\` not called: ${closed}` } };
+      return {
+        outcome: { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${worker.url}\` not called: ${closed}` },
+      };
     }
     // An engine without pool settings of its own is called on the connection its probes use.
     const dispatcher = worker.httpPool && Object.keys(worker.httpPool).length > 0 ? undefined : this.deps.clientOf(id)?.poolFor?.(controlUrl);
@@ -250,7 +251,11 @@ export class CommandRunner {
     this.inFlight.add(ctrl);
     let outcome: ControlOutcome;
     try {
-      outcome = await this.deps.control.call({ workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool, dispatcher }, fenced, ctrl.signal);
+      outcome = await this.deps.control.call(
+        { workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool, dispatcher },
+        fenced,
+        ctrl.signal,
+      );
     } finally {
       this.inFlight.delete(ctrl);
       signal?.removeEventListener('abort', forward);
@@ -259,7 +264,12 @@ export class CommandRunner {
     if (lapse instanceof LeaseLapsed && outcome.kind !== 'answer') {
       // Abandoned, and said so: it was sent under a live lease and may still run on the engine;
       // whoever owns the engine now reads what it holds.
-      outcome = { kind: 'unreachable', code: 'owner_lost', latencyMs: outcome.latencyMs, message: `upstream \`${worker.url}\` call abandoned after it was sent (it may have run on the engine): ${lapse.message}` };
+      outcome = {
+        kind: 'unreachable',
+        code: 'owner_lost',
+        latencyMs: outcome.latencyMs,
+        message: `upstream \`${worker.url}\` call abandoned after it was sent (it may have run on the engine): ${lapse.message}`,
+      };
     }
     this.deps.metrics.controlCall(controlOp(call.path), outcome);
     if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) return { outcome };

@@ -29,12 +29,7 @@ export function seedFrom(label: string | undefined): string | undefined {
 }
 
 /** Discovers the engine, writes its labels to the registry and reconciles the actor's version. */
-export async function discoverAndSeed(
-  id: string,
-  h: SeededEngine | undefined,
-  signal: AbortSignal,
-  deps: { registry: Registry; log: Logger },
-): Promise<void> {
+export async function discoverAndSeed(id: string, h: SeededEngine | undefined, signal: AbortSignal, deps: { registry: Registry; log: Logger }): Promise<void> {
   if (!h) throw new Error('engine no longer hosted');
   const facts = await h.client.discover(signal);
   const labels = labelsFromFacts(h.client.mode, facts);

@@ -105,8 +105,26 @@ export class EngineHost {
     },
   ) {
     const { registry, bus, subjects, control, metrics, log, records, replicaId, fence } = deps;
-    this.commands = new CommandRunner({ registry, control, metrics, log, fence, actorOf: (id) => this.owned.get(id)?.actor, clientOf: (id) => this.links.get(id)?.client });
-    this.states = new StatePublisher({ registry, bus, subjects, metrics, log, loadOf: (id) => this.load(id), pausedBy: (id) => this.commands.pausedBy.get(id), records, replicaId });
+    this.commands = new CommandRunner({
+      registry,
+      control,
+      metrics,
+      log,
+      fence,
+      actorOf: (id) => this.owned.get(id)?.actor,
+      clientOf: (id) => this.links.get(id)?.client,
+    });
+    this.states = new StatePublisher({
+      registry,
+      bus,
+      subjects,
+      metrics,
+      log,
+      loadOf: (id) => this.load(id),
+      pausedBy: (id) => this.commands.pausedBy.get(id),
+      records,
+      replicaId,
+    });
     registry.on('added', (w) => this.host(w));
     registry.on('replaced', (prev, next) => this.replaced(prev, next));
     registry.on('removed', (w) => void this.unhost(w.id));
@@ -262,7 +280,8 @@ export class EngineHost {
     if (notice.kind === 'dp') actor.send({ type: notice.ok ? 'dp.success' : 'dp.failure' });
     else if (notice.kind === 'version') actor.send({ type: 'version.set', version: notice.version, source: notice.source });
     else if (notice.kind === 'control') actor.send({ type: 'control.set', control: notice.control, source: 'api' });
-    else if (notice.kind === 'quarantine') actor.send(notice.reason === null ? { type: 'quarantine.clear' } : { type: 'quarantine.set', reason: notice.reason });
+    else if (notice.kind === 'quarantine')
+      actor.send(notice.reason === null ? { type: 'quarantine.clear' } : { type: 'quarantine.set', reason: notice.reason });
   }
 
   /** Every registered engine gets a data-plane client; the owner also gets its actor. */
@@ -360,7 +379,10 @@ export class EngineHost {
     const { version, quarantine } = actor.getSnapshot().context;
     const behind = version === undefined || compareVersions(version, fleet) < 0;
     if (behind && quarantine === null) {
-      this.deps.log.warn({ worker_id: id, version: version ?? null, fleet_version: fleet }, 'engine below the fleet version: quarantined until a refit brings it up');
+      this.deps.log.warn(
+        { worker_id: id, version: version ?? null, fleet_version: fleet },
+        'engine below the fleet version: quarantined until a refit brings it up',
+      );
       actor.send({ type: 'quarantine.set', reason: 'behind_fleet' });
     } else if (!behind && quarantine === 'behind_fleet') actor.send({ type: 'quarantine.clear' });
   }

@@ -10,10 +10,7 @@ import type { Registry } from './registry.ts';
 import type { EngineStateEvent } from '../wire/engine-state.ts';
 import type { Worker } from './worker.ts';
 
-export type FeedItem =
-  | { kind: 'engine'; row: RlWorkerEntry }
-  | { kind: 'removed'; id: string }
-  | { kind: 'refit'; event: Record<string, unknown> };
+export type FeedItem = { kind: 'engine'; row: RlWorkerEntry } | { kind: 'removed'; id: string } | { kind: 'refit'; event: Record<string, unknown> };
 
 type Listener = (item: FeedItem) => void;
 
@@ -52,7 +49,11 @@ export class FleetFeed {
     registry.on('added', added);
     registry.on('removed', removed);
     registry.on('owner', owner);
-    this.unhooks.push(() => registry.off('added', added), () => registry.off('removed', removed), () => registry.off('owner', owner));
+    this.unhooks.push(
+      () => registry.off('added', added),
+      () => registry.off('removed', removed),
+      () => registry.off('owner', owner),
+    );
   }
 
   private shut(): void {
@@ -71,7 +72,15 @@ export class FleetFeed {
     // A malformed event (anyone on the bus may publish) overlays nothing: the view's row goes out.
     const str = (v: unknown) => typeof v === 'string';
     const nullableStr = (v: unknown) => v === null || typeof v === 'string';
-    if (!str(e.state) || !str(e.control) || !str(e.breaker) || !nullableStr(e.weight_version) || !nullableStr(e.version_source) || !nullableStr(e.quarantine) || typeof e.in_flight !== 'number') {
+    if (
+      !str(e.state) ||
+      !str(e.control) ||
+      !str(e.breaker) ||
+      !nullableStr(e.weight_version) ||
+      !nullableStr(e.version_source) ||
+      !nullableStr(e.quarantine) ||
+      typeof e.in_flight !== 'number'
+    ) {
       return this.emit({ kind: 'engine', row });
     }
     this.emit({

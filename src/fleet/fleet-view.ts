@@ -62,7 +62,23 @@ export interface EngineView {
 /** What of a row only registry writes change (cached per registry generation). */
 type FixedRow = Pick<
   RlWorkerEntry,
-  'id' | 'url' | 'base_url' | 'engine' | 'engine_version' | 'model_id' | 'worker_type' | 'connection_mode' | 'control_url' | 'tp_size' | 'dp_size' | 'pp_size' | 'dp_ranks' | 'role' | 'labels' | 'capabilities' | 'owner'
+  | 'id'
+  | 'url'
+  | 'base_url'
+  | 'engine'
+  | 'engine_version'
+  | 'model_id'
+  | 'worker_type'
+  | 'connection_mode'
+  | 'control_url'
+  | 'tp_size'
+  | 'dp_size'
+  | 'pp_size'
+  | 'dp_ranks'
+  | 'role'
+  | 'labels'
+  | 'capabilities'
+  | 'owner'
 >;
 
 const ONLINE = new Set(['serving', 'paused', 'asleep', 'refitting']);
@@ -278,7 +294,13 @@ export interface WorkerStats {
 
 /** The stats of a listing: every registry worker counted, DP ranks each (as SMG's registry does). */
 export function workerStats(workers: readonly Worker[], view: FleetView): WorkerStats {
-  const stats: WorkerStats = { total_workers: workers.length, healthy_workers: 0, total_models: 0, total_load: 0, by_type: { regular: 0, prefill: 0, decode: 0 } };
+  const stats: WorkerStats = {
+    total_workers: workers.length,
+    healthy_workers: 0,
+    total_models: 0,
+    total_load: 0,
+    by_type: { regular: 0, prefill: 0, decode: 0 },
+  };
   const models = new Set<string>();
   for (const w of workers) {
     const e = view.engine(w);

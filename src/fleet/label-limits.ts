@@ -29,10 +29,13 @@ export function checkLabels(labels: Record<string, string> | undefined): void {
   let total = 0;
   for (const key of keys) {
     const value = labels[key]!;
-    if (key.length > L.maxKeyLength) throw refuse(`a label key must be at most ${L.maxKeyLength} characters, got ${key.length}`, 'key_length', L.maxKeyLength, key);
+    if (key.length > L.maxKeyLength)
+      throw refuse(`a label key must be at most ${L.maxKeyLength} characters, got ${key.length}`, 'key_length', L.maxKeyLength, key);
     if (typeof value !== 'string') throw refuse(`label \`${key.slice(0, 64)}\` must be a string`, 'value_type', 0, key);
-    if (value.length > L.maxValueLength) throw refuse(`label \`${key.slice(0, 64)}\` must be at most ${L.maxValueLength} characters, got ${value.length}`, 'value_length', L.maxValueLength, key);
+    if (value.length > L.maxValueLength)
+      throw refuse(`label \`${key.slice(0, 64)}\` must be at most ${L.maxValueLength} characters, got ${value.length}`, 'value_length', L.maxValueLength, key);
     total += Buffer.byteLength(key) + Buffer.byteLength(value);
   }
-  if (total > L.maxTotalBytes) throw refuse(`labels must total at most ${L.maxTotalBytes} bytes (keys and values, UTF-8), got ${total}`, 'total_bytes', L.maxTotalBytes);
+  if (total > L.maxTotalBytes)
+    throw refuse(`labels must total at most ${L.maxTotalBytes} bytes (keys and values, UTF-8), got ${total}`, 'total_bytes', L.maxTotalBytes);
 }

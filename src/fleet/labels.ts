@@ -62,10 +62,7 @@ export function foldParallelism(labels: Record<string, string>): Record<string, 
  * wins: it is where the live version is read from (engines.md §1.1). For a gRPC worker pass
  * its `server_args` with `version` set to the engine version.
  */
-export function labelsFromServerInfo(
-  serverInfo: Record<string, unknown>,
-  modelInfo: Record<string, unknown> | null,
-): Record<string, string> {
+export function labelsFromServerInfo(serverInfo: Record<string, unknown>, modelInfo: Record<string, unknown> | null): Record<string, string> {
   const picked: Record<string, string> = {};
   for (const key of DISCOVERED_KEYS) {
     const v = labelValue(own(serverInfo, key));

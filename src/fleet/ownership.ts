@@ -152,7 +152,7 @@ export class Ownership {
       this.deps.fence.beatConfirmed(sentAt);
       if (this.deps.fence.needsResync && this.connected) void this.resync();
     } catch (err) {
-      this.deps.log.debug({ err }, 'could not refresh this replica\'s heartbeat');
+      this.deps.log.debug({ err }, "could not refresh this replica's heartbeat");
     }
   }
 

@@ -61,12 +61,28 @@ export class PauseReconciler {
     deps.registry.on('owner', onOwner);
     this.stops.push(() => deps.registry.off('owner', onOwner));
     // This replica's own calls were abandoned when its lease lapsed: they may land late too.
-    this.stops.push(deps.fence.onResync(() => this.watch(deps.registry.all().filter((w) => deps.host.owns(w.id)).map((w) => w.id), 'this replica lost its lease')));
+    this.stops.push(
+      deps.fence.onResync(() =>
+        this.watch(
+          deps.registry
+            .all()
+            .filter((w) => deps.host.owns(w.id))
+            .map((w) => w.id),
+          'this replica lost its lease',
+        ),
+      ),
+    );
   }
 
   start(): void {
     // Engines taken over before this started (at start-up) are watched too: it cannot tell which.
-    this.watch(this.deps.registry.all().filter((w) => this.deps.host.owns(w.id)).map((w) => w.id), 'owned when this replica started');
+    this.watch(
+      this.deps.registry
+        .all()
+        .filter((w) => this.deps.host.owns(w.id))
+        .map((w) => w.id),
+      'owned when this replica started',
+    );
     this.timer = setInterval(() => void this.look(), this.deps.intervalMs);
     this.timer.unref();
   }
@@ -169,7 +185,10 @@ export class PauseReconciler {
       const outcome = await host.run(id, call).catch(() => undefined);
       if (outcome?.kind === 'answer' && outcome.status >= 200 && outcome.status < 300) {
         this.resumed++;
-        this.deps.log.warn({ worker_id: id, url: this.deps.registry.get(id)?.url, watched_because: why }, 'resumed an engine found paused that no running refit and no operator holds (a late pause)');
+        this.deps.log.warn(
+          { worker_id: id, url: this.deps.registry.get(id)?.url, watched_because: why },
+          'resumed an engine found paused that no running refit and no operator holds (a late pause)',
+        );
       }
     } finally {
       this.busy.delete(id);

@@ -11,7 +11,13 @@ export type ProbeEvent = { type: 'probe.ok'; paused?: boolean } | { type: 'probe
  * `intervalOf` is read before each probe (the gateway stretches it as the fleet grows); a probe
  * that takes longer than `timeoutMs` (the configured interval) is a failure.
  */
-export function probeLoop(clientOf: () => EngineClient | undefined, intervalOf: () => number, timeoutMs: number, sendBack: (e: ProbeEvent) => void, quiet = false): () => void {
+export function probeLoop(
+  clientOf: () => EngineClient | undefined,
+  intervalOf: () => number,
+  timeoutMs: number,
+  sendBack: (e: ProbeEvent) => void,
+  quiet = false,
+): () => void {
   if (timeoutMs <= 0) return () => {};
   let stopped = false;
   let ctrl: AbortController | undefined;

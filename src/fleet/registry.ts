@@ -268,13 +268,7 @@ function defaultEngine(mode: string): string {
 
 function modelIdOf(w: Worker): string {
   const labels = mergedLabels(w);
-  return (
-    nonEmpty(labels.model_id) ??
-    nonEmpty(labels.served_model_name) ??
-    nonEmpty(labels.model) ??
-    nonEmpty(labels.model_path) ??
-    UNKNOWN_MODEL_ID
-  );
+  return nonEmpty(labels.model_id) ?? nonEmpty(labels.served_model_name) ?? nonEmpty(labels.model) ?? nonEmpty(labels.model_path) ?? UNKNOWN_MODEL_ID;
 }
 
 function nonEmpty(v: string | undefined): string | undefined {

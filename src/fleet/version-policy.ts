@@ -5,11 +5,7 @@
 import { GatewayError } from '../api/errors.ts';
 import { compareVersions, hasWhiteSpace, trimWhiteSpace, versionNumber } from './versions.ts';
 
-export type VersionPolicy =
-  | { kind: 'any' }
-  | { kind: 'latest-only' }
-  | { kind: 'min-version'; version: string }
-  | { kind: 'max-staleness'; k: bigint };
+export type VersionPolicy = { kind: 'any' } | { kind: 'latest-only' } | { kind: 'min-version'; version: string } | { kind: 'max-staleness'; k: bigint };
 
 export const DEFAULT_VERSION_POLICY: VersionPolicy = { kind: 'any' };
 

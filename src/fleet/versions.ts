@@ -35,9 +35,7 @@ export function hasWhiteSpace(s: string): boolean {
 }
 
 /** §12.2: trim, then refuse empty, over 128 bytes, and any byte outside 0x21..=0x7E. */
-export function checkVersion(
-  raw: string,
-): { ok: true; value: string } | { ok: false; reason: VersionRejection; message: string } {
+export function checkVersion(raw: string): { ok: true; value: string } | { ok: false; reason: VersionRejection; message: string } {
   const value = trimWhiteSpace(raw);
   const reject = (reason: VersionRejection) => ({ ok: false as const, reason, message: MESSAGES[reason] });
   if (value.length === 0) return reject('empty');

@@ -120,8 +120,10 @@ function canonicalHost(authority: string): { host: string; port: string | undefi
     if (name.length === 0) throw refuse('host', 'url must name a host');
     if (name.length > MAX_HOST_LENGTH) throw refuse('host', `url host must be at most ${MAX_HOST_LENGTH} characters`, { limit: String(MAX_HOST_LENGTH) });
     for (const label of name.split('.')) {
-      if (label.length > MAX_HOST_LABEL_LENGTH) throw refuse('host', `each dot-separated label of the url host must be at most ${MAX_HOST_LABEL_LENGTH} characters`);
-      if (!LABEL.test(label)) throw refuse('host', 'url host must be a name of letters, digits, `-` and `_` in dot-separated labels, an IPv4 address or a bracketed IPv6 address');
+      if (label.length > MAX_HOST_LABEL_LENGTH)
+        throw refuse('host', `each dot-separated label of the url host must be at most ${MAX_HOST_LABEL_LENGTH} characters`);
+      if (!LABEL.test(label))
+        throw refuse('host', 'url host must be a name of letters, digits, `-` and `_` in dot-separated labels, an IPv4 address or a bracketed IPv6 address');
     }
   }
   if (port !== undefined && !(/^[0-9]{1,5}$/.test(port) && Number(port) >= 1 && Number(port) <= 65535)) {
@@ -134,7 +136,12 @@ function canonicalHost(authority: string): { host: string; port: string | undefi
   } catch {
     throw refuse('host', 'url host is not valid');
   }
-  const canonical = unmapped(hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase());
+  const canonical = unmapped(
+    hostname
+      .replace(/^\[|\]$/g, '')
+      .replace(/\.$/, '')
+      .toLowerCase(),
+  );
   return { host: canonical, port: port === undefined || port === '' ? undefined : String(Number(port)) };
 }
 
@@ -185,7 +192,10 @@ export function compileAllowedHosts(entries: readonly string[]): AllowedHosts {
   const suffixes: string[] = [];
   const addresses = new BlockList();
   for (const given of entries) {
-    const e = given.trim().toLowerCase().replace(/^\[|\]$/g, '');
+    const e = given
+      .trim()
+      .toLowerCase()
+      .replace(/^\[|\]$/g, '');
     const cidr = /^([^/]+)\/(\d{1,3})$/.exec(e);
     if (cidr) {
       const family = isIP(cidr[1]!);

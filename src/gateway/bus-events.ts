@@ -24,7 +24,10 @@ export function logNatsServerEvent(log: Logger): (e: NatsServerEvent) => void {
   return (e) => {
     switch (e.type) {
       case 'exited':
-        log.warn({ nats_pid: e.pid, code: e.code, signal: e.signal, restart_in_ms: e.restartInMs }, 'embedded nats-server exited unexpectedly; restarting it on the same port and store');
+        log.warn(
+          { nats_pid: e.pid, code: e.code, signal: e.signal, restart_in_ms: e.restartInMs },
+          'embedded nats-server exited unexpectedly; restarting it on the same port and store',
+        );
         break;
       case 'restarted':
         log.warn({ nats_pid: e.pid }, 'embedded nats-server restarted');

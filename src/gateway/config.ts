@@ -28,42 +28,143 @@ interface Setting {
 export const SETTINGS: Setting[] = [
   { flag: 'host', key: 'host', kind: 'string', help: 'address to listen on (default 127.0.0.1)' },
   { flag: 'port', key: 'port', kind: 'int', help: 'port to listen on (default 30000; 0 picks a free one)' },
-  { flag: 'nats-url', key: 'natsUrl', kind: 'string', help: 'join this NATS server or cluster (comma-separated list; nats://user:pass@host carries credentials); absent: start an embedded nats-server', envFallback: 'NATS_URL' },
+  {
+    flag: 'nats-url',
+    key: 'natsUrl',
+    kind: 'string',
+    help: 'join this NATS server or cluster (comma-separated list; nats://user:pass@host carries credentials); absent: start an embedded nats-server',
+    envFallback: 'NATS_URL',
+  },
   ...NATS_CLIENT_FLAGS.map((f): Setting => ({ flag: f.flag, key: `nats.${f.key}`, kind: 'string', help: f.help })),
   { flag: 'enable-rl', key: 'rl.enabled', kind: 'bool', help: 'serve the /v1/rl control plane (default off)' },
-  { flag: 'admin-key', key: 'adminKey', kind: 'string', help: 'bearer token required on /v1/rl (default: no check); other users of the machine can read it on a command line: prefer --admin-key-file or RLGATE_ADMIN_KEY' },
-  { flag: 'admin-key-file', key: 'adminKeyFile', kind: 'string', help: 'file holding the admin bearer token (its final newline is not part of it); instead of --admin-key' },
-  { flag: 'allowed-origins', key: 'allowedOrigins', kind: 'list', help: 'browser origins allowed to write, e.g. https://dash.example.com, or * (default: none but the gateway\'s own page; requests without Origin are never refused)' },
-  { flag: 'registration-key', key: 'registrationKey', kind: 'string', help: 'bearer token required on POST /workers and /add_worker (the admin key works too; default: no check); visible to other users on a command line: prefer --registration-key-file or RLGATE_REGISTRATION_KEY' },
-  { flag: 'registration-key-file', key: 'registrationKeyFile', kind: 'string', help: 'file holding the registration bearer token (its final newline is not part of it); instead of --registration-key' },
+  {
+    flag: 'admin-key',
+    key: 'adminKey',
+    kind: 'string',
+    help: 'bearer token required on /v1/rl (default: no check); other users of the machine can read it on a command line: prefer --admin-key-file or RLGATE_ADMIN_KEY',
+  },
+  {
+    flag: 'admin-key-file',
+    key: 'adminKeyFile',
+    kind: 'string',
+    help: 'file holding the admin bearer token (its final newline is not part of it); instead of --admin-key',
+  },
+  {
+    flag: 'allowed-origins',
+    key: 'allowedOrigins',
+    kind: 'list',
+    help: "browser origins allowed to write, e.g. https://dash.example.com, or * (default: none but the gateway's own page; requests without Origin are never refused)",
+  },
+  {
+    flag: 'registration-key',
+    key: 'registrationKey',
+    kind: 'string',
+    help: 'bearer token required on POST /workers and /add_worker (the admin key works too; default: no check); visible to other users on a command line: prefer --registration-key-file or RLGATE_REGISTRATION_KEY',
+  },
+  {
+    flag: 'registration-key-file',
+    key: 'registrationKeyFile',
+    kind: 'string',
+    help: 'file holding the registration bearer token (its final newline is not part of it); instead of --registration-key',
+  },
   { flag: 'worker-urls', key: 'workerUrls', kind: 'list', help: 'engine URLs to register at start (space- or comma-separated)' },
-  { flag: 'allowed-worker-hosts', key: 'allowedWorkerHosts', kind: 'list', help: 'the only hosts, *.suffixes, addresses and CIDRs worker URLs may name (default: any but link-local and cloud metadata addresses)' },
+  {
+    flag: 'allowed-worker-hosts',
+    key: 'allowedWorkerHosts',
+    kind: 'list',
+    help: 'the only hosts, *.suffixes, addresses and CIDRs worker URLs may name (default: any but link-local and cloud metadata addresses)',
+  },
   { flag: 'rl-control-timeout-secs', key: 'rl.controlTimeoutSecs', kind: 'int', help: 'deadline of one engine control call (default 600)' },
-  { flag: 'rl-fanout-concurrency', key: 'rl.fanoutConcurrency', kind: 'int', help: 'engine calls in flight per fan-out and owning replica, for every call (default: 32 for calls that move weights, the fleet size and at least 256 for the others)' },
+  {
+    flag: 'rl-fanout-concurrency',
+    key: 'rl.fanoutConcurrency',
+    kind: 'int',
+    help: 'engine calls in flight per fan-out and owning replica, for every call (default: 32 for calls that move weights, the fleet size and at least 256 for the others)',
+  },
   { flag: 'rl-version-policy', key: 'rl.versionPolicy', kind: 'string', help: 'any | latest-only | min-version:<v> | max-staleness:<k> (default any)' },
   { flag: 'request-timeout-secs', key: 'requestTimeoutSecs', kind: 'int', help: 'deadline of one data-plane request (default 14400)' },
-  { flag: 'request-body-timeout-secs', key: 'requestBodyTimeoutSecs', kind: 'int', help: 'longest time to receive a whole request, headers and body: a slower or stalled one gets 408 and its connection is closed; answers are not bounded by it (default 30; 0: no limit)' },
-  { flag: 'request-header-timeout-secs', key: 'requestHeaderTimeoutSecs', kind: 'int', help: 'longest time to receive a request\'s headers, then 408 (default 30; at most the body timeout)' },
-  { flag: 'max-connections', key: 'maxConnections', kind: 'int', help: 'most open client connections; one past it is closed at once without an answer (default 0: no cap)' },
-  { flag: 'max-in-flight', key: 'maxInFlight', kind: 'int', help: 'most /generate and OpenAI generation requests handled at once; past it 503 with Retry-After (default 0: no cap)' },
-  { flag: 'workers-list-control-urls', key: 'workersListControlUrls', kind: 'bool', help: 'GET /workers lists gRPC/ZMQ workers by their control-app URL, for slime\'s abort flow (default off)' },
+  {
+    flag: 'request-body-timeout-secs',
+    key: 'requestBodyTimeoutSecs',
+    kind: 'int',
+    help: 'longest time to receive a whole request, headers and body: a slower or stalled one gets 408 and its connection is closed; answers are not bounded by it (default 30; 0: no limit)',
+  },
+  {
+    flag: 'request-header-timeout-secs',
+    key: 'requestHeaderTimeoutSecs',
+    kind: 'int',
+    help: "longest time to receive a request's headers, then 408 (default 30; at most the body timeout)",
+  },
+  {
+    flag: 'max-connections',
+    key: 'maxConnections',
+    kind: 'int',
+    help: 'most open client connections; one past it is closed at once without an answer (default 0: no cap)',
+  },
+  {
+    flag: 'max-in-flight',
+    key: 'maxInFlight',
+    kind: 'int',
+    help: 'most /generate and OpenAI generation requests handled at once; past it 503 with Retry-After (default 0: no cap)',
+  },
+  {
+    flag: 'workers-list-control-urls',
+    key: 'workersListControlUrls',
+    kind: 'bool',
+    help: "GET /workers lists gRPC/ZMQ workers by their control-app URL, for slime's abort flow (default off)",
+  },
   { flag: 'max-body-bytes', key: 'maxBodyBytes', kind: 'int', help: 'largest request body accepted (default 67108864)' },
   { flag: 'health-check-interval-secs', key: 'probeIntervalSecs', kind: 'int', help: 'engine liveness probe period; 0 turns probes off (default 5)' },
-  { flag: 'health-check-max-rate', key: 'probeMaxRate', kind: 'int', help: 'most probes a second per replica: past it each engine is probed less often than the period (default 100; 0: no cap)' },
+  {
+    flag: 'health-check-max-rate',
+    key: 'probeMaxRate',
+    kind: 'int',
+    help: 'most probes a second per replica: past it each engine is probed less often than the period (default 100; 0: no cap)',
+  },
   { flag: 'health-failure-threshold', key: 'probeFailureThreshold', kind: 'int', help: 'failed probes in a row before an engine is unreachable (default 3)' },
   { flag: 'lease-secs', key: 'leaseSecs', kind: 'int', help: 'ownership lease: a replica silent this long is dead and another takes its engines (default 5)' },
-  { flag: 'nats-ping-interval-secs', key: 'natsPingIntervalSecs', kind: 'int', help: 'NATS ping period; a connection that misses two pings is dropped and redialled, so a silent cut is noticed (default 2)' },
-  { flag: 'discovery-timeout-secs', key: 'discoveryTimeoutSecs', kind: 'int', help: 'deadline of one engine discovery; an engine that accepts connections and never answers is unreachable after it (default 10)' },
+  {
+    flag: 'nats-ping-interval-secs',
+    key: 'natsPingIntervalSecs',
+    kind: 'int',
+    help: 'NATS ping period; a connection that misses two pings is dropped and redialled, so a silent cut is noticed (default 2)',
+  },
+  {
+    flag: 'discovery-timeout-secs',
+    key: 'discoveryTimeoutSecs',
+    kind: 'int',
+    help: 'deadline of one engine discovery; an engine that accepts connections and never answers is unreachable after it (default 10)',
+  },
   { flag: 'retry-interval-secs', key: 'retryIntervalSecs', kind: 'int', help: 'how often an unreachable engine is rediscovered (default 2)' },
   { flag: 'cb-failure-threshold', key: 'breakerThreshold', kind: 'int', help: 'consecutive data-plane failures that open a breaker (default 5)' },
   { flag: 'cb-timeout-duration-secs', key: 'breakerCooldownSecs', kind: 'int', help: 'open breaker cool-down before half-open (default 30)' },
-  { flag: 'replica-id', key: 'replicaId', kind: 'string', help: 'this gateway replica\'s id on the bus (default: random)' },
+  { flag: 'replica-id', key: 'replicaId', kind: 'string', help: "this gateway replica's id on the bus (default: random)" },
   { flag: 'subject-root', key: 'subjectRoot', kind: 'string', help: 'root token of every NATS subject (default rl)' },
-  { flag: 'tokenizer-path', key: 'tokenizerPath', kind: 'string', help: 'tokenizer directory (tokenizer.json) for `text` prompts on ZMQ workers, and on gRPC workers without GetTokenizer (default unset)' },
-  { flag: 'synthesize-logprobs', key: 'synthesizeLogprobs', kind: 'bool', help: 'answer `return_logprob` with 0.0 per token when a token engine returns no logprobs (only safe when the trainer recomputes them); default off: such requests fail with 502 logprobs_unavailable' },
-  { flag: 'shutdown-timeout-secs', key: 'shutdownTimeoutSecs', kind: 'int', help: 'longest a shutdown on SIGINT/SIGTERM may take (running refits drain meanwhile); then the process exits anyway (default 30)' },
+  {
+    flag: 'tokenizer-path',
+    key: 'tokenizerPath',
+    kind: 'string',
+    help: 'tokenizer directory (tokenizer.json) for `text` prompts on ZMQ workers, and on gRPC workers without GetTokenizer (default unset)',
+  },
+  {
+    flag: 'synthesize-logprobs',
+    key: 'synthesizeLogprobs',
+    kind: 'bool',
+    help: 'answer `return_logprob` with 0.0 per token when a token engine returns no logprobs (only safe when the trainer recomputes them); default off: such requests fail with 502 logprobs_unavailable',
+  },
+  {
+    flag: 'shutdown-timeout-secs',
+    key: 'shutdownTimeoutSecs',
+    kind: 'int',
+    help: 'longest a shutdown on SIGINT/SIGTERM may take (running refits drain meanwhile); then the process exits anyway (default 30)',
+  },
   { flag: 'log-level', key: 'logLevel', kind: 'string', help: 'pino level: trace|debug|info|warn|error|silent (default info)' },
-  { flag: 'metrics-prefix', key: 'metricsPrefix', kind: 'string', help: 'first word of every /metrics series name; `smg` exports SMG\'s names (default rlgate)' },
+  {
+    flag: 'metrics-prefix',
+    key: 'metricsPrefix',
+    kind: 'string',
+    help: "first word of every /metrics series name; `smg` exports SMG's names (default rlgate)",
+  },
 ];
 
 export function defaultConfig(): GatewayConfig {
@@ -123,7 +224,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
   for (const s of SETTINGS) {
     if (flags.has(s.flag)) setPath(cfg, s.key, coerce(s, flags.get(s.flag)!, `--${s.flag}`));
   }
-  cfg.registrationKey = readKeyFile('registration key', 'registration-key', 'RLGATE_REGISTRATION_KEY', cfg.registrationKeyFile, cfg.registrationKey) ?? cfg.registrationKey;
+  cfg.registrationKey =
+    readKeyFile('registration key', 'registration-key', 'RLGATE_REGISTRATION_KEY', cfg.registrationKeyFile, cfg.registrationKey) ?? cfg.registrationKey;
   cfg.adminKey = readKeyFile('admin key', 'admin-key', 'RLGATE_ADMIN_KEY', cfg.adminKeyFile, cfg.adminKey) ?? cfg.adminKey;
   return validateConfig(cfg);
 }
@@ -161,8 +263,10 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   // A lease of 0 would make every other replica dead at every sweep.
   if (!(cfg.leaseSecs >= 1 && cfg.leaseSecs <= 3600)) throw new ConfigError('lease_secs must be 1..3600');
   if (!(cfg.natsPingIntervalSecs >= 1 && cfg.natsPingIntervalSecs <= 600)) throw new ConfigError('nats_ping_interval_secs must be 1..600');
-  if (!(cfg.discoveryTimeoutSecs >= 1 && cfg.discoveryTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`discovery_timeout_secs must be 1..${MAX_TIMER_SECS}`);
-  if (!METRICS_PREFIX_PATTERN.test(cfg.metricsPrefix)) throw new ConfigError(`metrics_prefix must match ${METRICS_PREFIX_PATTERN.source}, got \`${cfg.metricsPrefix}\``);
+  if (!(cfg.discoveryTimeoutSecs >= 1 && cfg.discoveryTimeoutSecs <= MAX_TIMER_SECS))
+    throw new ConfigError(`discovery_timeout_secs must be 1..${MAX_TIMER_SECS}`);
+  if (!METRICS_PREFIX_PATTERN.test(cfg.metricsPrefix))
+    throw new ConfigError(`metrics_prefix must match ${METRICS_PREFIX_PATTERN.source}, got \`${cfg.metricsPrefix}\``);
   checkNats(cfg);
   try {
     parseAllowedOrigins(cfg.allowedOrigins);
@@ -188,8 +292,10 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
 
 /** Receive timeouts and connection caps (http/bounds.ts); Node refuses a header timeout past the body's. */
 function checkBounds(cfg: GatewayConfig): void {
-  if (!(cfg.requestBodyTimeoutSecs >= 0 && cfg.requestBodyTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`request_body_timeout_secs must be 0..${MAX_TIMER_SECS}`);
-  if (!(cfg.requestHeaderTimeoutSecs >= 1 && cfg.requestHeaderTimeoutSecs <= MAX_TIMER_SECS)) throw new ConfigError(`request_header_timeout_secs must be 1..${MAX_TIMER_SECS}`);
+  if (!(cfg.requestBodyTimeoutSecs >= 0 && cfg.requestBodyTimeoutSecs <= MAX_TIMER_SECS))
+    throw new ConfigError(`request_body_timeout_secs must be 0..${MAX_TIMER_SECS}`);
+  if (!(cfg.requestHeaderTimeoutSecs >= 1 && cfg.requestHeaderTimeoutSecs <= MAX_TIMER_SECS))
+    throw new ConfigError(`request_header_timeout_secs must be 1..${MAX_TIMER_SECS}`);
   if (cfg.requestBodyTimeoutSecs > 0 && cfg.requestHeaderTimeoutSecs > cfg.requestBodyTimeoutSecs) {
     throw new ConfigError('request_header_timeout_secs must be <= request_body_timeout_secs (the body timeout counts from the first header byte)');
   }

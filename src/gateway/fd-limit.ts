@@ -14,7 +14,9 @@ const SHARE = 0.8;
 /** The soft and hard open-file limits of this process, from /proc (undefined where there is none). */
 export function openFileLimit(limits = '/proc/self/limits'): { soft: number; hard: number } | undefined {
   try {
-    const line = readFileSync(limits, 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const line = readFileSync(limits, 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
     const [soft, hard] = (line?.match(/\d+|unlimited/g) ?? []).map((v) => (v === 'unlimited' ? Infinity : Number(v)));
     return soft !== undefined && hard !== undefined ? { soft, hard } : undefined;
   } catch {

@@ -94,16 +94,20 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
 
     const subj = subjects(config.subjectRoot);
     // Spec §12.2: comparing a numeric with a text version is legal but usually a trainer bug.
-    cleanups.push(
-      onMixedComparison((a, b) => log.warn({ a, b }, 'weight versions of mixed kinds (numeric and text) compared lexically; this is logged once')),
-    );
+    cleanups.push(onMixedComparison((a, b) => log.warn({ a, b }, 'weight versions of mixed kinds (numeric and text) compared lexically; this is logged once')));
     const maxPayload = bus.nc.info?.max_payload ?? 0;
     if (maxPayload > 0 && maxPayload < 2 * BODY_CAP) {
-      log.warn({ max_payload: maxPayload }, 'the NATS server max_payload is below 2 MiB: engine answers near the 1 MiB body cap cannot cross the bus; set max_payload to 8MB');
+      log.warn(
+        { max_payload: maxPayload },
+        'the NATS server max_payload is below 2 MiB: engine answers near the 1 MiB body cap cannot cross the bus; set max_payload to 8MB',
+      );
     }
     const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true, prefix: config.metricsPrefix });
     // The fleet's shared state: every replica on this subject root reads and writes the same buckets.
-    const placing = { timeoutMs: PLACEMENT_WAIT_MS, onRetry: (err: unknown) => log.warn({ err }, 'the NATS cluster cannot place the gateway\'s streams yet; waiting for it') };
+    const placing = {
+      timeoutMs: PLACEMENT_WAIT_MS,
+      onRetry: (err: unknown) => log.warn({ err }, "the NATS cluster cannot place the gateway's streams yet; waiting for it"),
+    };
     // A bucket request waits at most half a lease (1 to 5 s): see openBuckets.
     const kvTimeoutMs = Math.min(5_000, Math.max(1_000, (config.leaseSecs * 1000) / 2));
     const buckets = await whilePlacing(() => openBuckets(bus.nc, config.subjectRoot, { timeoutMs: kvTimeoutMs }), { ...placing, what: 'its KV buckets' });
@@ -188,10 +192,12 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(() => replicaSub.unsubscribe());
     const view = new FleetView({ registry, host });
     // Read at scrape time, not per request: the hot path pays nothing for these gauges.
-    metrics.collectWorkers(() => registry.all().map((w) => {
-      const e = view.engine(w);
-      return { url: w.url, inflight: e.load, breaker: e.breaker };
-    }));
+    metrics.collectWorkers(() =>
+      registry.all().map((w) => {
+        const e = view.engine(w);
+        return { url: w.url, inflight: e.load, breaker: e.breaker };
+      }),
+    );
     // Engines this replica owns are called in-process; only other replicas' shares cross the bus.
     const dispatcher = new Dispatcher({
       bus,
@@ -244,7 +250,11 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       pausedBy: (id) => host.pausedBy(id),
       ownersSettled: async (ids, dead, timeoutMs) => {
         const until = Date.now() + timeoutMs;
-        const settled = () => ids.every((id) => { const o = registry.get(id)?.owner; return !o || (o !== dead && ownership.alive(o)); });
+        const settled = () =>
+          ids.every((id) => {
+            const o = registry.get(id)?.owner;
+            return !o || (o !== dead && ownership.alive(o));
+          });
         while (!settled() && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
       },
       quarantine: (id, reason) => host.setQuarantine(id, reason),
@@ -275,9 +285,15 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       timeoutSecs: config.rl.controlTimeoutSecs,
       log: log.child({ component: 'engines' }),
     });
-    cleanups.push(journals.onJournal((j) => {
-      if (pausesInDoubt(j)) reconciler.watch(j.targets.filter((t) => !j.keep_paused.includes(t)), `refit ${j.id} had pauses in doubt`);
-    }));
+    cleanups.push(
+      journals.onJournal((j) => {
+        if (pausesInDoubt(j))
+          reconciler.watch(
+            j.targets.filter((t) => !j.keep_paused.includes(t)),
+            `refit ${j.id} had pauses in doubt`,
+          );
+      }),
+    );
     reconciler.start();
     cleanups.push(() => reconciler.close());
     if (config.rl.enabled) await worker.start();

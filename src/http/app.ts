@@ -143,7 +143,8 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   const healthSchema = {
     tags: ['gateway'],
     summary: 'Health',
-    description: 'Healthy while the gateway is connected to NATS and its lease is confirmed; 503 while it reconnects, or while its heartbeats are not confirmed (a silent cut).',
+    description:
+      'Healthy while the gateway is connected to NATS and its lease is confirmed; 503 while it reconnects, or while its heartbeats are not confirmed (a silent cut).',
     response: { 200: Healthy, 503: Unhealthy, ...errorResponses() },
   };
   app.get('/health', { schema: healthSchema }, async (_req, reply) => {
@@ -158,27 +159,41 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     // or a bus that cannot write. Its lease may pass to another replica, so it commands nothing.
     const fenced = services.fence.reason();
     if (fenced !== null) {
-      return reply.code(503).send({ status: 'unavailable', reason: 'bus_unavailable', message: `${fenced}; control calls and refits fail with bus_unavailable until it is confirmed again` });
+      return reply.code(503).send({
+        status: 'unavailable',
+        reason: 'bus_unavailable',
+        message: `${fenced}; control calls and refits fail with bus_unavailable until it is confirmed again`,
+      });
     }
     return { status: 'ok' };
   });
   // SMG's Kubernetes probes. Readiness is the data plane's: it routes without NATS, so a bus outage
   // (every replica's /health 503 at once) does not take every replica out of a load balancer.
-  app.get('/liveness', { schema: { tags: ['gateway'], summary: 'Liveness', description: 'Always 200 while the process answers.', response: { 200: Alive } } }, async () => ({ status: 'alive' }));
+  app.get(
+    '/liveness',
+    { schema: { tags: ['gateway'], summary: 'Liveness', description: 'Always 200 while the process answers.', response: { 200: Alive } } },
+    async () => ({ status: 'alive' }),
+  );
   app.get(
     '/readiness',
     {
       schema: {
         tags: ['gateway'],
         summary: 'Readiness',
-        description: 'Ready while at least one worker can take data-plane requests (NATS is not needed for that); 503 otherwise. Probe this, not /health, to route rollouts.',
+        description:
+          'Ready while at least one worker can take data-plane requests (NATS is not needed for that); 503 otherwise. Probe this, not /health, to route rollouts.',
         response: { 200: Ready, 503: NotReady },
       },
     },
     async (_req, reply) => {
       const { healthy_workers, total_workers } = workerStats(services.registry.all(), services.view);
       if (healthy_workers > 0) return { status: 'ready', healthy_workers, total_workers };
-      return reply.code(503).send({ status: 'not_ready', healthy_workers: 0, total_workers, reason: total_workers === 0 ? 'no workers are registered' : 'no healthy workers available' });
+      return reply.code(503).send({
+        status: 'not_ready',
+        healthy_workers: 0,
+        total_workers,
+        reason: total_workers === 0 ? 'no workers are registered' : 'no healthy workers available',
+      });
     },
   );
   await app.register(workerRoutes, { services });
@@ -211,5 +226,3 @@ function decodedPath(url: string): string {
 function isRlPath(url: string): boolean {
   return url.startsWith(RL_PREFIX) && (url.length === RL_PREFIX.length || '/?'.includes(url[RL_PREFIX.length]!));
 }
-
-

@@ -65,10 +65,14 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Socket, config: G
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
     status = 408;
     reason = 'Request Timeout';
-    body = new GatewayError('request_timeout', `the request was not received in time: headers within ${config.requestHeaderTimeoutSecs}s, the whole request within ${config.requestBodyTimeoutSecs}s`, {
-      header_timeout_secs: config.requestHeaderTimeoutSecs,
-      body_timeout_secs: config.requestBodyTimeoutSecs,
-    }).toJSON();
+    body = new GatewayError(
+      'request_timeout',
+      `the request was not received in time: headers within ${config.requestHeaderTimeoutSecs}s, the whole request within ${config.requestBodyTimeoutSecs}s`,
+      {
+        header_timeout_secs: config.requestHeaderTimeoutSecs,
+        body_timeout_secs: config.requestBodyTimeoutSecs,
+      },
+    ).toJSON();
   } else if (err.code === 'HPE_HEADER_OVERFLOW') {
     status = 431;
     reason = 'Request Header Fields Too Large';
@@ -81,7 +85,9 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Socket, config: G
   // Nothing was written on this socket for this request yet (answered requests are handled above).
   if (socket.writable) {
     const text = JSON.stringify(body);
-    socket.write(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+    socket.write(
+      `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+    );
   }
   socket.destroySoon();
 }
@@ -99,7 +105,10 @@ export function capConnections(app: FastifyInstance, config: GatewayConfig): voi
     inFlight--;
   };
   const refuse = (reply: FastifyReply) => {
-    const e = new GatewayError('overloaded', `the gateway is handling its most generations at once (${max}); retry after ${RETRY_AFTER_SECS}s`, { limit: max, retryable: true });
+    const e = new GatewayError('overloaded', `the gateway is handling its most generations at once (${max}); retry after ${RETRY_AFTER_SECS}s`, {
+      limit: max,
+      retryable: true,
+    });
     reply.code(e.status).header('retry-after', String(RETRY_AFTER_SECS)).send(e.toJSON());
   };
   const capped = (req: FastifyRequest) => {

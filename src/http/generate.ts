@@ -27,7 +27,16 @@ import type { TokenEngine } from '../engines/generation.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
 import { errorResponses } from '../api/error-responses.ts';
-import { ChatRequest, CompletionRequest, EventStream, GenerateAnswer, GenerateRequest, OpenAiAnswer, StampHeaders, VersionPolicyHeaders } from '../api/generate-schema.ts';
+import {
+  ChatRequest,
+  CompletionRequest,
+  EventStream,
+  GenerateAnswer,
+  GenerateRequest,
+  OpenAiAnswer,
+  StampHeaders,
+  VersionPolicyHeaders,
+} from '../api/generate-schema.ts';
 
 function isTokenEngine(c: EngineClient): c is EngineClient & TokenEngine {
   return typeof (c as Partial<TokenEngine>).generate === 'function';
@@ -61,8 +70,22 @@ function dataPlaneSchema(path: DataPlanePath) {
     headers: VersionPolicyHeaders,
     body,
     response: {
-      200: { description: 'The engine\'s answer; `stream: true` answers server-sent events.', headers: StampHeaders, content: { 'application/json': { schema: answer }, 'text/event-stream': { schema: EventStream } } },
-      ...errorResponses('invalid_request', 'invalid_version_policy', 'invalid_request_shape', 'model_not_found', 'payload_too_large', 'no_available_workers', 'upstream_unreachable', 'logprobs_unavailable', 'upstream_timeout'),
+      200: {
+        description: "The engine's answer; `stream: true` answers server-sent events.",
+        headers: StampHeaders,
+        content: { 'application/json': { schema: answer }, 'text/event-stream': { schema: EventStream } },
+      },
+      ...errorResponses(
+        'invalid_request',
+        'invalid_version_policy',
+        'invalid_request_shape',
+        'model_not_found',
+        'payload_too_large',
+        'no_available_workers',
+        'upstream_unreachable',
+        'logprobs_unavailable',
+        'upstream_timeout',
+      ),
     },
   };
 }
@@ -75,7 +98,9 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   // shape we do not take, on any engine path.
   if (path === '/generate' && Array.isArray(parsed.text)) {
     services.metrics.request(path, 422);
-    throw new GatewayError('invalid_request_shape', '`text` must be one string: batched `text` lists are not accepted; send one prompt per request', { field: '/text' });
+    throw new GatewayError('invalid_request_shape', '`text` must be one string: batched `text` lists are not accepted; send one prompt per request', {
+      field: '/text',
+    });
   }
   const rl = services.config.rl.enabled;
   const policy = rl ? requestPolicy(services.config.rl.versionPolicy, req) : undefined;
@@ -98,7 +123,9 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);
   if (!worker) {
     services.metrics.request(path, 503);
-    throw new GatewayError('no_available_workers', 'no available workers: every engine is paused, refitting, unreachable or breaker-open; retry', { retryable: true });
+    throw new GatewayError('no_available_workers', 'no available workers: every engine is paused, refitting, unreachable or breaker-open; retry', {
+      retryable: true,
+    });
   }
 
   // One deadline for the whole request, every attempt included (SMG's request_timeout_secs).
@@ -116,7 +143,10 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
     let sent: Sent | TokenAttempt;
     if (client && isTokenEngine(client)) {
       const signals = watch.signals();
-      sent = path === '/generate' ? await tokenRelay(services, worker, client, parsed, reply, signals) : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals);
+      sent =
+        path === '/generate'
+          ? await tokenRelay(services, worker, client, parsed, reply, signals)
+          : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals);
     } else if (client instanceof HttpEngineClient) {
       sent = await relayToHttpEngine(services, path, stream, body, worker, client, reply, watch);
     } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
@@ -136,7 +166,11 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       // Nothing reached the caller yet: one more engine may take it (issue 4 item 6), any wire.
       next = unreachable ? undefined : services.router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics });
       unreachable = { worker, error: sent.error };
-      if (next) services.log.warn({ worker_id: worker.id, url: worker.url, next: next.url, err: sent.error.message }, 'data-plane upstream failed before the first byte; retrying once');
+      if (next)
+        services.log.warn(
+          { worker_id: worker.id, url: worker.url, next: next.url, err: sent.error.message },
+          'data-plane upstream failed before the first byte; retrying once',
+        );
     }
     if (!next) {
       if (unfit && !unreachable) throw unfit;
@@ -171,7 +205,10 @@ function resolveModel(services: Services, path: DataPlanePath, named: unknown): 
   // No worker registered at all is an empty fleet, not a model question: the retryable 503 below.
   if (models.size === 0 && services.registry.all().length === 0) return UNKNOWN_MODEL_ID;
   services.metrics.request(path, 404);
-  const why = models.size === 0 ? 'no registered worker serves a known model yet' : `the fleet serves ${models.size} models (${[...models].sort().join(', ')}); name one in \`model\``;
+  const why =
+    models.size === 0
+      ? 'no registered worker serves a known model yet'
+      : `the fleet serves ${models.size} models (${[...models].sort().join(', ')}); name one in \`model\``;
   throw new GatewayError('model_not_found', `the request names no model and ${why}`, { model: null });
 }
 

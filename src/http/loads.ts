@@ -17,7 +17,18 @@ import type { Worker } from '../fleet/worker.ts';
 const LOAD_TIMEOUT_MS = 5_000;
 
 /** SMG's per-rank snapshot (`SchedulerLoadSnapshot`): these fields, 0 where the engine left one out. */
-const RANK_FIELDS = ['num_running_reqs', 'num_waiting_reqs', 'num_total_reqs', 'num_used_tokens', 'max_total_num_tokens', 'token_usage', 'gen_throughput', 'cache_hit_rate', 'utilization', 'max_running_requests'] as const;
+const RANK_FIELDS = [
+  'num_running_reqs',
+  'num_waiting_reqs',
+  'num_total_reqs',
+  'num_used_tokens',
+  'max_total_num_tokens',
+  'token_usage',
+  'gen_throughput',
+  'cache_hit_rate',
+  'utilization',
+  'max_running_requests',
+] as const;
 
 type RankLoad = { dp_rank: number } & Record<(typeof RANK_FIELDS)[number], number>;
 
@@ -43,11 +54,16 @@ const LoadsAnswer = Type.Object(
       Type.Object(
         {
           worker: Type.String({ description: 'The registry URL (DP ranks carry `@<rank>`).' }),
-          load: Type.Integer({ description: 'Tokens in use (the sum of `num_used_tokens`), or -1 when the load could not be read (not an HTTP engine, no answer).' }),
+          load: Type.Integer({
+            description: 'Tokens in use (the sum of `num_used_tokens`), or -1 when the load could not be read (not an HTTP engine, no answer).',
+          }),
           details: Type.Optional(
             Type.Object(
               { timestamp: Type.String(), dp_rank_count: Type.Integer(), loads: Type.Array(RankSnapshot) },
-              { additionalProperties: true, description: "The engine's `/v1/loads` answer, ranks in SMG's snapshot fields (this worker's rank only, for a DP rank)." },
+              {
+                additionalProperties: true,
+                description: "The engine's `/v1/loads` answer, ranks in SMG's snapshot fields (this worker's rank only, for a DP rank).",
+              },
             ),
           ),
         },

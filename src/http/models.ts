@@ -48,7 +48,8 @@ export const modelRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
         if (!seen || w.registeredAt < seen.registeredAt) first.set(w.modelId, w);
       }
       // SMG answers 503 "No models available"; here it is the catalogue's retryable code.
-      if (first.size === 0) throw new GatewayError('no_available_workers', 'no models available: no registered worker serves a known model yet', { retryable: true });
+      if (first.size === 0)
+        throw new GatewayError('no_available_workers', 'no models available: no registered worker serves a known model yet', { retryable: true });
       const data = [...first.values()]
         .sort((a, b) => (a.modelId < b.modelId ? -1 : a.modelId > b.modelId ? 1 : 0))
         .map((w) => ({ id: w.modelId, object: 'model' as const, created: Math.floor(w.registeredAt / 1000), owned_by: OWNED_BY }));

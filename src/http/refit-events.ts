@@ -21,7 +21,7 @@ export const refitEventRoutes: FastifyPluginAsync<RouteOptions> = async (app, { 
         tags: ['refits'],
         summary: "A refit's progress as server-sent events",
         description:
-          'Replays the refit\'s events from its start (or after `Last-Event-ID`), then follows it live, and ends after the `report` event. ' +
+          "Replays the refit's events from its start (or after `Last-Event-ID`), then follows it live, and ends after the `report` event. " +
           'Events: `accepted`, `started`, `phase`, `leg`, `takeover`, `report`; each `data` is one JSON object with `refit_id`, `type` and `time`.',
         params: Type.Object({ id: Type.String({ description: 'The refit id.' }) }),
         headers: Type.Object({ 'last-event-id': Type.Optional(Type.String({ description: 'Resume after this event id.' })) }),
@@ -65,7 +65,8 @@ export const refitEventRoutes: FastifyPluginAsync<RouteOptions> = async (app, { 
         if (Date.now() - quietSince < QUIET_MS) return;
         void refits.get(id).then(
           (now) => {
-            if (!stop.signal.aborted && now.status !== 'running' && now.status !== 'queued') finish({ refit_id: id, type: 'report', time: new Date().toISOString(), report: now });
+            if (!stop.signal.aborted && now.status !== 'running' && now.status !== 'queued')
+              finish({ refit_id: id, type: 'report', time: new Date().toISOString(), report: now });
           },
           () => {},
         );

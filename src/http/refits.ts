@@ -27,7 +27,18 @@ const runSchema = {
       { id: Type.String(), status: Type.Literal('accepted'), events: Type.String({ description: 'The SSE route of its progress.' }) },
       { description: 'With `Prefer: respond-async`: the refit is queued; follow `events`, or GET its `Location`.' },
     ),
-    ...errorResponses(...RL_AUTH, 'invalid_request', 'invalid_version', 'invalid_selector', 'no_workers_match', 'payload_too_large', 'no_eligible_targets', 'refit_in_progress', 'refit_id_conflict', 'bus_unavailable'),
+    ...errorResponses(
+      ...RL_AUTH,
+      'invalid_request',
+      'invalid_version',
+      'invalid_selector',
+      'no_workers_match',
+      'payload_too_large',
+      'no_eligible_targets',
+      'refit_in_progress',
+      'refit_id_conflict',
+      'bus_unavailable',
+    ),
   },
 };
 
@@ -51,7 +62,11 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
     if (prefersAsync(req.headers.prefer)) {
       const { id } = await refits.submit(body, 'http');
       const at = `${RL_ROUTES}/refits/${encodeURIComponent(id)}`;
-      return reply.code(202).header('location', at).header('preference-applied', 'respond-async').send({ id, status: 'accepted', events: `${at}/events` });
+      return reply
+        .code(202)
+        .header('location', at)
+        .header('preference-applied', 'respond-async')
+        .send({ id, status: 'accepted', events: `${at}/events` });
     }
     const report = await refits.run(body, 'http');
     return reply.code(reportStatus(report)).send(report);
@@ -70,10 +85,23 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
     summary: 'One refit',
     description: "A refit's report, or its progress while it runs, from any replica, for 24 hours after its journal's last write.",
     params: RefitIdParams,
-    response: { 200: Type.Union([RefitReport, RunningRefit], { description: 'The report, or the progress of a running refit.' }), ...errorResponses(...RL_AUTH, 'refit_not_found', 'uri_too_long') },
+    response: {
+      200: Type.Union([RefitReport, RunningRefit], { description: 'The report, or the progress of a running refit.' }),
+      ...errorResponses(...RL_AUTH, 'refit_not_found', 'uri_too_long'),
+    },
   };
   app.get<{ Params: { id: string } }>('/refits/:id', { schema: getSchema }, async (req) => await refits.get(req.params.id));
 
-  app.route({ method: ['PUT', 'PATCH', 'DELETE'], url: '/refits', schema: methodNotAllowedSchema('refits', 'GET, POST', ...RL_AUTH), handler: methodNotAllowed('GET, POST') });
-  app.route({ method: ['POST', 'PUT', 'PATCH', 'DELETE'], url: '/refits/:id', schema: methodNotAllowedSchema('refits', 'GET', ...RL_AUTH), handler: methodNotAllowed('GET') });
+  app.route({
+    method: ['PUT', 'PATCH', 'DELETE'],
+    url: '/refits',
+    schema: methodNotAllowedSchema('refits', 'GET, POST', ...RL_AUTH),
+    handler: methodNotAllowed('GET, POST'),
+  });
+  app.route({
+    method: ['POST', 'PUT', 'PATCH', 'DELETE'],
+    url: '/refits/:id',
+    schema: methodNotAllowedSchema('refits', 'GET', ...RL_AUTH),
+    handler: methodNotAllowed('GET'),
+  });
 };

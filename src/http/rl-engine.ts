@@ -26,59 +26,88 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
 
   // The bare `/engine` forms exist so an empty path is a 400 invalid_engine_path, not a 404.
   // One route per method: only POST documents a body (fastify refuses a body schema on GET).
-  for (const url of ['/workers/:id/engine/*', '/workers/:id/engine']) for (const method of ['GET', 'HEAD', 'POST'] as const) {
-    app.route<{ Params: { id: string; '*'?: string } }>({
-      method,
-      url,
-      schema: {
-        tags: TAG,
-        summary: "Call one engine's own route",
-        description: "Proxies one engine-native route to one worker's control endpoint; the answer wraps the engine's and mirrors its status. An empty engine path is a 400.",
-        params: url.endsWith('*') ? WorkerEnginePathParams : WorkerIdParams,
-        headers: TraceHeaders,
-        ...(method === 'POST' ? { body: EngineBody } : {}),
-        response: mirroredResponses(errorResponses(...RL_AUTH, 'invalid_engine_path', 'worker_not_found', 'no_control_endpoint', 'payload_too_large', 'uri_too_long', 'upstream_unreachable', 'bus_unavailable', 'upstream_timeout')),
-      },
-      // HEAD has its own route (forwarded as HEAD), not fastify's GET answered without a body.
-      exposeHeadRoute: false,
-      handler: async (req, reply) => {
-        const { status, body } = await passthrough.proxy(req.params.id, incoming(req, req.params['*'] ?? '', reply));
-        return reply.code(status).send(body);
-      },
-    });
-  }
-
-  for (const url of ['/engine/*', '/engine']) for (const method of ['GET', 'HEAD', 'POST'] as const) {
-    app.route<{ Params: { '*'?: string } }>({
-      method,
-      url,
-      schema: {
-        tags: TAG,
-        summary: 'Send one call to every matching engine',
-        description: 'Fans the same engine-native call out to every engine the selector matches (DP ranks collapsed): 200 when every engine answered 2xx, 207 otherwise. Query parameters other than `selector` go to the engines. An empty engine path is a 400.',
-        ...(url.endsWith('*') ? { params: EnginePathParams } : {}),
-        querystring: SelectorQuery,
-        headers: FanoutHeaders,
-        ...(method === 'POST' ? { body: EngineBody } : {}),
-        response: {
-          200: FanoutAnswer,
-          207: { ...FanoutAnswer, description: 'Multi-Status: at least one engine failed or answered non-2xx (see `failed`).' },
-          ...errorResponses(...RL_AUTH, 'invalid_engine_path', 'selector_required', 'invalid_selector', 'no_workers_match', 'invalid_request', 'payload_too_large'),
+  for (const url of ['/workers/:id/engine/*', '/workers/:id/engine'])
+    for (const method of ['GET', 'HEAD', 'POST'] as const) {
+      app.route<{ Params: { id: string; '*'?: string } }>({
+        method,
+        url,
+        schema: {
+          tags: TAG,
+          summary: "Call one engine's own route",
+          description:
+            "Proxies one engine-native route to one worker's control endpoint; the answer wraps the engine's and mirrors its status. An empty engine path is a 400.",
+          params: url.endsWith('*') ? WorkerEnginePathParams : WorkerIdParams,
+          headers: TraceHeaders,
+          ...(method === 'POST' ? { body: EngineBody } : {}),
+          response: mirroredResponses(
+            errorResponses(
+              ...RL_AUTH,
+              'invalid_engine_path',
+              'worker_not_found',
+              'no_control_endpoint',
+              'payload_too_large',
+              'uri_too_long',
+              'upstream_unreachable',
+              'bus_unavailable',
+              'upstream_timeout',
+            ),
+          ),
         },
-      },
-      exposeHeadRoute: false,
-      handler: async (req, reply) => {
-        const query = new URLSearchParams(rawQuery(req.url));
-        const selector = query.has('selector') ? (query.get('selector') ?? '') : undefined;
-        const concurrency = requestedConcurrency(req.headers[CONCURRENCY_HEADER]);
-        const { status, body } = await passthrough.fanout({ ...incoming(req, req.params['*'] ?? '', reply), selector, concurrency });
-        return reply.code(status).send(body);
-      },
-    });
-  }
+        // HEAD has its own route (forwarded as HEAD), not fastify's GET answered without a body.
+        exposeHeadRoute: false,
+        handler: async (req, reply) => {
+          const { status, body } = await passthrough.proxy(req.params.id, incoming(req, req.params['*'] ?? '', reply));
+          return reply.code(status).send(body);
+        },
+      });
+    }
+
+  for (const url of ['/engine/*', '/engine'])
+    for (const method of ['GET', 'HEAD', 'POST'] as const) {
+      app.route<{ Params: { '*'?: string } }>({
+        method,
+        url,
+        schema: {
+          tags: TAG,
+          summary: 'Send one call to every matching engine',
+          description:
+            'Fans the same engine-native call out to every engine the selector matches (DP ranks collapsed): 200 when every engine answered 2xx, 207 otherwise. Query parameters other than `selector` go to the engines. An empty engine path is a 400.',
+          ...(url.endsWith('*') ? { params: EnginePathParams } : {}),
+          querystring: SelectorQuery,
+          headers: FanoutHeaders,
+          ...(method === 'POST' ? { body: EngineBody } : {}),
+          response: {
+            200: FanoutAnswer,
+            207: { ...FanoutAnswer, description: 'Multi-Status: at least one engine failed or answered non-2xx (see `failed`).' },
+            ...errorResponses(
+              ...RL_AUTH,
+              'invalid_engine_path',
+              'selector_required',
+              'invalid_selector',
+              'no_workers_match',
+              'invalid_request',
+              'payload_too_large',
+            ),
+          },
+        },
+        exposeHeadRoute: false,
+        handler: async (req, reply) => {
+          const query = new URLSearchParams(rawQuery(req.url));
+          const selector = query.has('selector') ? (query.get('selector') ?? '') : undefined;
+          const concurrency = requestedConcurrency(req.headers[CONCURRENCY_HEADER]);
+          const { status, body } = await passthrough.fanout({ ...incoming(req, req.params['*'] ?? '', reply), selector, concurrency });
+          return reply.code(status).send(body);
+        },
+      });
+    }
 
   for (const url of ['/workers/:id/engine/*', '/engine/*', '/workers/:id/engine', '/engine']) {
-    app.route({ method: ['DELETE', 'PUT', 'PATCH', 'OPTIONS'], url, schema: methodNotAllowedSchema('rl-engine', 'GET, HEAD, POST', ...RL_AUTH), handler: methodNotAllowed('GET, HEAD, POST') });
+    app.route({
+      method: ['DELETE', 'PUT', 'PATCH', 'OPTIONS'],
+      url,
+      schema: methodNotAllowedSchema('rl-engine', 'GET, HEAD, POST', ...RL_AUTH),
+      handler: methodNotAllowed('GET, HEAD, POST'),
+    });
   }
 };
 

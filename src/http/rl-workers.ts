@@ -25,10 +25,21 @@ export const rlWorkerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
   const SELECTOR_ERRORS = ['selector_required', 'invalid_selector', 'no_workers_match'] as const;
   const BODY_ERRORS = ['invalid_body', 'payload_too_large'] as const;
 
-  app.get('/workers', { schema: { tags: TAG, summary: 'List engines', description: 'One row per engine (DP ranks collapsed), sorted by base_url, then url.', response: { 200: RlWorkerListing, ...errorResponses(...RL_AUTH) } } }, async () => {
-    const workers = view.rows();
-    return { protocol_version: RL_PROTOCOL_VERSION, workers, total: workers.length };
-  });
+  app.get(
+    '/workers',
+    {
+      schema: {
+        tags: TAG,
+        summary: 'List engines',
+        description: 'One row per engine (DP ranks collapsed), sorted by base_url, then url.',
+        response: { 200: RlWorkerListing, ...errorResponses(...RL_AUTH) },
+      },
+    },
+    async () => {
+      const workers = view.rows();
+      return { protocol_version: RL_PROTOCOL_VERSION, workers, total: workers.length };
+    },
+  );
 
   const rowSchema = {
     tags: TAG,
@@ -100,10 +111,20 @@ export const rlWorkerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
   });
 
   for (const path of ['/workers/:id/version', '/workers/:id/state', '/version', '/state']) {
-    app.route({ method: ['GET', ...OTHER_METHODS], url: path, schema: methodNotAllowedSchema('rl-workers', 'POST', ...RL_AUTH), handler: methodNotAllowed('POST') });
+    app.route({
+      method: ['GET', ...OTHER_METHODS],
+      url: path,
+      schema: methodNotAllowedSchema('rl-workers', 'POST', ...RL_AUTH),
+      handler: methodNotAllowed('POST'),
+    });
   }
   for (const path of ['/workers', '/workers/:id']) {
-    app.route({ method: ['POST', ...OTHER_METHODS], url: path, schema: methodNotAllowedSchema('rl-workers', 'GET', ...RL_AUTH), handler: methodNotAllowed('GET') });
+    app.route({
+      method: ['POST', ...OTHER_METHODS],
+      url: path,
+      schema: methodNotAllowedSchema('rl-workers', 'GET', ...RL_AUTH),
+      handler: methodNotAllowed('GET'),
+    });
   }
 
   function listing(ids: string[]) {

@@ -28,7 +28,11 @@ const UrlQuery = Type.Object(
   {
     url: Type.String({ minLength: 1, maxLength: 2048, description: 'The worker URL, as sglang-router takes it (`http://host:port`).' }),
     timeout_secs: Type.Optional(
-      Type.Integer({ minimum: 1, maximum: MAX_TIMEOUT_SECS, description: `rlgate only: how long to wait for the worker to be ready (default ${STARTUP_TIMEOUT_SECS}, sglang-router's).` }),
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_TIMEOUT_SECS,
+        description: `rlgate only: how long to wait for the worker to be ready (default ${STARTUP_TIMEOUT_SECS}, sglang-router's).`,
+      }),
     ),
   },
   { additionalProperties: true },
@@ -89,7 +93,9 @@ export const sglangRouterRoutes: FastifyPluginAsync<RouteOptions> = async (app, 
       const urls = registry
         .all()
         .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
-        .map((w) => (config.workersListControlUrls && w.connectionMode !== 'http' ? (controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w)) ?? w.url) : w.url));
+        .map((w) =>
+          config.workersListControlUrls && w.connectionMode !== 'http' ? (controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w)) ?? w.url) : w.url,
+        );
       return { urls };
     },
   );
@@ -101,7 +107,7 @@ export const sglangRouterRoutes: FastifyPluginAsync<RouteOptions> = async (app, 
         tags: TAG,
         summary: 'Remove a worker (sglang-router legacy)',
         description:
-          "Removes the worker with this URL, or every DP rank (`<url>@<rank>`) of the engine at this URL. Answers 200 whether or not it was registered, as sglang-router does. With `--admin-key` set it needs the admin bearer, as `DELETE /workers/{id}` does.",
+          'Removes the worker with this URL, or every DP rank (`<url>@<rank>`) of the engine at this URL. Answers 200 whether or not it was registered, as sglang-router does. With `--admin-key` set it needs the admin bearer, as `DELETE /workers/{id}` does.',
         querystring: RemoveQuery,
         security: ADMIN_SECURITY,
         response: { 200: Text('`Successfully removed worker: <url>`'), ...errorResponses('invalid_request', 'unauthorized') },
@@ -122,12 +128,18 @@ export const sglangRouterRoutes: FastifyPluginAsync<RouteOptions> = async (app, 
   for (const url of ['/add_worker', '/remove_worker']) {
     app.route({ method: ['GET', 'PUT', 'PATCH', 'DELETE'], url, schema: methodNotAllowedSchema('workers', 'POST'), handler: methodNotAllowed('POST') });
   }
-  app.route({ method: ['POST', 'PUT', 'PATCH', 'DELETE'], url: '/list_workers', schema: methodNotAllowedSchema('workers', 'GET'), handler: methodNotAllowed('GET') });
+  app.route({
+    method: ['POST', 'PUT', 'PATCH', 'DELETE'],
+    url: '/list_workers',
+    schema: methodNotAllowedSchema('workers', 'GET'),
+    handler: methodNotAllowed('GET'),
+  });
 };
 
 function urlParam(req: FastifyRequest): string {
   const url = (req.query as Record<string, unknown>).url;
-  if (typeof url !== 'string' || url.trim() === '') throw new GatewayError('invalid_request', 'the `url` query parameter is required (one worker URL)', { field: 'url' });
+  if (typeof url !== 'string' || url.trim() === '')
+    throw new GatewayError('invalid_request', 'the `url` query parameter is required (one worker URL)', { field: 'url' });
   return url.trim();
 }
 

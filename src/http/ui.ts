@@ -24,7 +24,8 @@ const CONTENT_TYPES: Record<string, string> = {
 };
 
 // The page loads nothing from elsewhere and may only talk to this gateway.
-const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 interface UiFile {
   body: Buffer;
@@ -66,25 +67,49 @@ export const uiRoutes: FastifyPluginAsync = async (app) => {
     return reply.code(200).type(file.type).send(file.body);
   };
 
-  app.get('/', {
-    schema: { tags: ['ui'], summary: 'Redirects to the web page', response: { 302: redirect('ui') } },
-  }, (_req, reply) => reply.redirect('ui', 302));
+  app.get(
+    '/',
+    {
+      schema: { tags: ['ui'], summary: 'Redirects to the web page', response: { 302: redirect('ui') } },
+    },
+    (_req, reply) => reply.redirect('ui', 302),
+  );
 
-  app.get('/ui', {
-    schema: { tags: ['ui'], summary: 'The web page: the fleet and the refits, live', response: { 200: fileAnswer('The page.', ['text/html']), 304: NotModified, 404: ErrorAnswer } },
-  }, (req, reply) => send(req, reply, 'index.html'));
+  app.get(
+    '/ui',
+    {
+      schema: {
+        tags: ['ui'],
+        summary: 'The web page: the fleet and the refits, live',
+        response: { 200: fileAnswer('The page.', ['text/html']), 304: NotModified, 404: ErrorAnswer },
+      },
+    },
+    (req, reply) => send(req, reply, 'index.html'),
+  );
 
   // Relative links on the page resolve against /ui, not /ui/: send the trailing slash there.
-  app.get('/ui/', {
-    schema: { tags: ['ui'], summary: 'Redirects to the web page', response: { 302: redirect('../ui') } },
-  }, (_req, reply) => reply.redirect('../ui', 302));
-
-  app.get<{ Params: { file: string } }>('/ui/:file', {
-    schema: {
-      tags: ['ui'],
-      summary: 'A file of the web page (its scripts and style sheet)',
-      params: Type.Object({ file: Type.String({ description: 'File name, e.g. `app.js`.' }) }),
-      response: { 200: fileAnswer('The file, with its content type.', ['text/javascript', 'text/css', 'text/html', 'image/svg+xml']), 304: NotModified, 404: ErrorAnswer },
+  app.get(
+    '/ui/',
+    {
+      schema: { tags: ['ui'], summary: 'Redirects to the web page', response: { 302: redirect('../ui') } },
     },
-  }, (req, reply) => send(req, reply, req.params.file));
+    (_req, reply) => reply.redirect('../ui', 302),
+  );
+
+  app.get<{ Params: { file: string } }>(
+    '/ui/:file',
+    {
+      schema: {
+        tags: ['ui'],
+        summary: 'A file of the web page (its scripts and style sheet)',
+        params: Type.Object({ file: Type.String({ description: 'File name, e.g. `app.js`.' }) }),
+        response: {
+          200: fileAnswer('The file, with its content type.', ['text/javascript', 'text/css', 'text/html', 'image/svg+xml']),
+          304: NotModified,
+          404: ErrorAnswer,
+        },
+      },
+    },
+    (req, reply) => send(req, reply, req.params.file),
+  );
 };

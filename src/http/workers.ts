@@ -34,7 +34,10 @@ const Registration = Type.Object(
     bootstrap_port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
     http_pool: Type.Optional(
       Type.Object(
-        { ca_cert_path: Type.Optional(Type.String({ minLength: 1, maxLength: 4096 })), max_connections: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096 })) },
+        {
+          ca_cert_path: Type.Optional(Type.String({ minLength: 1, maxLength: 4096 })),
+          max_connections: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096 })),
+        },
         { additionalProperties: true },
       ),
     ),
@@ -99,7 +102,12 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     if (known && services.config.adminKey && !bearerMatches(req.headers.authorization, services.config.adminKey)) {
       registry.touch(known.id);
       reply.code(202);
-      return { id: known.id, url: known.url, status: 'accepted', message: 'worker already registered; discovery runs again (changing it needs the admin bearer token)' };
+      return {
+        id: known.id,
+        url: known.url,
+        status: 'accepted',
+        message: 'worker already registered; discovery runs again (changing it needs the admin bearer token)',
+      };
     }
     const { worker, created } = registry.register(req.body);
     reply.code(202);
@@ -111,7 +119,12 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     };
   });
 
-  const listSchema = { tags: TAG, summary: 'List workers', description: 'Every registered worker, sorted by url.', response: { 200: WorkerListing, ...errorResponses() } };
+  const listSchema = {
+    tags: TAG,
+    summary: 'List workers',
+    description: 'Every registered worker, sorted by url.',
+    response: { 200: WorkerListing, ...errorResponses() },
+  };
   app.get('/workers', { schema: listSchema }, async () => {
     const all = registry.all();
     const workers = [...all]
@@ -120,7 +133,13 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     return { workers, total: workers.length, stats: workerStats(all, view) };
   });
 
-  const rowSchema = { tags: TAG, summary: 'One worker', description: 'The row of one registered worker.', params: IdParams, response: { 200: WorkerRow, ...errorResponses('worker_not_found', 'uri_too_long') } };
+  const rowSchema = {
+    tags: TAG,
+    summary: 'One worker',
+    description: 'The row of one registered worker.',
+    params: IdParams,
+    response: { 200: WorkerRow, ...errorResponses('worker_not_found', 'uri_too_long') },
+  };
   app.get<{ Params: IdParams }>('/workers/:id', { schema: rowSchema }, async (req) => {
     return workerJson(registry.require(req.params.id), view);
   });
@@ -134,7 +153,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
       schema: {
         tags: TAG,
         summary: 'Update a worker',
-        description: "New caller labels (they replace the old ones), key or type; the worker's discovery runs again. Needs the admin bearer when the gateway has one.",
+        description:
+          "New caller labels (they replace the old ones), key or type; the worker's discovery runs again. Needs the admin bearer when the gateway has one.",
         security: ADMIN_SECURITY,
         params: IdParams,
         body: Update,

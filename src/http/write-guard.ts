@@ -33,7 +33,10 @@ export function writeGuard(policy: AllowedOrigins) {
         reply.raw.setHeader('access-control-allow-origin', allowOriginValue(policy, origin));
         if (!policy.any) reply.raw.setHeader('vary', 'Origin');
         if (preflight) {
-          reply.code(204).headers(preflightHeaders(policy, origin, header(req, 'access-control-request-headers'))).send();
+          reply
+            .code(204)
+            .headers(preflightHeaders(policy, origin, header(req, 'access-control-request-headers')))
+            .send();
           return;
         }
       }
@@ -43,9 +46,13 @@ export function writeGuard(policy: AllowedOrigins) {
       const typelessOk = type === undefined && TYPELESS_JSON_ROUTES.has(req.routeOptions?.url ?? '');
       if (!typelessOk && !isJsonMediaType(type)) {
         return done(
-          new GatewayError('unsupported_media_type', `a request body must be JSON (content-type: application/json), got ${type === undefined ? 'no content-type' : `\`${type}\``}`, {
-            content_type: type ?? null,
-          }),
+          new GatewayError(
+            'unsupported_media_type',
+            `a request body must be JSON (content-type: application/json), got ${type === undefined ? 'no content-type' : `\`${type}\``}`,
+            {
+              content_type: type ?? null,
+            },
+          ),
         );
       }
     }

@@ -69,28 +69,123 @@ export class Metrics {
     const rl = (stem: string) => name(`rl_${stem}`);
     const registers = [this.registry];
     if (opts.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: `${prefix}_` });
-    this.controlCalls = lazy(() => new Counter({ name: rl('control_calls_total'), help: 'Proxied engine control calls by op and result', labelNames: ['op', 'result'] as const, registers }));
-    this.controlDuration = lazy(() => new Histogram({ name: rl('control_call_duration_seconds'), help: 'Latency of one proxied control call', labelNames: ['op'] as const, buckets: CONTROL_BUCKETS, registers }));
+    this.controlCalls = lazy(
+      () =>
+        new Counter({
+          name: rl('control_calls_total'),
+          help: 'Proxied engine control calls by op and result',
+          labelNames: ['op', 'result'] as const,
+          registers,
+        }),
+    );
+    this.controlDuration = lazy(
+      () =>
+        new Histogram({
+          name: rl('control_call_duration_seconds'),
+          help: 'Latency of one proxied control call',
+          labelNames: ['op'] as const,
+          buckets: CONTROL_BUCKETS,
+          registers,
+        }),
+    );
     this.fanouts = lazy(() => new Counter({ name: rl('fanout_total'), help: 'Fan-out requests by result', labelNames: ['result'] as const, registers }));
-    this.fanoutDuration = lazy(() => new Histogram({ name: rl('fanout_duration_seconds'), help: 'Wall time of one fan-out', buckets: CONTROL_BUCKETS, registers }));
-    this.weightVersion = lazy(() => new Gauge({ name: rl('worker_weight_version'), help: 'Numeric weight version the gateway believes each engine holds', labelNames: ['worker'] as const, registers }));
-    this.controlState = lazy(() => new Gauge({ name: rl('worker_control_state'), help: 'Engine control state: 0 active, 1 paused, 2 asleep', labelNames: ['worker'] as const, registers }));
-    this.quarantined = lazy(() => new Gauge({ name: rl('worker_quarantined'), help: 'Engine held out of routing until a refit brings it to the fleet version (1), or not (0)', labelNames: ['worker'] as const, registers }));
+    this.fanoutDuration = lazy(
+      () => new Histogram({ name: rl('fanout_duration_seconds'), help: 'Wall time of one fan-out', buckets: CONTROL_BUCKETS, registers }),
+    );
+    this.weightVersion = lazy(
+      () =>
+        new Gauge({
+          name: rl('worker_weight_version'),
+          help: 'Numeric weight version the gateway believes each engine holds',
+          labelNames: ['worker'] as const,
+          registers,
+        }),
+    );
+    this.controlState = lazy(
+      () =>
+        new Gauge({ name: rl('worker_control_state'), help: 'Engine control state: 0 active, 1 paused, 2 asleep', labelNames: ['worker'] as const, registers }),
+    );
+    this.quarantined = lazy(
+      () =>
+        new Gauge({
+          name: rl('worker_quarantined'),
+          help: 'Engine held out of routing until a refit brings it to the fleet version (1), or not (0)',
+          labelNames: ['worker'] as const,
+          registers,
+        }),
+    );
     this.refits = lazy(() => new Counter({ name: rl('refits_total'), help: 'Refit transactions by result', labelNames: ['result'] as const, registers }));
-    this.refitPhase = lazy(() => new Histogram({ name: rl('refit_phase_duration_seconds'), help: 'Wall time of each refit phase', labelNames: ['phase'] as const, buckets: CONTROL_BUCKETS, registers }));
+    this.refitPhase = lazy(
+      () =>
+        new Histogram({
+          name: rl('refit_phase_duration_seconds'),
+          help: 'Wall time of each refit phase',
+          labelNames: ['phase'] as const,
+          buckets: CONTROL_BUCKETS,
+          registers,
+        }),
+    );
     // Read 0 from the start (RL on): "no refit running" is a value an alert can test.
     this.refitsInFlight = this.rl ? new Gauge({ name: rl('refits_in_flight'), help: 'Refits this replica is running now', registers }) : undefined;
-    this.filtered = lazy(() => new Counter({ name: rl('candidates_filtered_total'), help: 'Routing candidates dropped by the version pre-filter, by reason', labelNames: ['reason'] as const, registers }));
+    this.filtered = lazy(
+      () =>
+        new Counter({
+          name: rl('candidates_filtered_total'),
+          help: 'Routing candidates dropped by the version pre-filter, by reason',
+          labelNames: ['reason'] as const,
+          registers,
+        }),
+    );
     this.unroutables = lazy(() => new Counter({ name: rl('requests_unroutable_total'), help: 'Selections whose eligible set became empty', registers }));
     this.mixed = lazy(() => new Counter({ name: rl('mixed_version_total'), help: 'Buffered /generate responses flagged mixed-version', registers }));
-    this.inflightChanges = lazy(() => new Counter({ name: rl('version_change_with_inflight_total'), help: 'Engine weight-version changes while the engine had data-plane requests in flight', registers }));
-    this.requests = new Counter({ name: name('requests_total'), help: 'Data-plane requests by route and status class', labelNames: ['route', 'status_class'] as const, registers });
-    this.engineStates = new Gauge({ name: name('engine_state'), help: '1 for the lifecycle state each engine actor is in', labelNames: ['worker', 'state'] as const, registers });
+    this.inflightChanges = lazy(
+      () =>
+        new Counter({
+          name: rl('version_change_with_inflight_total'),
+          help: 'Engine weight-version changes while the engine had data-plane requests in flight',
+          registers,
+        }),
+    );
+    this.requests = new Counter({
+      name: name('requests_total'),
+      help: 'Data-plane requests by route and status class',
+      labelNames: ['route', 'status_class'] as const,
+      registers,
+    });
+    this.engineStates = new Gauge({
+      name: name('engine_state'),
+      help: '1 for the lifecycle state each engine actor is in',
+      labelNames: ['worker', 'state'] as const,
+      registers,
+    });
     this.dataPlane = {
-      duration: new Histogram({ name: name('router_request_duration_seconds'), help: 'Data-plane request time, from the whole body read to the last byte sent, by route, model, answering worker and status', labelNames: ['route', 'model', 'worker', 'status'] as const, buckets: REQUEST_BUCKETS, registers }),
-      ttft: new Histogram({ name: name('router_ttft_seconds'), help: 'Time to the first event of a streamed 2xx data-plane answer', labelNames: ['route', 'model', 'worker'] as const, buckets: TTFT_BUCKETS, registers }),
-      itl: new Histogram({ name: name('router_inter_token_latency_seconds'), help: 'Time between consecutive events of a streamed 2xx data-plane answer', labelNames: ['route', 'model', 'worker'] as const, buckets: ITL_BUCKETS, registers }),
-      attempts: new Counter({ name: name('worker_requests_total'), help: 'Data-plane attempts routed to each worker, retries included', labelNames: ['worker', 'model'] as const, registers }),
+      duration: new Histogram({
+        name: name('router_request_duration_seconds'),
+        help: 'Data-plane request time, from the whole body read to the last byte sent, by route, model, answering worker and status',
+        labelNames: ['route', 'model', 'worker', 'status'] as const,
+        buckets: REQUEST_BUCKETS,
+        registers,
+      }),
+      ttft: new Histogram({
+        name: name('router_ttft_seconds'),
+        help: 'Time to the first event of a streamed 2xx data-plane answer',
+        labelNames: ['route', 'model', 'worker'] as const,
+        buckets: TTFT_BUCKETS,
+        registers,
+      }),
+      itl: new Histogram({
+        name: name('router_inter_token_latency_seconds'),
+        help: 'Time between consecutive events of a streamed 2xx data-plane answer',
+        labelNames: ['route', 'model', 'worker'] as const,
+        buckets: ITL_BUCKETS,
+        registers,
+      }),
+      attempts: new Counter({
+        name: name('worker_requests_total'),
+        help: 'Data-plane attempts routed to each worker, retries included',
+        labelNames: ['worker', 'model'] as const,
+        registers,
+      }),
     };
     const workers = () => this.workers();
     new Gauge({
@@ -128,7 +223,13 @@ export class Metrics {
   controlCall(op: string, outcome: ControlOutcome): void {
     if (!this.rl || outcome.kind === 'no_control_endpoint') return;
     const result =
-      outcome.kind === 'answer' ? (outcome.status >= 200 && outcome.status < 300 ? 'ok' : 'upstream_error') : outcome.kind === 'timeout' ? 'timeout' : 'unreachable';
+      outcome.kind === 'answer'
+        ? outcome.status >= 200 && outcome.status < 300
+          ? 'ok'
+          : 'upstream_error'
+        : outcome.kind === 'timeout'
+          ? 'timeout'
+          : 'unreachable';
     this.controlCalls().inc({ op, result });
     this.controlDuration().observe({ op }, outcome.latencyMs / 1000);
   }

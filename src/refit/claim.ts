@@ -136,7 +136,10 @@ export class RefitClaim {
 /** The plan a taken-over journal was running, or null when it no longer fits the fleet. */
 function planOrNull(j: RefitJournal, targets: Worker[]): RefitPlan | null {
   try {
-    return planRefit(j.request, targets.filter((w) => !j.asleep.includes(w.id)));
+    return planRefit(
+      j.request,
+      targets.filter((w) => !j.asleep.includes(w.id)),
+    );
   } catch {
     return null;
   }

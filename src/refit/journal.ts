@@ -128,7 +128,12 @@ export function recoveryOf(j: RefitJournal, steps: RefitStepPlan[], verify: bool
   const fail = (id: string, phase: Phase, step?: string) => {
     const rec = (engines[id] ??= { phases: {} });
     if (rec.failedIn !== undefined) return;
-    Object.assign(rec, { failedIn: phase, step, error: 'gateway_failover', message: `the replica running this refit died during the ${phase} phase${step ? ` (${step})` : ''}; its outcome on this engine is unknown` });
+    Object.assign(rec, {
+      failedIn: phase,
+      step,
+      error: 'gateway_failover',
+      message: `the replica running this refit died during the ${phase} phase${step ? ` (${step})` : ''}; its outcome on this engine is unknown`,
+    });
   };
   switch (j.phase) {
     // Nothing was loaded yet: the pause starts over, on every target. Pausing a paused engine
@@ -136,7 +141,14 @@ export function recoveryOf(j: RefitJournal, steps: RefitStepPlan[], verify: bool
     // the engine's owner (pause-reconciler.ts), so the refit goes on instead of failing.
     case null:
     case 'pause':
-      return { engines: Object.fromEntries(j.targets.filter((id) => !j.asleep.includes(id)).map((id) => [id, { phases: {} }])), paused: [], resumed: [], stepIndex: 0, abortReason: undefined, at: 'pausing' };
+      return {
+        engines: Object.fromEntries(j.targets.filter((id) => !j.asleep.includes(id)).map((id) => [id, { phases: {} }])),
+        paused: [],
+        resumed: [],
+        stepIndex: 0,
+        abortReason: undefined,
+        at: 'pausing',
+      };
     case 'refit': {
       const step = steps[j.step_index];
       const last = j.step_index === steps.length - 1;

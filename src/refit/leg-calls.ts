@@ -47,7 +47,13 @@ export class LegCalls {
       if (ours === false) return { kind: 'unreachable', latencyMs: 0, message: `upstream \`${worker.url}\` not called: another replica took this refit over` };
       const out: ControlOutcome =
         ours === undefined
-          ? { kind: 'unreachable', code: 'bus_unavailable', fenced: true, latencyMs: 0, message: `upstream \`${worker.url}\` not called: this replica could not read the refit's journal after losing its lease` }
+          ? {
+              kind: 'unreachable',
+              code: 'bus_unavailable',
+              fenced: true,
+              latencyMs: 0,
+              message: `upstream \`${worker.url}\` not called: this replica could not read the refit's journal after losing its lease`,
+            }
           : await this.one(worker, c, signal);
       // A replica shutting down does not wait for a fence to reopen: the refit ends with what it has.
       if (!notMade(out) || signal.aborted || this.deps.draining.aborted || Date.now() + NOT_MADE_RETRY_MS >= deadline) return out;
@@ -57,7 +63,13 @@ export class LegCalls {
 
   /** `GET model_info`: the engine's own word on the version it holds. */
   versionRead(readMs: number, refitId: string | undefined): ControlCall {
-    const call = this.deps.legs.callFor('model_info', { method: 'GET', rawQuery: '', body: null, contentType: undefined, trace: { 'x-request-id': `refit-${refitId ?? 'unknown'}-read` } });
+    const call = this.deps.legs.callFor('model_info', {
+      method: 'GET',
+      rawQuery: '',
+      body: null,
+      contentType: undefined,
+      trace: { 'x-request-id': `refit-${refitId ?? 'unknown'}-read` },
+    });
     const timeoutSecs = Math.max(1, Math.ceil(readMs / 1000));
     return { ...call, refitId, timeoutSecs, deadline: Date.now() + timeoutSecs * 1000 };
   }
@@ -66,11 +78,13 @@ export class LegCalls {
   async readVersions(workers: readonly Worker[], refitId: string): Promise<Map<string, string>> {
     const held = new Map<string, string>();
     const signal = AbortSignal.timeout(READ_BACK_MS);
-    await Promise.all(workers.map(async (w) => {
-      const out = await this.made(w, () => this.versionRead(READ_BACK_MS, refitId), Date.now() + READ_BACK_MS, signal).catch(() => undefined);
-      const v = out && reportedVersion(out);
-      if (v !== undefined) held.set(w.id, v);
-    }));
+    await Promise.all(
+      workers.map(async (w) => {
+        const out = await this.made(w, () => this.versionRead(READ_BACK_MS, refitId), Date.now() + READ_BACK_MS, signal).catch(() => undefined);
+        const v = out && reportedVersion(out);
+        if (v !== undefined) held.set(w.id, v);
+      }),
+    );
     return held;
   }
 

@@ -72,7 +72,12 @@ export function lostAnswerVerdict(lost: ControlOutcome, read: ControlOutcome, ta
   const held = reportedVersion(read);
   if (setsVersion && held !== undefined && compareVersions(held, target) === 0) return { kind: 'landed' };
   if (canRepeat) return { kind: 'repeat' };
-  const holds = held !== undefined ? `it holds weight_version ${JSON.stringify(held)}` : read.kind === 'answer' ? 'it reports no weight_version' : `it could not be read (${read.message})`;
+  const holds =
+    held !== undefined
+      ? `it holds weight_version ${JSON.stringify(held)}`
+      : read.kind === 'answer'
+        ? 'it reports no weight_version'
+        : `it could not be read (${read.message})`;
   const landedNot = setsVersion ? `, not ${JSON.stringify(target)}` : ' (this step does not set the version)';
   const message = `${lost.kind === 'unreachable' ? lost.message : 'the answer was lost'}; read afterwards, ${holds}${landedNot}, and a distributed transfer cannot be repeated by one engine`;
   return { kind: 'failed', result: { ok: false, error: 'upstream_unreachable', message, latencyMs: lost.latencyMs } };

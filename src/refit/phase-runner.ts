@@ -93,7 +93,8 @@ export class PhaseRunner {
     const now = Date.now();
     const from = this.phaseSent.get(`${phase}|${stepIndex}`) ?? now;
     const step = phase === 'refit' ? (this.refit.plan.steps[stepIndex]?.name ?? null) : null;
-    for (const leg of legs) this.publishLeg(leg.workerId, phase, stepIndex, step, { ok: false, error: leg.error, message: leg.message, latencyMs: now - from }, now);
+    for (const leg of legs)
+      this.publishLeg(leg.workerId, phase, stepIndex, step, { ok: false, error: leg.error, message: leg.message, latencyMs: now - from }, now);
   }
 
   private start(input: PhaseInput, sendBack: (event: CoordinatorEvent) => void): () => void {
@@ -117,7 +118,10 @@ export class PhaseRunner {
     const { input, abort, sendBack } = run;
     const { id, plan, calls, writer } = this.refit;
     // The journal says which engines this phase reaches before any call goes out.
-    await retryWrite(() => writer.update({ phase: input.phase, step_index: input.stepIndex, pending: input.targets }), () => writer.fenced || abort.signal.aborted);
+    await retryWrite(
+      () => writer.update({ phase: input.phase, step_index: input.stepIndex, pending: input.targets }),
+      () => writer.fenced || abort.signal.aborted,
+    );
     if (writer.fenced || abort.signal.aborted) return;
     // Engines given the same spec share one call object, so it crosses the bus once per replica.
     // Each call's deadline starts now, when its phase sends it: stamped when the refit was
@@ -144,7 +148,8 @@ export class PhaseRunner {
           const result: LegResult = { ok: false, error: 'internal_error', message: 'the gateway failed to run this phase', latencyMs: 0 };
           sendBack({ type: 'leg.done', phase: input.phase, workerId: wid, result });
           // Watchers see what the coordinator was told, as they see every answer.
-          if (!run.answered.has(wid) && !abort.signal.aborted) this.publishLeg(wid, input.phase, input.stepIndex, run.step, { ...result, latencyMs: now - run.startedAt }, now);
+          if (!run.answered.has(wid) && !abort.signal.aborted)
+            this.publishLeg(wid, input.phase, input.stepIndex, run.step, { ...result, latencyMs: now - run.startedAt }, now);
         }
       });
     // A leg sent again may need its engine read in turn: wait until none is left in flight.
@@ -178,7 +183,7 @@ export class PhaseRunner {
     if (input.phase !== 'refit' && answerLost(outcome)) {
       const call = run.stamp(calls.get(callKey(input.phase, input.stepIndex, wid))!);
       if (Date.now() + 250 < call.deadline) {
-        this.deps.log.warn({ refit_id: id, worker_id: wid, phase: input.phase }, 'a call\'s answer was lost with the replica that made it; sending it again');
+        this.deps.log.warn({ refit_id: id, worker_id: wid, phase: input.phase }, "a call's answer was lost with the replica that made it; sending it again");
         return this.sendAgain(run, wid, call);
       }
     }
@@ -245,8 +250,17 @@ export class PhaseRunner {
     const target = this.refit.version;
     const read = await calls.made(worker, () => calls.versionRead(this.refit.readMs, load.refitId), load.deadline, signal);
     const verdict = lostAnswerVerdict(lost, read, target, how.canRepeat, how.setsVersion);
-    log.warn({ refit_id: load.refitId, worker_id: worker.id, verdict: verdict.kind }, 'a load\'s answer was lost with the replica that made the call; the engine was read');
-    if (verdict.kind === 'landed') return { ok: true, status: 200, message: 'the answer was lost with the replica that made the call; the engine was read afterwards and holds the target version', latencyMs: lost.latencyMs };
+    log.warn(
+      { refit_id: load.refitId, worker_id: worker.id, verdict: verdict.kind },
+      "a load's answer was lost with the replica that made the call; the engine was read",
+    );
+    if (verdict.kind === 'landed')
+      return {
+        ok: true,
+        status: 200,
+        message: 'the answer was lost with the replica that made the call; the engine was read afterwards and holds the target version',
+        latencyMs: lost.latencyMs,
+      };
     if (verdict.kind === 'failed') return verdict.result;
     const again = await calls.made(worker, () => fresh(load), load.deadline, signal);
     return legResult('refit', again, target, expected);
@@ -259,7 +273,8 @@ export class PhaseRunner {
     log.warn({ refit_id: load.refitId, worker_id: worker.id }, 'a load in doubt after a takeover had not landed; sending it again');
     const reload = fresh(load);
     const loaded = legResult('refit', await calls.made(worker, () => reload, reload.deadline, signal), target);
-    if (!loaded.ok) return { ...first, message: `${first.message}; the load, in doubt after a takeover, was sent again and failed: ${loaded.message ?? loaded.error}` };
+    if (!loaded.ok)
+      return { ...first, message: `${first.message}; the load, in doubt after a takeover, was sent again and failed: ${loaded.message ?? loaded.error}` };
     const recheck = fresh(check);
     return legResult('verify', await calls.made(worker, () => recheck, recheck.deadline, signal), target);
   }
@@ -286,5 +301,10 @@ export class PhaseRunner {
 
 /** A recovery that threw: the leg fails, the phase goes on. */
 function recoveryFailed(err: unknown, latencyMs: number): LegResult {
-  return { ok: false, error: 'internal_error', message: `the gateway failed to read the engine after a lost answer: ${String((err as Error)?.message ?? err)}`, latencyMs };
+  return {
+    ok: false,
+    error: 'internal_error',
+    message: `the gateway failed to read the engine after a lost answer: ${String((err as Error)?.message ?? err)}`,
+    latencyMs,
+  };
 }

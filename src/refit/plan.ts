@@ -44,7 +44,8 @@ function withReadBack(req: RefitRequest, plan: RefitPlan): RefitPlan {
   return {
     ...plan,
     steps,
-    step: (index, worker) => (index < at ? plan.step(index, worker) : index < at + checks.length ? specs[index - at]! : plan.step(index - checks.length, worker)),
+    step: (index, worker) =>
+      index < at ? plan.step(index, worker) : index < at + checks.length ? specs[index - at]! : plan.step(index - checks.length, worker),
     expect: (index) => (index >= at && index < at + checks.length ? checks[index - at]!.values : undefined),
   };
 }

@@ -58,10 +58,14 @@ export function readQueuedRefit(data: Uint8Array, msgId: string | undefined): Me
     return { ok: false, reason: 'its targets are not a list of worker ids' };
   }
   if (new Set(targets).size !== targets.length) return { ok: false, reason: 'its targets name a worker twice' };
-  if (!Array.isArray(skipped) || !skipped.every(isSkipped)) return { ok: false, reason: 'its skipped engines are not a list of {worker_id, url, reason, message}' };
+  if (!Array.isArray(skipped) || !skipped.every(isSkipped))
+    return { ok: false, reason: 'its skipped engines are not a list of {worker_id, url, reason, message}' };
   if (typeof origin !== 'string') return { ok: false, reason: 'no origin' };
   if (typeof submittedAt !== 'string' || Number.isNaN(Date.parse(submittedAt))) return { ok: false, reason: 'no submission time' };
-  return { ok: true, refit: { id, request: req, selector, targets: targets as string[], skipped: skipped as QueuedRefit['skipped'], origin, submitted_at: submittedAt } };
+  return {
+    ok: true,
+    refit: { id, request: req, selector, targets: targets as string[], skipped: skipped as QueuedRefit['skipped'], origin, submitted_at: submittedAt },
+  };
 }
 
 /**

@@ -101,7 +101,11 @@ export class RefitRunner implements RefitTaker {
     if (existing && (this.active.has(q.id) || (holder !== this.deps.replicaId && (await this.deps.alive(holder!))))) {
       return delivery.count > 1 ? { settle: 'retry', afterMs: RETRY_MS * 4 } : { settle: 'drop', reason: 'a second submission of a refit whose runner lives' };
     }
-    const take = takeVerdict(q, { takeover: Boolean(existing), clash: await this.deps.journals.clashes(q.id, q.targets), known: (id) => this.deps.registry.get(id) !== undefined });
+    const take = takeVerdict(q, {
+      takeover: Boolean(existing),
+      clash: await this.deps.journals.clashes(q.id, q.targets),
+      known: (id) => this.deps.registry.get(id) !== undefined,
+    });
     if (take.take === 'later') return { settle: 'retry', afterMs: RETRY_MS * 4 }; // its turn comes when the other refit is over
     // Aborted when a journal write finds another replica holding the refit: the coordinator stops.
     const fence = new AbortController();
@@ -170,10 +174,32 @@ export class RefitRunner implements RefitTaker {
     // The debts are recorded before anything is paused (and re-recorded under this replica after
     // a takeover), so that a pause this refit cannot undo is paid by the engine's owner.
     const owing = targets.filter((w) => !j.keep_paused.includes(w.id) && !(recovered?.resumed ?? []).includes(w.id)).map((w) => w.id);
-    await retryWrite(() => this.deps.owed.owe(owing, id), () => writer.fenced);
+    await retryWrite(
+      () => this.deps.owed.owe(owing, id),
+      () => writer.fenced,
+    );
     if (writer.fenced) return null;
-    this.deps.log.info({ refit_id: id, origin: q.origin, weight_version: req.weight_version, source: req.source.kind, targets: targets.length, quorum, recovered: recovered?.at ?? null }, recovered ? 'refit taken over' : 'refit started');
-    this.deps.events.publish(id, { type: 'started', replica: this.deps.replicaId, targets: targets.map((w) => w.id), quorum, steps: plan.steps.map((st) => st.name), verify: plan.verify !== null, recovered: recovered?.at ?? null });
+    this.deps.log.info(
+      {
+        refit_id: id,
+        origin: q.origin,
+        weight_version: req.weight_version,
+        source: req.source.kind,
+        targets: targets.length,
+        quorum,
+        recovered: recovered?.at ?? null,
+      },
+      recovered ? 'refit taken over' : 'refit started',
+    );
+    this.deps.events.publish(id, {
+      type: 'started',
+      replica: this.deps.replicaId,
+      targets: targets.map((w) => w.id),
+      quorum,
+      steps: plan.steps.map((st) => st.name),
+      verify: plan.verify !== null,
+      recovered: recovered?.at ?? null,
+    });
 
     const legCalls = new LegCalls({ legs: this.deps.legs, draining, stillOurs: (refitId) => this.stillOurs.get(refitId)?.() });
     const phases = new PhaseRunner(
@@ -204,10 +230,14 @@ export class RefitRunner implements RefitTaker {
       writer.update({ engines: c.engines, paused: c.paused, resumed: c.resumed, pending: c.pending, abort_reason: c.abortReason }).catch(() => {});
     });
     const fenced = new Promise<null>((resolve) => {
-      fence.addEventListener('abort', () => {
-        actor.stop();
-        resolve(null);
-      }, { once: true });
+      fence.addEventListener(
+        'abort',
+        () => {
+          actor.stop();
+          resolve(null);
+        },
+        { once: true },
+      );
     });
     actor.start();
     // A stopped actor never settles its promise: the fence resolves the race instead.
@@ -218,7 +248,11 @@ export class RefitRunner implements RefitTaker {
     }
     await Promise.all(owing.map((wid) => this.deps.owed.settle(wid, result.resumed.includes(wid), id)));
     // Quarantined, or let out, as the result says (verdicts.ts).
-    const verdicts = quarantineAfter(result, targets.map((w) => w.id), { verify: plan.verify !== null, reloaded: phases.reloaded });
+    const verdicts = quarantineAfter(
+      result,
+      targets.map((w) => w.id),
+      { verify: plan.verify !== null, reloaded: phases.reloaded },
+    );
     for (const [wid, reason] of verdicts) this.deps.quarantine(wid, reason);
     // An engine that failed once its weights were touched is reported with the version it says it
     // holds now, read from it: this replica's view may be stale (another replica's engine, a load
@@ -244,11 +278,17 @@ export class RefitRunner implements RefitTaker {
 
   /** The report goes to the journal first (the one place a trainer can always read it), then out. */
   private async finish(writer: JournalWriter, report: RefitReport): Promise<void> {
-    await retryWrite(() => writer.update({ status: 'done', report, pending: [] }), () => writer.fenced);
+    await retryWrite(
+      () => writer.update({ status: 'done', report, pending: [] }),
+      () => writer.fenced,
+    );
     if (writer.fenced) return;
     this.deps.metrics.refit(report.status, report.phases);
     this.deps.events.report(report);
-    this.deps.log.info({ refit_id: report.id, status: report.status, succeeded: report.succeeded, total: report.total, duration_ms: report.duration_ms }, 'refit finished');
+    this.deps.log.info(
+      { refit_id: report.id, status: report.status, succeeded: report.succeeded, total: report.total, duration_ms: report.duration_ms },
+      'refit finished',
+    );
   }
 }
 

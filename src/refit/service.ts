@@ -95,14 +95,23 @@ export class RefitService {
     const { journals } = this.deps;
     const known = journals.journal(id) ?? (req.refit_id ? await journals.stored(id) : undefined);
     if (known && known.request.weight_version !== req.weight_version) {
-      throw new GatewayError('refit_id_conflict', `refit \`${id}\` exists for weight_version ${JSON.stringify(known.request.weight_version)}; a retry must send the same request`, { refit_id: id });
+      throw new GatewayError(
+        'refit_id_conflict',
+        `refit \`${id}\` exists for weight_version ${JSON.stringify(known.request.weight_version)}; a retry must send the same request`,
+        { refit_id: id },
+      );
     }
     // The same refit id again is the same refit: its report when it is over, its end when it runs.
     if (known?.report) return { id, report: Promise.resolve(known.report) };
     if (known) return { id, report: journals.waitFor(id) };
     const { selectorText, targets, skipped } = this.resolve(req);
     if (!known) {
-      const clash = (await journals.clashes(id, targets.map((w) => w.id)))?.worker;
+      const clash = (
+        await journals.clashes(
+          id,
+          targets.map((w) => w.id),
+        )
+      )?.worker;
       if (clash) throw new GatewayError('refit_in_progress', `worker \`${clash}\` is already part of a running refit`, { worker_id: clash });
     }
     // Every call of every phase is built (and size-checked) before anything is queued, so a bad
@@ -110,7 +119,15 @@ export class RefitService {
     prepareCalls(this.deps.legs, planRefit(req, targets), targets, id);
 
     const report = journals.waitFor(id);
-    const queued: QueuedRefit = { id, request: req, selector: selectorText ?? null, targets: targets.map((w) => w.id), skipped, origin, submitted_at: new Date().toISOString() };
+    const queued: QueuedRefit = {
+      id,
+      request: req,
+      selector: selectorText ?? null,
+      targets: targets.map((w) => w.id),
+      skipped,
+      origin,
+      submitted_at: new Date().toISOString(),
+    };
     journals.accept(queued);
     let duplicate: boolean;
     try {
@@ -120,7 +137,15 @@ export class RefitService {
       throw new GatewayError('bus_unavailable', `the refit could not be queued, so nothing was paused: ${(err as Error).message}`);
     }
     if (!duplicate) {
-      this.deps.events.publish(id, { type: 'accepted', weight_version: req.weight_version, source: req.source.kind, selector: selectorText ?? null, targets: queued.targets, skipped, replica: this.deps.replicaId });
+      this.deps.events.publish(id, {
+        type: 'accepted',
+        weight_version: req.weight_version,
+        source: req.source.kind,
+        selector: selectorText ?? null,
+        targets: queued.targets,
+        skipped,
+        replica: this.deps.replicaId,
+      });
     }
     return { id, report };
   }

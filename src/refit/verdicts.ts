@@ -30,20 +30,38 @@ export function legResult(phase: Phase, o: ControlOutcome, target: string, expec
     return { ok: false, error, status: o.status, message: `HTTP ${o.status}${detail}`, latencyMs: o.latencyMs };
   }
   if (typeof body === 'object' && body && body.success === false) {
-    return { ok: false, error: 'engine_refused', status: o.status, message: typeof body.message === 'string' ? body.message : 'engine answered success: false', latencyMs: o.latencyMs };
+    return {
+      ok: false,
+      error: 'engine_refused',
+      status: o.status,
+      message: typeof body.message === 'string' ? body.message : 'engine answered success: false',
+      latencyMs: o.latencyMs,
+    };
   }
   if (expected) {
     // A parameter read back: its first values must be the trainer's, or the load did not happen.
     const seen = Array.isArray(body) ? (body as unknown[]).flat(Infinity).slice(0, expected.length) : null;
     if (!seen || !sameValues(seen, expected)) {
-      return { ok: false, error: 'verify_failed', status: o.status, message: `engine holds other values than the trainer sent: read back ${JSON.stringify(seen)}, expected ${JSON.stringify(expected)}`, latencyMs: o.latencyMs };
+      return {
+        ok: false,
+        error: 'verify_failed',
+        status: o.status,
+        message: `engine holds other values than the trainer sent: read back ${JSON.stringify(seen)}, expected ${JSON.stringify(expected)}`,
+        latencyMs: o.latencyMs,
+      };
     }
   }
   if (phase === 'verify') {
     const seen = typeof body === 'object' && body ? body.weight_version : undefined;
     const v = typeof seen === 'number' ? String(seen) : seen;
     if (typeof v !== 'string' || compareVersions(v.trim(), target) !== 0) {
-      return { ok: false, error: 'verify_failed', status: o.status, message: `engine reports weight_version ${JSON.stringify(seen ?? null)}, expected ${JSON.stringify(target)}`, latencyMs: o.latencyMs };
+      return {
+        ok: false,
+        error: 'verify_failed',
+        status: o.status,
+        message: `engine reports weight_version ${JSON.stringify(seen ?? null)}, expected ${JSON.stringify(target)}`,
+        latencyMs: o.latencyMs,
+      };
     }
   }
   return { ok: true, status: o.status, latencyMs: o.latencyMs };

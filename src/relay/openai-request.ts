@@ -13,11 +13,27 @@ export type OpenAiPath = '/v1/chat/completions' | '/v1/completions';
 
 /** SGLang extensions of its OpenAI server that map one to one onto the wire's sampling fields. */
 const EXTRA_SAMPLING: ReadonlyArray<keyof TokenSampling> = [
-  'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'ignore_eos', 'skip_special_tokens',
-  'spaces_between_special_tokens', 'no_stop_trim', 'stop_token_ids', 'regex', 'ebnf', 'json_schema',
+  'top_k',
+  'min_p',
+  'frequency_penalty',
+  'presence_penalty',
+  'repetition_penalty',
+  'ignore_eos',
+  'skip_special_tokens',
+  'spaces_between_special_tokens',
+  'no_stop_trim',
+  'stop_token_ids',
+  'regex',
+  'ebnf',
+  'json_schema',
 ];
 /** Where each sampling field comes from in an OpenAI request (for the `field` of a refusal). */
-const FIELD: Partial<Record<keyof TokenSampling, string>> = { structural_tag: '/response_format', max_new_tokens: '/max_tokens', min_new_tokens: '/min_tokens', sampling_seed: '/seed' };
+const FIELD: Partial<Record<keyof TokenSampling, string>> = {
+  structural_tag: '/response_format',
+  max_new_tokens: '/max_tokens',
+  min_new_tokens: '/min_tokens',
+  sampling_seed: '/seed',
+};
 export const samplingField = (k: keyof TokenSampling): string => FIELD[k] ?? `/${k}`;
 
 function bad(message: string, field: string): GatewayError {
@@ -82,7 +98,8 @@ function responseFormat(rf: unknown, s: TokenSampling): void {
       return;
     case 'json_schema': {
       const schema = f.json_schema?.schema;
-      if (typeof schema !== 'object' || schema === null) throw bad('`response_format.json_schema.schema` must be a JSON schema object', '/response_format/json_schema/schema');
+      if (typeof schema !== 'object' || schema === null)
+        throw bad('`response_format.json_schema.schema` must be a JSON schema object', '/response_format/json_schema/schema');
       s.json_schema = JSON.stringify(schema);
       return;
     }
@@ -126,10 +143,13 @@ function templateMessages(messages: Array<Record<string, unknown>>): Array<Recor
   return messages.map((m, i) => {
     let content = m.content ?? '';
     if (Array.isArray(content)) {
-      content = content.map((p: { type?: string; text?: unknown }, j) => {
-        if (p?.type !== 'text' || typeof p.text !== 'string') throw cannot('only text content parts are supported on gRPC/ZMQ engines', `/messages/${i}/content/${j}`);
-        return p.text;
-      }).join('');
+      content = content
+        .map((p: { type?: string; text?: unknown }, j) => {
+          if (p?.type !== 'text' || typeof p.text !== 'string')
+            throw cannot('only text content parts are supported on gRPC/ZMQ engines', `/messages/${i}/content/${j}`);
+          return p.text;
+        })
+        .join('');
     } else if (typeof content !== 'string') {
       throw bad('message `content` must be a string or a list of text parts', `/messages/${i}/content`);
     }

@@ -90,11 +90,17 @@ export async function openAiTokenRelay(
     trimStop: sampling.no_stop_trim !== true,
     detokenize: (ids) => tokenizer.decode(ids, { skipSpecialTokens }),
   });
-  const shape = new OpenAiAnswer(answer, path, {
-    id: `${path === '/v1/chat/completions' ? 'chatcmpl' : 'cmpl'}-${rid}`,
-    created: Math.floor(Date.now() / 1000),
-    model: typeof body.model === 'string' && body.model.trim() ? body.model : worker.modelId,
-  }, sampling, (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true);
+  const shape = new OpenAiAnswer(
+    answer,
+    path,
+    {
+      id: `${path === '/v1/chat/completions' ? 'chatcmpl' : 'cmpl'}-${rid}`,
+      created: Math.floor(Date.now() / 1000),
+      model: typeof body.model === 'string' && body.model.trim() ? body.model : worker.modelId,
+    },
+    sampling,
+    (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+  );
   return runTokenAttempt({ services, worker, engine, req, reply, signals, abort, deadline, version: e.version, stream: body.stream === true, shape });
 }
 
@@ -124,8 +130,17 @@ class OpenAiAnswer implements AnswerShape {
 
   /** Per choice, what the answer says so far: text, finish, version, token counts. */
   private view(index: number) {
-    const o = this.answer.object(index) as { text: string; meta_info: { finish_reason: { type: string } | null; weight_version: string; prompt_tokens: number; completion_tokens: number } };
-    return { text: o.text, finish: o.meta_info.finish_reason ? FINISH[o.meta_info.finish_reason.type] ?? 'stop' : null, version: o.meta_info.weight_version, prompt: o.meta_info.prompt_tokens, completion: o.meta_info.completion_tokens };
+    const o = this.answer.object(index) as {
+      text: string;
+      meta_info: { finish_reason: { type: string } | null; weight_version: string; prompt_tokens: number; completion_tokens: number };
+    };
+    return {
+      text: o.text,
+      finish: o.meta_info.finish_reason ? (FINISH[o.meta_info.finish_reason.type] ?? 'stop') : null,
+      version: o.meta_info.weight_version,
+      prompt: o.meta_info.prompt_tokens,
+      completion: o.meta_info.completion_tokens,
+    };
   }
 
   private usage() {
@@ -174,7 +189,13 @@ class OpenAiAnswer implements AnswerShape {
     if (!delta && !c.finish) return;
     s.text = text;
     s.finished = c.finish !== null;
-    this.write(out, this.chat ? { index, delta: delta ? { content: delta } : {}, logprobs: null, finish_reason: c.finish } : { index, text: delta, logprobs: null, finish_reason: c.finish }, c.version);
+    this.write(
+      out,
+      this.chat
+        ? { index, delta: delta ? { content: delta } : {}, logprobs: null, finish_reason: c.finish }
+        : { index, text: delta, logprobs: null, finish_reason: c.finish },
+      c.version,
+    );
   }
 
   end(out: PassThrough): void {

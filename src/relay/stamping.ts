@@ -18,8 +18,13 @@ export const GATEWAY_ONLY_HEADERS: ReadonlySet<string> = new Set([ROUTED_HEADER,
 
 /** What a browser may read of a cross-origin answer (`access-control-expose-headers`). */
 export const EXPOSED_HEADERS = [
-  'x-smg-weight-version', 'x-smg-mixed-version', ROUTED_HEADER,
-  'x-rl-weight-version', 'x-rl-mixed-version', 'x-rl-routed-worker-id', 'x-request-id',
+  'x-smg-weight-version',
+  'x-smg-mixed-version',
+  ROUTED_HEADER,
+  'x-rl-weight-version',
+  'x-rl-mixed-version',
+  'x-rl-routed-worker-id',
+  'x-request-id',
 ].join(', ');
 
 /** `x-smg-weight-version` (+ the `x-rl-` twin) = the table version; nothing when unversioned. */

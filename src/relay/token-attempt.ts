@@ -150,7 +150,7 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
       // A later chunk without logprobs ends the stream with an error event (the 200 is sent).
       const emitOrRefuse = (ev: TokenEvent, pushed?: number): boolean => {
         const index = pushed ?? answer.push(ev);
-        if (!answer.lacksLogprobs) return shape.chunk(out, index), streamedEvent(reply.raw, ev.kind === 'chunk'), true;
+        if (!answer.lacksLogprobs) return (shape.chunk(out, index), streamedEvent(reply.raw, ev.kind === 'chunk'), true);
         outcome = 'neutral';
         stopEngine(abort, events);
         const e = logprobsUnavailable();
@@ -226,7 +226,11 @@ export class TokenDeadline {
   private readonly onDeadline: () => void;
   private readonly onCaller: () => void;
 
-  constructor(readonly secs: number, private readonly signals: AttemptSignals, abort: AbortController) {
+  constructor(
+    readonly secs: number,
+    private readonly signals: AttemptSignals,
+    abort: AbortController,
+  ) {
     let fire!: (err: Error) => void;
     this.fired = new Promise<never>((_, reject) => (fire = reject));
     this.fired.catch(() => undefined);
@@ -290,15 +294,30 @@ function stopEngine(abort: AbortController, events: AsyncIterator<unknown>): voi
  * An engine-side abort becomes a partial answer; anything else an error of ours. A caller that
  * went away (`callerGone`) says nothing about the engine: no breaker failure, on any wire.
  */
-export function failure(err: unknown, beforeFirst: boolean, callerGone = false): { partial: boolean; outcome: 'failure' | 'neutral'; message: string; error: GatewayError } {
-  if (callerGone) return { partial: true, outcome: 'neutral', message: 'cancelled by the client', error: new GatewayError('invalid_request', 'client went away') };
+export function failure(
+  err: unknown,
+  beforeFirst: boolean,
+  callerGone = false,
+): { partial: boolean; outcome: 'failure' | 'neutral'; message: string; error: GatewayError } {
+  if (callerGone)
+    return { partial: true, outcome: 'neutral', message: 'cancelled by the client', error: new GatewayError('invalid_request', 'client went away') };
   if (err instanceof GenerationError) {
     if (err.code === 'aborted') return { partial: true, outcome: 'neutral', message: err.message, error: new GatewayError('internal_error', err.message) };
     if (err.code === 'invalid_argument') {
-      return { partial: false, outcome: 'neutral', message: err.message, error: new GatewayError('invalid_request', `the engine refused the request: ${err.message}`) };
+      return {
+        partial: false,
+        outcome: 'neutral',
+        message: err.message,
+        error: new GatewayError('invalid_request', `the engine refused the request: ${err.message}`),
+      };
     }
     if (!beforeFirst) return { partial: true, outcome: 'failure', message: err.message, error: new GatewayError('upstream_unreachable', err.message) };
     return { partial: false, outcome: 'failure', message: err.message, error: new GatewayError('upstream_unreachable', `engine failed: ${err.message}`) };
   }
-  return { partial: false, outcome: 'failure', message: String(err), error: new GatewayError('upstream_unreachable', `engine failed: ${(err as Error)?.message ?? err}`) };
+  return {
+    partial: false,
+    outcome: 'failure',
+    message: String(err),
+    error: new GatewayError('upstream_unreachable', `engine failed: ${(err as Error)?.message ?? err}`),
+  };
 }

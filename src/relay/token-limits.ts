@@ -28,7 +28,8 @@ export function tokenLimitsOf(path: DataPlanePath, body: Record<string, unknown>
   if (path === '/generate') {
     const sp = body.sampling_params;
     // SGLang's batch form takes one sampling object per prompt.
-    if (Array.isArray(sp)) sp.forEach((one, i) => limitOf((one as Record<string, unknown> | null)?.max_new_tokens, `/sampling_params/${i}/max_new_tokens`, out));
+    if (Array.isArray(sp))
+      sp.forEach((one, i) => limitOf((one as Record<string, unknown> | null)?.max_new_tokens, `/sampling_params/${i}/max_new_tokens`, out));
     else if (sp && typeof sp === 'object') limitOf((sp as Record<string, unknown>).max_new_tokens, '/sampling_params/max_new_tokens', out);
   } else {
     limitOf(body.max_tokens, '/max_tokens', out);
@@ -42,7 +43,11 @@ export function checkTokenLimits(limits: readonly TokenLimit[], contextLength: n
   if (contextLength === undefined) return;
   for (const { field, value } of limits) {
     if (value > contextLength) {
-      throw new GatewayError('invalid_request', `\`${field.slice(1).replace(/\//g, '.')}\` is ${value}, beyond the model's context length of ${contextLength} tokens`, { field, limit: contextLength });
+      throw new GatewayError(
+        'invalid_request',
+        `\`${field.slice(1).replace(/\//g, '.')}\` is ${value}, beyond the model's context length of ${contextLength} tokens`,
+        { field, limit: contextLength },
+      );
     }
   }
 }

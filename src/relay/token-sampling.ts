@@ -10,9 +10,25 @@ import type { Tokenizer } from '../engines/tokenizer.ts';
 import { GatewayError, type ErrorContext } from '../api/errors.ts';
 
 const SAMPLING_KEYS: ReadonlyArray<keyof TokenSampling> = [
-  'max_new_tokens', 'min_new_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty',
-  'presence_penalty', 'repetition_penalty', 'stop_token_ids', 'ignore_eos', 'skip_special_tokens',
-  'spaces_between_special_tokens', 'no_stop_trim', 'n', 'sampling_seed', 'json_schema', 'regex', 'ebnf',
+  'max_new_tokens',
+  'min_new_tokens',
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'frequency_penalty',
+  'presence_penalty',
+  'repetition_penalty',
+  'stop_token_ids',
+  'ignore_eos',
+  'skip_special_tokens',
+  'spaces_between_special_tokens',
+  'no_stop_trim',
+  'n',
+  'sampling_seed',
+  'json_schema',
+  'regex',
+  'ebnf',
 ];
 
 const NO_TOKENIZER_FIX = 'start the engine with a tokenizer (gRPC engines serve theirs through GetTokenizer) or start the gateway with `--tokenizer-path DIR`';
@@ -63,17 +79,23 @@ export function checkWire(sampling: TokenSampling, wire: TokenWire, pointer: (k:
 export function tokenRequestOf(body: Record<string, unknown>, tokenizer?: Tokenizer, whyNoTokenizer?: string): TokenRequest {
   let ids = body.input_ids;
   if (hasText(body)) {
-    if (typeof body.text !== 'string') throw new GatewayError('invalid_request', '`text` must be one string: gRPC and ZMQ engines take one prompt per request', { field: '/text' });
+    if (typeof body.text !== 'string')
+      throw new GatewayError('invalid_request', '`text` must be one string: gRPC and ZMQ engines take one prompt per request', { field: '/text' });
     if (ids !== undefined && ids !== null) throw new GatewayError('invalid_request', 'give either `text` or `input_ids`, not both', { field: '/text' });
     if (!tokenizer) {
       const why = whyNoTokenizer ? ` (${whyNoTokenizer})` : '';
-      throw new EngineCannotServe(`\`text\` needs the engine's tokenizer and none is available for this worker${why}: send \`input_ids\`, ${NO_TOKENIZER_FIX}`, { field: '/text' });
+      throw new EngineCannotServe(
+        `\`text\` needs the engine's tokenizer and none is available for this worker${why}: send \`input_ids\`, ${NO_TOKENIZER_FIX}`,
+        { field: '/text' },
+      );
     }
     ids = tokenizer.encode(body.text);
     if ((ids as number[]).length === 0) throw new GatewayError('invalid_request', '`text` tokenized to no tokens', { field: '/text' });
   }
-  if (!Array.isArray(ids) || ids.length === 0) throw new GatewayError('invalid_request', '`input_ids` must be a non-empty list of token ids', { field: '/input_ids' });
-  if (Array.isArray(ids[0])) throw new GatewayError('invalid_request', 'gRPC and ZMQ engines take one prompt per request: `input_ids` must be a flat list', { field: '/input_ids' });
+  if (!Array.isArray(ids) || ids.length === 0)
+    throw new GatewayError('invalid_request', '`input_ids` must be a non-empty list of token ids', { field: '/input_ids' });
+  if (Array.isArray(ids[0]))
+    throw new GatewayError('invalid_request', 'gRPC and ZMQ engines take one prompt per request: `input_ids` must be a flat list', { field: '/input_ids' });
   if (body.return_routed_experts === true) {
     throw new EngineCannotServe('`return_routed_experts` has no field on the TokenSpeed wire', { field: '/return_routed_experts' });
   }
@@ -123,8 +145,10 @@ export function logitBiasOf(v: unknown, field: string): Record<string, number> |
   if (typeof v !== 'object' || Array.isArray(v)) throw new GatewayError('invalid_request', '`logit_bias` must be an object of token id → bias', { field });
   const out: Record<string, number> = {};
   for (const [k, b] of Object.entries(v as Record<string, unknown>)) {
-    if (!/^\d+$/.test(k) || !Number.isSafeInteger(Number(k))) throw new GatewayError('invalid_request', `\`logit_bias\` keys are token ids: \`${k}\` is not one`, { field });
-    if (typeof b !== 'number' || !Number.isFinite(b)) throw new GatewayError('invalid_request', `\`logit_bias\` of token ${k} must be a finite number`, { field });
+    if (!/^\d+$/.test(k) || !Number.isSafeInteger(Number(k)))
+      throw new GatewayError('invalid_request', `\`logit_bias\` keys are token ids: \`${k}\` is not one`, { field });
+    if (typeof b !== 'number' || !Number.isFinite(b))
+      throw new GatewayError('invalid_request', `\`logit_bias\` of token ${k} must be a finite number`, { field });
     out[k] = b;
   }
   return Object.keys(out).length > 0 ? out : undefined;
@@ -138,5 +162,8 @@ export function checkConstraints(s: TokenSampling, pointer: (k: keyof TokenSampl
   for (const k of set) {
     if (typeof s[k] !== 'string') throw new GatewayError('invalid_request', `\`${k}\` must be a string`, { field: pointer(k) });
   }
-  if (set.length > 1) throw new GatewayError('invalid_request', `only one of \`regex\`, \`json_schema\`, \`ebnf\` and \`structural_tag\` can be set (got ${set.join(', ')})`, { field: pointer(set[1]!) });
+  if (set.length > 1)
+    throw new GatewayError('invalid_request', `only one of \`regex\`, \`json_schema\`, \`ebnf\` and \`structural_tag\` can be set (got ${set.join(', ')})`, {
+      field: pointer(set[1]!),
+    });
 }

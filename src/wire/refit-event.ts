@@ -8,7 +8,15 @@ import type { RefitReport, SkippedEngine } from './refit-report.ts';
 
 /** An event as its sender writes it; `refit_id` and `time` are added as it is published. */
 export type RefitEventBody =
-  | { type: 'accepted'; weight_version: string; source: 'disk' | 'distributed'; selector: string | null; targets: string[]; skipped: SkippedEngine[]; replica: string }
+  | {
+      type: 'accepted';
+      weight_version: string;
+      source: 'disk' | 'distributed';
+      selector: string | null;
+      targets: string[];
+      skipped: SkippedEngine[];
+      replica: string;
+    }
   /** `recovered`: where a taken-over refit goes on (`pausing`, `verifying`, `resuming`, `cleanup`), or null. */
   | { type: 'started'; replica: string; targets: string[]; quorum: number; steps: string[]; verify: boolean; recovered: string | null }
   | { type: 'phase'; phase: Phase; step: string | null; step_index: number; steps: number; targets: string[] }

@@ -131,7 +131,8 @@ function start(over: Partial<CoordinatorInput> = {}, script: Script = () => unde
   const advance = (ms: number) => clock.runUntil(clock.now() + ms);
   /** Moves time from timer to timer until the machine is done (at most 20 s of simulated time). */
   const finish = async (): Promise<CoordinatorContext> => {
-    for (let next = clock.nextDue(); actor.getSnapshot().status === 'active' && next !== undefined && next <= 20_000; next = clock.nextDue()) clock.runUntil(next);
+    for (let next = clock.nextDue(); actor.getSnapshot().status === 'active' && next !== undefined && next <= 20_000; next = clock.nextDue())
+      clock.runUntil(next);
     expect(actor.getSnapshot().status).toBe('done');
     return result;
   };
@@ -219,12 +220,16 @@ describe('coordinator: phase deadlines', () => {
 
   it('refit: the deadline covers all steps together, not each step', async () => {
     // Each step takes 900 ms: the fourth would end at 3610 ms, past the 3000 ms refit deadline.
-    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.phase === 'refit' && c.step !== DESTROY ? { e1: ok(900), e2: ok(900), e3: ok(900) } : undefined));
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) =>
+      c.phase === 'refit' && c.step !== DESTROY ? { e1: ok(900), e2: ok(900), e3: ok(900) } : undefined,
+    );
     const r = await h.finish();
     expect(h.of('refit').map((c) => c.step)).toEqual([...DISTRIBUTED.map((s) => s.name).slice(0, 3), DESTROY]);
     expect(r.engines.e1).toMatchObject({ phases: { refit: 2_710 } });
     expect(r.engines.e1!.failedIn).toBeUndefined();
-    const slow = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.phase === 'refit' && c.step !== DESTROY ? { e1: ok(1_100), e2: ok(1_100), e3: ok(1_100) } : undefined));
+    const slow = start({ steps: DISTRIBUTED, quorum: 3 }, (c) =>
+      c.phase === 'refit' && c.step !== DESTROY ? { e1: ok(1_100), e2: ok(1_100), e3: ok(1_100) } : undefined,
+    );
     const cut = await slow.finish();
     for (const id of TARGETS) expect(cut.engines[id]).toMatchObject({ failedIn: 'refit', step: CHUNK_2, error: 'phase_deadline_exceeded' });
   });
@@ -249,7 +254,13 @@ describe('coordinator: phase deadlines', () => {
   it('a leg the runner failed on its own timeout keeps that error (upstream_timeout), not the phase deadline', async () => {
     const h = start({}, (c) => (c.phase === 'refit' ? { e2: fail('upstream_timeout', { message: 'timed out after 600s', latencyMs: 600 }) } : undefined));
     const r = await h.finish();
-    expect(r.engines.e2).toMatchObject({ failedIn: 'refit', step: 'update_weights_from_disk', error: 'upstream_timeout', message: 'timed out after 600s', phases: { refit: 600 } });
+    expect(r.engines.e2).toMatchObject({
+      failedIn: 'refit',
+      step: 'update_weights_from_disk',
+      error: 'upstream_timeout',
+      message: 'timed out after 600s',
+      phases: { refit: 600 },
+    });
     // It answered, so the phase ended when the last leg did, long before the refit deadline.
     expect(h.of('verify')[0]).toMatchObject({ at: 610, targets: ['e1', 'e3'] });
   });
@@ -357,7 +368,9 @@ describe('coordinator: the pause grace period', () => {
 
 describe('coordinator: a distributed transfer that breaks', () => {
   it('an engine that fails a broadcast chunk ends it for all (transfer_aborted), the group is destroyed on every paused engine, then all are resumed', async () => {
-    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e1: ok(10), e2: fail('upstream_error', { status: 500, latencyMs: 20 }), e3: 'hang' } : undefined));
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) =>
+      c.step === CHUNK_1 ? { e1: ok(10), e2: fail('upstream_error', { status: 500, latencyMs: 20 }), e3: 'hang' } : undefined,
+    );
     const r = await h.finish();
     expect(r.engines.e2).toMatchObject({ failedIn: 'refit', step: CHUNK_1, error: 'upstream_error', status: 500 });
     for (const id of ['e1', 'e3']) {
@@ -414,7 +427,9 @@ describe('coordinator: a distributed transfer that breaks', () => {
   });
 
   it('a cleanup that hangs is given up at the resume deadline, and the resume still goes out', async () => {
-    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e2: fail('upstream_error', { status: 500 }) } : c.step === DESTROY ? { e1: 'hang' } : undefined));
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) =>
+      c.step === CHUNK_1 ? { e2: fail('upstream_error', { status: 500 }) } : c.step === DESTROY ? { e1: 'hang' } : undefined,
+    );
     await h.finish();
     const destroy = h.of('refit', DESTROY)[0]!;
     expect(h.of('resume')[0]).toMatchObject({ at: destroy.at + DEADLINES.resumeMs, targets: TARGETS });
@@ -446,7 +461,11 @@ describe('coordinator: the guaranteed resume', () => {
     ['nothing fails', {}, () => undefined],
     ['a pause fails', {}, (c) => (c.phase === 'pause' ? { e3: fail('upstream_unreachable') } : undefined)],
     ['the quorum is not met', { quorum: 3 }, (c) => (c.phase === 'pause' ? { e3: fail('upstream_unreachable') } : undefined)],
-    ['no target pauses', {}, (c) => (c.phase === 'pause' ? { e1: fail('upstream_unreachable'), e2: fail('upstream_unreachable'), e3: fail('upstream_unreachable') } : undefined)],
+    [
+      'no target pauses',
+      {},
+      (c) => (c.phase === 'pause' ? { e1: fail('upstream_unreachable'), e2: fail('upstream_unreachable'), e3: fail('upstream_unreachable') } : undefined),
+    ],
     ['the pause deadline passes', { quorum: 3 }, (c) => (c.phase === 'pause' ? { e3: 'hang' } : undefined)],
     ['an engine is cut after the grace', { quorum: 2 }, (c) => (c.phase === 'pause' ? { e3: 'hang' } : undefined)],
     ['a load fails', {}, (c) => (c.phase === 'refit' ? { e3: fail('upstream_error', { status: 500 }) } : undefined)],
@@ -525,7 +544,12 @@ describe('coordinator: a refit taken over (recovered)', () => {
   it('at pausing: runs the whole refit from the pause, on every target', async () => {
     const h = start({ recovered: { at: 'pausing', engines: {}, paused: [], resumed: [], stepIndex: 0 } });
     const r = await h.finish();
-    expect(h.calls.map((c) => [c.phase, c.targets])).toEqual([['pause', TARGETS], ['refit', TARGETS], ['verify', TARGETS], ['resume', TARGETS]]);
+    expect(h.calls.map((c) => [c.phase, c.targets])).toEqual([
+      ['pause', TARGETS],
+      ['refit', TARGETS],
+      ['verify', TARGETS],
+      ['resume', TARGETS],
+    ]);
     expect(r.abortReason).toBeUndefined();
     expect(r.paused).toEqual(TARGETS);
   });
@@ -636,7 +660,13 @@ describe('coordinator: what it emits when it judges legs without their answer', 
     const seen = emitted(h);
     const r = await h.finish();
     expect(seen).toEqual([
-      { type: 'legs.cut', phase: 'refit', stepIndex: 0, legs: [{ workerId: 'e2', error: 'phase_deadline_exceeded', message: r.engines.e2!.message }], at: 3_010 },
+      {
+        type: 'legs.cut',
+        phase: 'refit',
+        stepIndex: 0,
+        legs: [{ workerId: 'e2', error: 'phase_deadline_exceeded', message: r.engines.e2!.message }],
+        at: 3_010,
+      },
     ]);
   });
 
@@ -648,10 +678,14 @@ describe('coordinator: what it emits when it judges legs without their answer', 
   });
 
   it('a broken collective step: the transfer aborted, with the legs still out (not those that answered, nor the one that broke it)', async () => {
-    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e1: ok(10), e2: fail('upstream_error', { status: 500, latencyMs: 20 }), e3: 'hang' } : undefined));
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) =>
+      c.step === CHUNK_1 ? { e1: ok(10), e2: fail('upstream_error', { status: 500, latencyMs: 20 }), e3: 'hang' } : undefined,
+    );
     const seen = emitted(h);
     const r = await h.finish();
-    expect(seen).toEqual([{ type: 'transfer.aborted', stepIndex: 1, legs: [{ workerId: 'e3', error: 'transfer_aborted', message: r.engines.e3!.message }], at: 40 }]);
+    expect(seen).toEqual([
+      { type: 'transfer.aborted', stepIndex: 1, legs: [{ workerId: 'e3', error: 'transfer_aborted', message: r.engines.e3!.message }], at: 40 },
+    ]);
   });
 
   it('the refit deadline in a collective step: the legs it cut, then the aborted transfer with none left out', async () => {
@@ -666,7 +700,9 @@ describe('coordinator: what it emits when it judges legs without their answer', 
   });
 
   it('a cleanup given up at its deadline: its legs still out keep the failure their engine had in the transfer', async () => {
-    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) => (c.step === CHUNK_1 ? { e2: fail('upstream_error', { status: 500 }) } : c.step === DESTROY ? { e1: 'hang' } : undefined));
+    const h = start({ steps: DISTRIBUTED, quorum: 3 }, (c) =>
+      c.step === CHUNK_1 ? { e2: fail('upstream_error', { status: 500 }) } : c.step === DESTROY ? { e1: 'hang' } : undefined,
+    );
     const seen = emitted(h);
     await h.finish();
     expect(seen.map((e) => [e.type, e.stepIndex, e.legs.map((l) => [l.workerId, l.error])])).toEqual([
@@ -677,11 +713,11 @@ describe('coordinator: what it emits when it judges legs without their answer', 
   });
 
   it('verify and resume legs are cut with step index 0, as runPhase was given them, even after a takeover', async () => {
-    const h = start({ steps: DISTRIBUTED, quorum: 3, recovered: { at: 'verifying', engines: {}, paused: TARGETS, resumed: [], stepIndex: 3 } }, (c) => (c.phase !== 'refit' ? { e1: 'hang' } : undefined));
+    const h = start({ steps: DISTRIBUTED, quorum: 3, recovered: { at: 'verifying', engines: {}, paused: TARGETS, resumed: [], stepIndex: 3 } }, (c) =>
+      c.phase !== 'refit' ? { e1: 'hang' } : undefined,
+    );
     const seen = emitted(h);
     await h.finish();
-    expect(seen.map((e) => [e.type, 'phase' in e ? e.phase : null, e.stepIndex, e.legs.map((l) => l.workerId)])).toEqual([
-      ['legs.cut', 'verify', 0, ['e1']],
-    ]);
+    expect(seen.map((e) => [e.type, 'phase' in e ? e.phase : null, e.stepIndex, e.legs.map((l) => l.workerId)])).toEqual([['legs.cut', 'verify', 0, ['e1']]]);
   });
 });

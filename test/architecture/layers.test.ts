@@ -70,7 +70,10 @@ function importsOf(file: string): Import[] {
     // `export const x = ...` and the like have no module: only `export ... from` counts.
     if (keyword === 'export' && !/^(\*|\{)/.test(clause!.replace(/^type\s+/, ''))) continue;
     const braces = /^\{([^}]*)\}$/.exec(clause!.trim());
-    const names = braces?.[1]!.split(',').map((s) => s.trim()).filter(Boolean);
+    const names = braces?.[1]!
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
     const typeOnly = typeWord !== undefined || (names !== undefined && names.length > 0 && names.every((n) => n.startsWith('type ')));
     add(m.index, m[5]!, typeOnly);
   }
@@ -144,7 +147,8 @@ describe('the layers of docs/layers.md', () => {
         if (dep === 'sim') continue; // the simulators are no layer: see docs/layers.md
         const below = layers.get(dep);
         if (!below) problems.push(`\`${name}\` may import \`${dep}\`, which has no row`);
-        else if (below.rank >= layer.rank) problems.push(`\`${name}\` (rank ${layer.rank}) may import \`${dep}\` (rank ${below.rank}): an arrow must point down`);
+        else if (below.rank >= layer.rank)
+          problems.push(`\`${name}\` (rank ${layer.rank}) may import \`${dep}\` (rank ${below.rank}): an arrow must point down`);
       }
     }
     expect(problems).toEqual([]);
@@ -202,7 +206,16 @@ describe('the layers of docs/layers.md', () => {
       if (!graph.has(i.file)) graph.set(i.file, new Set());
       graph.get(i.file)!.add(i.target);
     }
-    const byFile = (c: string[]) => c.map((f) => `${f} (${imports.filter((i) => i.file === f && c.includes(i.target ?? '')).map((i) => `line ${i.line} '${i.specifier}'`).join(', ')})`).join(' ↔ ');
+    const byFile = (c: string[]) =>
+      c
+        .map(
+          (f) =>
+            `${f} (${imports
+              .filter((i) => i.file === f && c.includes(i.target ?? ''))
+              .map((i) => `line ${i.line} '${i.specifier}'`)
+              .join(', ')})`,
+        )
+        .join(' ↔ ');
     expect(cycles(graph).map(byFile)).toEqual([]);
   });
 });

@@ -6,15 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NoRespondersError, RequestError, TimeoutError } from '@nats-io/transport-node';
 import { decode, encode, isSentinel, PayloadDecodeError, SENTINEL } from '../../src/bus/codec.ts';
-import {
-  BusNoResponders,
-  BusRemoteError,
-  BusTimeout,
-  connectBus,
-  isInboxSubject,
-  mapRequestError,
-  type Bus,
-} from '../../src/bus/connection.ts';
+import { BusNoResponders, BusRemoteError, BusTimeout, connectBus, isInboxSubject, mapRequestError, type Bus } from '../../src/bus/connection.ts';
 import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
 
 let nats: TestNats;
@@ -148,9 +140,7 @@ describe('requestStream', () => {
     });
     await server.nc.flush();
     const got: unknown[] = [];
-    const err = await client
-      .requestStream(subject, {}, { timeoutMs: 400, onMessage: (d) => void got.push(d) })
-      .catch((e: unknown) => e);
+    const err = await client.requestStream(subject, {}, { timeoutMs: 400, onMessage: (d) => void got.push(d) }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BusTimeout);
     expect((err as BusTimeout).received).toBe(2);
     expect(got).toEqual([{ leg: 1 }, { leg: 2 }]);
@@ -179,9 +169,7 @@ describe('requestStream', () => {
   });
 
   it('throws BusNoResponders when nobody subscribes', async () => {
-    const err = await client
-      .requestStream(fresh(), {}, { timeoutMs: 2_000, onMessage: () => {} })
-      .catch((e: unknown) => e);
+    const err = await client.requestStream(fresh(), {}, { timeoutMs: 2_000, onMessage: () => {} }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BusNoResponders);
   });
 
@@ -193,9 +181,7 @@ describe('requestStream', () => {
     });
     await server.nc.flush();
     const got: unknown[] = [];
-    const err = await client
-      .requestStream(subject, {}, { timeoutMs: 5_000, onMessage: (d) => void got.push(d) })
-      .catch((e: unknown) => e);
+    const err = await client.requestStream(subject, {}, { timeoutMs: 5_000, onMessage: (d) => void got.push(d) }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BusRemoteError);
     expect((err as BusRemoteError).code).toBe('bus_unavailable');
     expect(got).toEqual([{ leg: 1 }]);
@@ -367,7 +353,19 @@ describe('reply subjects', () => {
 
   it('counts as an inbox only `_INBOX…` followed by literal tokens', () => {
     for (const ok of ['_INBOX.abc.1', '_INBOX_trainer.x7', '_INBOX_team-a.b.c']) expect(isInboxSubject(ok), ok).toBe(true);
-    for (const bad of [undefined, '', '_INBOX', '_INBOX.', '_INBOX.>', '_INBOX.*.y', '_INBOX_x.a.>', 'x._INBOX.a', '$KV.b.k', 'rl.refit.a.report', '_INBOX.a b']) {
+    for (const bad of [
+      undefined,
+      '',
+      '_INBOX',
+      '_INBOX.',
+      '_INBOX.>',
+      '_INBOX.*.y',
+      '_INBOX_x.a.>',
+      'x._INBOX.a',
+      '$KV.b.k',
+      'rl.refit.a.report',
+      '_INBOX.a b',
+    ]) {
       expect(isInboxSubject(bad), String(bad)).toBe(false);
     }
   });

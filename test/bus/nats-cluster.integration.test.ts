@@ -62,11 +62,13 @@ describe('3-node NATS cluster fixture', () => {
     const kv = await eventually(() => new Kvm(n1).create(BUCKET, { replicas: 3 }));
     await eventually(() => kv.put('version', '41'));
     await eventually(() => kv.put('model', 'step-41'));
-    expect(await eventually(async () => {
-      const v = await read(n3, 'version');
-      expect(v).toBe('41');
-      return v;
-    })).toBe('41');
+    expect(
+      await eventually(async () => {
+        const v = await read(n3, 'version');
+        expect(v).toBe('41');
+        return v;
+      }),
+    ).toBe('41');
     const info = await (await jetstreamManager(n3)).streams.info(`KV_${BUCKET}`);
     expect(info.config.num_replicas).toBe(3);
     expect(info.cluster?.replicas ?? []).toHaveLength(2);

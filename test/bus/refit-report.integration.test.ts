@@ -11,7 +11,14 @@ import { subjects } from '../../src/bus/subjects.ts';
 import type { RefitJournal } from '../../src/wire/refit-journal.ts';
 import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
 
-const report = (id: string, version = '1', failed: unknown[] = []) => ({ id, status: failed.length ? 'partial' : 'succeeded', weight_version: version, engines: [], failed, skipped: [] });
+const report = (id: string, version = '1', failed: unknown[] = []) => ({
+  id,
+  status: failed.length ? 'partial' : 'succeeded',
+  weight_version: version,
+  engines: [],
+  failed,
+  skipped: [],
+});
 /** A done journal holding only what the wait reads. */
 const doneJournal = (id: string, r: unknown) => ({ id, status: 'done', report: r }) as unknown as RefitJournal;
 const event = (refitId: string, r: unknown) => ({ refit_id: refitId, time: new Date().toISOString(), type: 'report', report: r });
@@ -35,10 +42,14 @@ describe('the wait for a refit report', () => {
 
   /** A responder that takes every request and never answers (a replica that died holding it). */
   async function silentResponder(root: string, onRequest: () => void): Promise<BusSubscription> {
-    const sub = gateway.respond(subjects(root).refitRequest(), () => {
-      onRequest();
-      return new Promise(() => {});
-    }, { queue: 'rlgate-refits' });
+    const sub = gateway.respond(
+      subjects(root).refitRequest(),
+      () => {
+        onRequest();
+        return new Promise(() => {});
+      },
+      { queue: 'rlgate-refits' },
+    );
     // The subscription is on the server before anyone asks (another connection asks).
     await gateway.nc.flush();
     return sub;
@@ -94,7 +105,7 @@ describe('the wait for a refit report', () => {
     }
   });
 
-  it('with no responders, reads the journal: its own done report is taken, another version\'s is not', async () => {
+  it("with no responders, reads the journal: its own done report is taken, another version's is not", async () => {
     const root = 'lonely';
     const lonely = await openBuckets(gateway.nc, root);
     await lonely.refits.put('gone', doneJournal('gone', report('gone', '4')));

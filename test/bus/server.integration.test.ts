@@ -7,13 +7,7 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  DEFAULT_MAX_PAYLOAD,
-  findNatsServer,
-  NatsServerNotFound,
-  startEmbeddedNats,
-  type EmbeddedNats,
-} from '../../src/bus/server.ts';
+import { DEFAULT_MAX_PAYLOAD, findNatsServer, NatsServerNotFound, startEmbeddedNats, type EmbeddedNats } from '../../src/bus/server.ts';
 
 const SERVER_TS = fileURLToPath(new URL('../../src/bus/server.ts', import.meta.url));
 

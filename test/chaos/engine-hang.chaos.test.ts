@@ -57,7 +57,13 @@ const CASES: Case[] = [
 
 const DEADLINES = { pause: DEADLINE_MS, refit: DEADLINE_MS, verify: DEADLINE_MS, resume: DEADLINE_MS };
 
-interface Engine { url: string; outcome: string; failed_phase?: string; failed_step?: string; error?: string }
+interface Engine {
+  url: string;
+  outcome: string;
+  failed_phase?: string;
+  failed_step?: string;
+  error?: string;
+}
 
 interface Tally {
   rounds: number;
@@ -99,8 +105,14 @@ describe(`chaos: ${SCENARIO}`, () => {
     let answer: { r: HttpAnswer; sentAt: number; at: number } | undefined;
     await runRefit(
       {
-        version: v, refitId: id, groupName: `g-${id}`, chunks: makeChunks({ params: 2, perChunk: 2, shape: [8, 8], dtype: 'bfloat16' }),
-        verifyValues: 4, rendezvousTimeoutMs: DEADLINE_MS + 5_000, chunkTimeoutMs: DEADLINE_MS + 5_000, settleMs: 200,
+        version: v,
+        refitId: id,
+        groupName: `g-${id}`,
+        chunks: makeChunks({ params: 2, perChunk: 2, shape: [8, 8], dtype: 'bfloat16' }),
+        verifyValues: 4,
+        rendezvousTimeoutMs: DEADLINE_MS + 5_000,
+        chunkTimeoutMs: DEADLINE_MS + 5_000,
+        settleMs: 200,
       },
       {
         worldSize: async (plan) => {
@@ -119,88 +131,97 @@ describe(`chaos: ${SCENARIO}`, () => {
     return answer!;
   };
 
-  it(`hangs one engine in each phase and step (${ROUNDS} round(s) each): it is named within the deadline + 1 s, no other engine is left paused, and the next refit leaves none paused`, async () => {
-    const random = chaosRandom(SCENARIO);
-    const issues: string[] = [];
-    const tallies = new Map<string, Tally>(CASES.map((c) => [c.route, { rounds: 0, named: 0, errors: {}, elapsed: [], fromHang: [], othersPaused: 0, pausedAfterNext: 0 }]));
-    let n = 0;
+  it(
+    `hangs one engine in each phase and step (${ROUNDS} round(s) each): it is named within the deadline + 1 s, no other engine is left paused, and the next refit leaves none paused`,
+    async () => {
+      const random = chaosRandom(SCENARIO);
+      const issues: string[] = [];
+      const tallies = new Map<string, Tally>(
+        CASES.map((c) => [c.route, { rounds: 0, named: 0, errors: {}, elapsed: [], fromHang: [], othersPaused: 0, pausedAfterNext: 0 }]),
+      );
+      let n = 0;
 
-    for (let round = 0; round < ROUNDS; round++) {
-      for (const c of CASES) {
-        const tally = tallies.get(c.route)!;
-        const hung = sims[Math.floor(random() * sims.length)]!;
-        const id = `hang-${round}-${c.route}`;
-        const v = String(++n);
-        const where = `round ${round}, ${c.route} on ${hung.url}`;
-        // model_info is also what the gateway's quiet probe of a paused engine reads: a one-shot
-        // fault could be taken by a probe between the load and the check. Every model_info call
-        // hangs until the report is in, and the call the refit sent is found by its request id.
-        const fault: SimFault = { route: c.route, method: c.method, hang: true, ...(c.route === 'model_info' ? {} : { times: 1 }) };
-        await hung.clearRequests();
-        await hung.setFaults(fault);
+      for (let round = 0; round < ROUNDS; round++) {
+        for (const c of CASES) {
+          const tally = tallies.get(c.route)!;
+          const hung = sims[Math.floor(random() * sims.length)]!;
+          const id = `hang-${round}-${c.route}`;
+          const v = String(++n);
+          const where = `round ${round}, ${c.route} on ${hung.url}`;
+          // model_info is also what the gateway's quiet probe of a paused engine reads: a one-shot
+          // fault could be taken by a probe between the load and the check. Every model_info call
+          // hangs until the report is in, and the call the refit sent is found by its request id.
+          const fault: SimFault = { route: c.route, method: c.method, hang: true, ...(c.route === 'model_info' ? {} : { times: 1 }) };
+          await hung.clearRequests();
+          await hung.setFaults(fault);
 
-        const { r, sentAt, at } = await hungRefit(c, id, v);
-        await hung.clearFaults();
-        tally.rounds++;
-        tally.elapsed.push(at - sentAt);
+          const { r, sentAt, at } = await hungRefit(c, id, v);
+          await hung.clearFaults();
+          tally.rounds++;
+          tally.elapsed.push(at - sentAt);
 
-        const call = (await hung.requests()).find((q) => q.path === `/${c.route}` && q.headers['x-request-id'] === `refit-${id}`);
-        if (!call) issues.push(`${where}: the engine never got the refit's call`);
-        else {
-          const fromHang = at - Date.parse(call.time);
-          tally.fromHang.push(fromHang);
-          if (fromHang > DEADLINE_MS + SLACK_MS) issues.push(`${where}: the report came ${fromHang} ms after the hang began (deadline ${DEADLINE_MS} ms + ${SLACK_MS} ms)`);
-        }
-
-        const entry = ((r.json?.engines ?? []) as Engine[]).find((e) => e.url === hung.url);
-        if (r.status === 207 && entry?.outcome === 'failed' && entry.failed_phase === c.phase && DEADLINE_ERRORS.has(entry.error ?? '')) {
-          tally.named++;
-          tally.errors[entry.error!] = (tally.errors[entry.error!] ?? 0) + 1;
-        } else {
-          issues.push(`${where}: the report does not name it as cut by the ${c.phase} deadline: ${r.status} ${JSON.stringify(entry ?? r.json)}`);
-        }
-        // Right away: the report comes after the resume. An engine whose resume hung is still
-        // paused (its continue_generation never ran): the next refit must take care of it.
-        for (const s of sims.filter((x) => x !== hung)) {
-          if ((await s.state()).paused !== null) {
-            tally.othersPaused++;
-            issues.push(`${where}: ${s.url} (not hung) paused after the report`);
+          const call = (await hung.requests()).find((q) => q.path === `/${c.route}` && q.headers['x-request-id'] === `refit-${id}`);
+          if (!call) issues.push(`${where}: the engine never got the refit's call`);
+          else {
+            const fromHang = at - Date.parse(call.time);
+            tally.fromHang.push(fromHang);
+            if (fromHang > DEADLINE_MS + SLACK_MS)
+              issues.push(`${where}: the report came ${fromHang} ms after the hang began (deadline ${DEADLINE_MS} ms + ${SLACK_MS} ms)`);
           }
-        }
 
-        await hung.releaseHung();
-        await t.waitReady(sims.length, 20_000);
-        const next = String(++n);
-        const r2 = await t.http('POST', '/v1/rl/refits', { body: { refit_id: `${id}-next`, weight_version: next, source: { kind: 'disk', model_path: `/m/${next}` } } });
-        for (const s of sims) {
-          const st = await s.state();
-          if (st.paused !== null) {
-            tally.pausedAfterNext++;
-            issues.push(`${where}: ${s.url}${s === hung ? ' (the hung one)' : ''} paused after the next refit: ${r2.status} ${r2.text}`);
+          const entry = ((r.json?.engines ?? []) as Engine[]).find((e) => e.url === hung.url);
+          if (r.status === 207 && entry?.outcome === 'failed' && entry.failed_phase === c.phase && DEADLINE_ERRORS.has(entry.error ?? '')) {
+            tally.named++;
+            tally.errors[entry.error!] = (tally.errors[entry.error!] ?? 0) + 1;
+          } else {
+            issues.push(`${where}: the report does not name it as cut by the ${c.phase} deadline: ${r.status} ${JSON.stringify(entry ?? r.json)}`);
           }
+          // Right away: the report comes after the resume. An engine whose resume hung is still
+          // paused (its continue_generation never ran): the next refit must take care of it.
+          for (const s of sims.filter((x) => x !== hung)) {
+            if ((await s.state()).paused !== null) {
+              tally.othersPaused++;
+              issues.push(`${where}: ${s.url} (not hung) paused after the report`);
+            }
+          }
+
+          await hung.releaseHung();
+          await t.waitReady(sims.length, 20_000);
+          const next = String(++n);
+          const r2 = await t.http('POST', '/v1/rl/refits', {
+            body: { refit_id: `${id}-next`, weight_version: next, source: { kind: 'disk', model_path: `/m/${next}` } },
+          });
+          for (const s of sims) {
+            const st = await s.state();
+            if (st.paused !== null) {
+              tally.pausedAfterNext++;
+              issues.push(`${where}: ${s.url}${s === hung ? ' (the hung one)' : ''} paused after the next refit: ${r2.status} ${r2.text}`);
+            }
+          }
+          await t.waitReady(sims.length, 20_000);
         }
-        await t.waitReady(sims.length, 20_000);
       }
-    }
 
-    const phases: Record<string, unknown> = {};
-    for (const c of CASES) {
-      const x = tallies.get(c.route)!;
-      phases[c.route] = {
-        source: c.source,
-        phase: c.phase,
-        deadline_ms: DEADLINE_MS,
-        rounds: x.rounds,
-        named: x.named,
-        named_as: x.errors,
-        elapsed_ms: { p50: percentile(x.elapsed, 50), max: Math.max(...x.elapsed) },
-        hang_to_report_ms: { p50: percentile(x.fromHang, 50), max: Math.max(...x.fromHang) },
-        margin_over_deadline_ms: { p50: percentile(x.fromHang, 50) - DEADLINE_MS, max: Math.max(...x.fromHang) - DEADLINE_MS },
-        others_paused_after_report: x.othersPaused,
-        paused_after_next_refit: x.pausedAfterNext,
-      };
-    }
-    reportFigures(SCENARIO, { engines: sims.length, rounds_per_phase: ROUNDS, deadline_ms: DEADLINE_MS, bound_ms: DEADLINE_MS + SLACK_MS, phases });
-    expect(issues).toEqual([]);
-  }, chaosTimeout(120_000));
+      const phases: Record<string, unknown> = {};
+      for (const c of CASES) {
+        const x = tallies.get(c.route)!;
+        phases[c.route] = {
+          source: c.source,
+          phase: c.phase,
+          deadline_ms: DEADLINE_MS,
+          rounds: x.rounds,
+          named: x.named,
+          named_as: x.errors,
+          elapsed_ms: { p50: percentile(x.elapsed, 50), max: Math.max(...x.elapsed) },
+          hang_to_report_ms: { p50: percentile(x.fromHang, 50), max: Math.max(...x.fromHang) },
+          margin_over_deadline_ms: { p50: percentile(x.fromHang, 50) - DEADLINE_MS, max: Math.max(...x.fromHang) - DEADLINE_MS },
+          others_paused_after_report: x.othersPaused,
+          paused_after_next_refit: x.pausedAfterNext,
+        };
+      }
+      reportFigures(SCENARIO, { engines: sims.length, rounds_per_phase: ROUNDS, deadline_ms: DEADLINE_MS, bound_ms: DEADLINE_MS + SLACK_MS, phases });
+      expect(issues).toEqual([]);
+    },
+    chaosTimeout(120_000),
+  );
 });

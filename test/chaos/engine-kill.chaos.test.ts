@@ -40,8 +40,18 @@ const STEP_FAULTS = [
 /** No engine's resume answers sooner than this after the refit started: the kill window. */
 const SPAN_MS = STEP_FAULTS.reduce((sum, f) => sum + f.delayMs, 0);
 
-interface RefitEvent { type: string; refit_id: string; phase?: string }
-interface Engine { url: string; worker_id: string; outcome: string; failed_phase?: string; error?: string }
+interface RefitEvent {
+  type: string;
+  refit_id: string;
+  phase?: string;
+}
+interface Engine {
+  url: string;
+  worker_id: string;
+  outcome: string;
+  failed_phase?: string;
+  error?: string;
+}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
@@ -93,92 +103,98 @@ describe(`chaos: ${SCENARIO}`, () => {
     await t.waitReady(sims.length, 20_000);
   };
 
-  it(`kills an engine at a random moment of ${TRIALS} refits: each report names it, no survivor is left paused, and after the next refit no engine is paused`, async () => {
-    const random = chaosRandom(SCENARIO);
-    const issues: string[] = [];
-    const killPhase: Record<string, number> = {};
-    const victimErrors: Record<string, number> = {};
-    const nextOutcomes: Record<string, number> = {};
-    const killToReport: number[] = [];
-    const restartToSeen: number[] = [];
-    let named = 0;
-    let survivorsPaused = 0;
-    let pausedAfterNext = 0;
-    let wrongVersionAfterNext = 0;
+  it(
+    `kills an engine at a random moment of ${TRIALS} refits: each report names it, no survivor is left paused, and after the next refit no engine is paused`,
+    async () => {
+      const random = chaosRandom(SCENARIO);
+      const issues: string[] = [];
+      const killPhase: Record<string, number> = {};
+      const victimErrors: Record<string, number> = {};
+      const nextOutcomes: Record<string, number> = {};
+      const killToReport: number[] = [];
+      const restartToSeen: number[] = [];
+      let named = 0;
+      let survivorsPaused = 0;
+      let pausedAfterNext = 0;
+      let wrongVersionAfterNext = 0;
 
-    for (let trial = 0; trial < TRIALS; trial++) {
-      const victim = sims[Math.floor(random() * sims.length)]!;
-      const offset = random() * SPAN_MS;
-      const id = `kill-${trial}`;
-      const v = String(2 * trial + 1);
+      for (let trial = 0; trial < TRIALS; trial++) {
+        const victim = sims[Math.floor(random() * sims.length)]!;
+        const offset = random() * SPAN_MS;
+        const id = `kill-${trial}`;
+        const v = String(2 * trial + 1);
 
-      const answer = refit(id, v).then((r) => ({ r, at: Date.now() }));
-      const started = await waitEvent(id, 'started', 15_000);
-      await sleep(started.at + offset - Date.now());
-      const killAt = Date.now();
-      await victim.kill();
-      const { r, at } = await answer;
-      killToReport.push(at - killAt);
-      const phase = (events.get(id) ?? []).filter((e) => e.type === 'phase' && e.at <= killAt).at(-1)?.phase ?? 'pause';
-      killPhase[phase] = (killPhase[phase] ?? 0) + 1;
+        const answer = refit(id, v).then((r) => ({ r, at: Date.now() }));
+        const started = await waitEvent(id, 'started', 15_000);
+        await sleep(started.at + offset - Date.now());
+        const killAt = Date.now();
+        await victim.kill();
+        const { r, at } = await answer;
+        killToReport.push(at - killAt);
+        const phase = (events.get(id) ?? []).filter((e) => e.type === 'phase' && e.at <= killAt).at(-1)?.phase ?? 'pause';
+        killPhase[phase] = (killPhase[phase] ?? 0) + 1;
 
-      const failed = (r.json?.failed ?? []) as Engine[];
-      const victimEntry = failed.find((e) => e.url === victim.url);
-      if (r.status === 207 && victimEntry?.outcome === 'failed') {
-        named++;
-        const key = `${victimEntry.failed_phase}/${victimEntry.error}`;
-        victimErrors[key] = (victimErrors[key] ?? 0) + 1;
-      } else {
-        issues.push(`trial ${trial}: killed ${victim.url} ${Math.round(offset)} ms after the start (${phase}), the report does not name it: ${r.status} ${r.text}`);
-      }
-      // Right away: the report comes after the resume, so every survivor must already serve.
-      for (const s of sims.filter((x) => x !== victim)) {
-        if ((await s.state()).paused !== null) {
-          survivorsPaused++;
-          issues.push(`trial ${trial}: survivor ${s.url} paused after the failing refit's report`);
+        const failed = (r.json?.failed ?? []) as Engine[];
+        const victimEntry = failed.find((e) => e.url === victim.url);
+        if (r.status === 207 && victimEntry?.outcome === 'failed') {
+          named++;
+          const key = `${victimEntry.failed_phase}/${victimEntry.error}`;
+          victimErrors[key] = (victimErrors[key] ?? 0) + 1;
+        } else {
+          issues.push(
+            `trial ${trial}: killed ${victim.url} ${Math.round(offset)} ms after the start (${phase}), the report does not name it: ${r.status} ${r.text}`,
+          );
         }
+        // Right away: the report comes after the resume, so every survivor must already serve.
+        for (const s of sims.filter((x) => x !== victim)) {
+          if ((await s.state()).paused !== null) {
+            survivorsPaused++;
+            issues.push(`trial ${trial}: survivor ${s.url} paused after the failing refit's report`);
+          }
+        }
+
+        const restartedAt = Date.now();
+        await victim.restart();
+        await waitSeen(victim);
+        restartToSeen.push(Date.now() - restartedAt);
+
+        const next = String(2 * trial + 2);
+        const r2 = await refit(`kill-${trial}-next`, next);
+        nextOutcomes[`${r2.status} ${r2.json?.status}`] = (nextOutcomes[`${r2.status} ${r2.json?.status}`] ?? 0) + 1;
+        const okUrls = new Set(((r2.json?.engines ?? []) as Engine[]).filter((e) => e.outcome === 'ok').map((e) => e.url));
+        for (const s of sims) {
+          const st = await s.state();
+          if (st.paused !== null) {
+            pausedAfterNext++;
+            issues.push(`trial ${trial}: ${s.url}${s === victim ? ' (restarted)' : ''} paused after the next refit: ${r2.status} ${r2.text}`);
+          }
+          if (okUrls.has(s.url) && st.weightVersion !== next) {
+            wrongVersionAfterNext++;
+            issues.push(`trial ${trial}: ${s.url} reported ok in the next refit but holds ${st.weightVersion}, not ${next}`);
+          }
+        }
+        // The next trial starts from a fleet that serves again.
+        await t.waitReady(sims.length, 20_000);
       }
 
-      const restartedAt = Date.now();
-      await victim.restart();
-      await waitSeen(victim);
-      restartToSeen.push(Date.now() - restartedAt);
-
-      const next = String(2 * trial + 2);
-      const r2 = await refit(`kill-${trial}-next`, next);
-      nextOutcomes[`${r2.status} ${r2.json?.status}`] = (nextOutcomes[`${r2.status} ${r2.json?.status}`] ?? 0) + 1;
-      const okUrls = new Set(((r2.json?.engines ?? []) as Engine[]).filter((e) => e.outcome === 'ok').map((e) => e.url));
-      for (const s of sims) {
-        const st = await s.state();
-        if (st.paused !== null) {
-          pausedAfterNext++;
-          issues.push(`trial ${trial}: ${s.url}${s === victim ? ' (restarted)' : ''} paused after the next refit: ${r2.status} ${r2.text}`);
-        }
-        if (okUrls.has(s.url) && st.weightVersion !== next) {
-          wrongVersionAfterNext++;
-          issues.push(`trial ${trial}: ${s.url} reported ok in the next refit but holds ${st.weightVersion}, not ${next}`);
-        }
-      }
-      // The next trial starts from a fleet that serves again.
-      await t.waitReady(sims.length, 20_000);
-    }
-
-    reportFigures(SCENARIO, {
-      trials: TRIALS,
-      engines: sims.length,
-      call_delays_ms: Object.fromEntries(STEP_FAULTS.map((f) => [f.route, f.delayMs])),
-      kill_window_ms: SPAN_MS,
-      reports_naming_victim: named,
-      victim_failed_as: victimErrors,
-      kill_phase: killPhase,
-      kill_to_report_ms: { p50: percentile(killToReport, 50), p99: percentile(killToReport, 99), max: Math.max(...killToReport) },
-      restart_to_seen_ms: { p50: percentile(restartToSeen, 50), max: Math.max(...restartToSeen) },
-      survivors_paused_after_failing_refit: survivorsPaused,
-      engines_paused_after_next_refit: pausedAfterNext,
-      ok_engines_without_new_version_after_next_refit: wrongVersionAfterNext,
-      next_refit_outcomes: nextOutcomes,
-    });
-    expect(issues).toEqual([]);
-    expect(named).toBe(TRIALS);
-  }, chaosTimeout(120_000));
+      reportFigures(SCENARIO, {
+        trials: TRIALS,
+        engines: sims.length,
+        call_delays_ms: Object.fromEntries(STEP_FAULTS.map((f) => [f.route, f.delayMs])),
+        kill_window_ms: SPAN_MS,
+        reports_naming_victim: named,
+        victim_failed_as: victimErrors,
+        kill_phase: killPhase,
+        kill_to_report_ms: { p50: percentile(killToReport, 50), p99: percentile(killToReport, 99), max: Math.max(...killToReport) },
+        restart_to_seen_ms: { p50: percentile(restartToSeen, 50), max: Math.max(...restartToSeen) },
+        survivors_paused_after_failing_refit: survivorsPaused,
+        engines_paused_after_next_refit: pausedAfterNext,
+        ok_engines_without_new_version_after_next_refit: wrongVersionAfterNext,
+        next_refit_outcomes: nextOutcomes,
+      });
+      expect(issues).toEqual([]);
+      expect(named).toBe(TRIALS);
+    },
+    chaosTimeout(120_000),
+  );
 });

@@ -80,10 +80,13 @@ describe(`chaos: ${SCENARIO}`, () => {
   });
 
   type SimState = { url: string; paused: string | null; weightVersion: string };
-  const simStates = () => Promise.all(sims.map(async (s): Promise<SimState> => {
-    const st = await s.state();
-    return { url: s.url, paused: st.paused, weightVersion: st.weightVersion };
-  }));
+  const simStates = () =>
+    Promise.all(
+      sims.map(async (s): Promise<SimState> => {
+        const st = await s.state();
+        return { url: s.url, paused: st.paused, weightVersion: st.weightVersion };
+      }),
+    );
 
   describe.each(LAYOUTS)('$name', (layout) => {
     const storeDir = mkdtempSync(join(tmpdir(), 'rlgate-chaos-nats-'));
@@ -147,81 +150,97 @@ describe(`chaos: ${SCENARIO}`, () => {
       }
     };
 
-    it(`between refits (${TRIALS}x): once every gateway is back on the bus, the next refit succeeds, nothing paused`, async () => {
-      const outages: number[] = [];
-      const backMs: number[] = [];
-      await refitMustSucceed('the refit before the first restart');
-      for (let trial = 0; trial < TRIALS; trial++) {
-        const outage = Math.round(OUTAGE_MIN_MS + random() * OUTAGE_SPAN_MS);
-        const ready = await bounce(outage);
-        await allBack();
-        outages.push(outage);
-        backMs.push(Date.now() - ready);
-        await refitMustSucceed(`trial ${trial}: the refit after the restart`);
-      }
-      figures[`${layout.tag}_replica${layout.twoReplicas ? 's' : ''}_between_refits`] = {
-        layout: layout.name,
-        trials: TRIALS,
-        outage_ms: stats(outages),
-        server_ready_to_gateways_healthy_ms: stats(backMs),
-        next_refits_succeeded: TRIALS,
-        engines_left_paused: 0,
-      };
-    }, chaosTimeout(60_000));
-
-    it(`during a refit (${TRIALS}x): the answer arrives with the engines' real outcomes, nothing left paused, the next refit succeeds`, async () => {
-      const outages: number[] = [];
-      const answerAfterBus: number[] = [];
-      const stoppedIn: Record<string, number> = {};
-      const answers: Record<string, number> = {};
-      const outcomes: Record<string, number> = {};
-      for (let trial = 0; trial < TRIALS; trial++) {
-        for (const s of sims) await s.setFaults(SLOW.map((f) => ({ ...f, times: 1 })));
-        const v = version();
-        const refitId = `r-${v}`;
-        let answeredAt = 0;
-        const answer = refit(refitId, v).catch((err: Error) => err).finally(() => (answeredAt = Date.now()));
-        await until(`trial ${trial}: the refit running`, 10_000, async () => (await httpJson(front.url, 'GET', `/v1/rl/refits/${refitId}`)).json?.status === 'running');
-        await sleep(Math.floor(random() * MOMENT_SPAN_MS));
-        const progress = await httpJson(front.url, 'GET', `/v1/rl/refits/${refitId}`);
-        const phase = progress.json?.status === 'running' ? String(progress.json.phase) : 'ended';
-        stoppedIn[phase] = (stoppedIn[phase] ?? 0) + 1;
-        const outage = Math.round(OUTAGE_MIN_MS + random() * OUTAGE_SPAN_MS);
-        const ready = await bounce(outage);
-        outages.push(outage);
-        const r = await within(`trial ${trial} (stopped in ${phase}): the refit's answer`, ANSWER_BOUND_MS, answer);
-        // A refit that had ended before the stop answered before the outage: no recovery to time.
-        if (phase !== 'ended') answerAfterBus.push(answeredAt - ready);
-        if (r instanceof Error) throw r;
-        const a = r as JsonAnswer;
-        answers[a.status] = (answers[a.status] ?? 0) + 1;
-        expect([200, 207], `trial ${trial} (stopped in ${phase}): ${a.text}`).toContain(a.status);
-        expect(a.json.id).toBe(refitId);
-        // The engines' own truth: ok exactly for the engines that hold the new version.
-        for (const st of await simStates()) {
-          expect(st.paused, `trial ${trial} (stopped in ${phase}): ${st.url} left paused`).toBeNull();
-          const e = (a.json.engines as Array<{ url: string; outcome: string; error?: string }>).find((x) => x.url === st.url);
-          expect(e, `trial ${trial}: ${st.url} in the report`).toBeDefined();
-          const key = e!.outcome === 'ok' ? 'ok' : `failed:${e!.error}`;
-          outcomes[key] = (outcomes[key] ?? 0) + 1;
-          expect(e!.outcome, `trial ${trial} (stopped in ${phase}): ${st.url} holds ${st.weightVersion}; reported ${JSON.stringify(e)}`).toBe(st.weightVersion === v ? 'ok' : 'failed');
+    it(
+      `between refits (${TRIALS}x): once every gateway is back on the bus, the next refit succeeds, nothing paused`,
+      async () => {
+        const outages: number[] = [];
+        const backMs: number[] = [];
+        await refitMustSucceed('the refit before the first restart');
+        for (let trial = 0; trial < TRIALS; trial++) {
+          const outage = Math.round(OUTAGE_MIN_MS + random() * OUTAGE_SPAN_MS);
+          const ready = await bounce(outage);
+          await allBack();
+          outages.push(outage);
+          backMs.push(Date.now() - ready);
+          await refitMustSucceed(`trial ${trial}: the refit after the restart`);
         }
-        for (const s of sims) await s.clearFaults();
-        await allBack();
-        await refitMustSucceed(`trial ${trial}: the refit after`);
-      }
-      figures[`${layout.tag}_replica${layout.twoReplicas ? 's' : ''}_during_a_refit`] = {
-        layout: layout.name,
-        trials: TRIALS,
-        slowed_ms: Object.fromEntries(SLOW.map((f) => [f.route, f.delayMs])),
-        outage_ms: stats(outages),
-        stopped_in_phase: stoppedIn,
-        server_ready_to_refit_answer_ms: stats(answerAfterBus),
-        answers,
-        engine_outcomes: outcomes,
-        engines_left_paused: 0,
-        next_refits_succeeded: TRIALS,
-      };
-    }, chaosTimeout(60_000));
+        figures[`${layout.tag}_replica${layout.twoReplicas ? 's' : ''}_between_refits`] = {
+          layout: layout.name,
+          trials: TRIALS,
+          outage_ms: stats(outages),
+          server_ready_to_gateways_healthy_ms: stats(backMs),
+          next_refits_succeeded: TRIALS,
+          engines_left_paused: 0,
+        };
+      },
+      chaosTimeout(60_000),
+    );
+
+    it(
+      `during a refit (${TRIALS}x): the answer arrives with the engines' real outcomes, nothing left paused, the next refit succeeds`,
+      async () => {
+        const outages: number[] = [];
+        const answerAfterBus: number[] = [];
+        const stoppedIn: Record<string, number> = {};
+        const answers: Record<string, number> = {};
+        const outcomes: Record<string, number> = {};
+        for (let trial = 0; trial < TRIALS; trial++) {
+          for (const s of sims) await s.setFaults(SLOW.map((f) => ({ ...f, times: 1 })));
+          const v = version();
+          const refitId = `r-${v}`;
+          let answeredAt = 0;
+          const answer = refit(refitId, v)
+            .catch((err: Error) => err)
+            .finally(() => (answeredAt = Date.now()));
+          await until(
+            `trial ${trial}: the refit running`,
+            10_000,
+            async () => (await httpJson(front.url, 'GET', `/v1/rl/refits/${refitId}`)).json?.status === 'running',
+          );
+          await sleep(Math.floor(random() * MOMENT_SPAN_MS));
+          const progress = await httpJson(front.url, 'GET', `/v1/rl/refits/${refitId}`);
+          const phase = progress.json?.status === 'running' ? String(progress.json.phase) : 'ended';
+          stoppedIn[phase] = (stoppedIn[phase] ?? 0) + 1;
+          const outage = Math.round(OUTAGE_MIN_MS + random() * OUTAGE_SPAN_MS);
+          const ready = await bounce(outage);
+          outages.push(outage);
+          const r = await within(`trial ${trial} (stopped in ${phase}): the refit's answer`, ANSWER_BOUND_MS, answer);
+          // A refit that had ended before the stop answered before the outage: no recovery to time.
+          if (phase !== 'ended') answerAfterBus.push(answeredAt - ready);
+          if (r instanceof Error) throw r;
+          const a = r as JsonAnswer;
+          answers[a.status] = (answers[a.status] ?? 0) + 1;
+          expect([200, 207], `trial ${trial} (stopped in ${phase}): ${a.text}`).toContain(a.status);
+          expect(a.json.id).toBe(refitId);
+          // The engines' own truth: ok exactly for the engines that hold the new version.
+          for (const st of await simStates()) {
+            expect(st.paused, `trial ${trial} (stopped in ${phase}): ${st.url} left paused`).toBeNull();
+            const e = (a.json.engines as Array<{ url: string; outcome: string; error?: string }>).find((x) => x.url === st.url);
+            expect(e, `trial ${trial}: ${st.url} in the report`).toBeDefined();
+            const key = e!.outcome === 'ok' ? 'ok' : `failed:${e!.error}`;
+            outcomes[key] = (outcomes[key] ?? 0) + 1;
+            expect(e!.outcome, `trial ${trial} (stopped in ${phase}): ${st.url} holds ${st.weightVersion}; reported ${JSON.stringify(e)}`).toBe(
+              st.weightVersion === v ? 'ok' : 'failed',
+            );
+          }
+          for (const s of sims) await s.clearFaults();
+          await allBack();
+          await refitMustSucceed(`trial ${trial}: the refit after`);
+        }
+        figures[`${layout.tag}_replica${layout.twoReplicas ? 's' : ''}_during_a_refit`] = {
+          layout: layout.name,
+          trials: TRIALS,
+          slowed_ms: Object.fromEntries(SLOW.map((f) => [f.route, f.delayMs])),
+          outage_ms: stats(outages),
+          stopped_in_phase: stoppedIn,
+          server_ready_to_refit_answer_ms: stats(answerAfterBus),
+          answers,
+          engine_outcomes: outcomes,
+          engines_left_paused: 0,
+          next_refits_succeeded: TRIALS,
+        };
+      },
+      chaosTimeout(60_000),
+    );
   });
 });

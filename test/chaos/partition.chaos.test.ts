@@ -69,8 +69,16 @@ const LEASE_MS = LEASE_SECS * 1_000;
 /** The refit queue's ack wait (docs/nats.md): twice the lease, at least 5 s. */
 const ACK_WAIT_MS = Math.max(5_000, 2 * LEASE_MS);
 const REPLICA_FLAGS = [
-  '--lease-secs', String(LEASE_SECS), '--health-check-interval-secs', '2', '--retry-interval-secs', '1',
-  '--rl-control-timeout-secs', '30', '--log-level', 'info',
+  '--lease-secs',
+  String(LEASE_SECS),
+  '--health-check-interval-secs',
+  '2',
+  '--retry-interval-secs',
+  '1',
+  '--rl-control-timeout-secs',
+  '30',
+  '--log-level',
+  'info',
 ];
 /**
  * Scenario 1: how long each engine holds its pause before applying it. Longer than a takeover (one
@@ -97,7 +105,11 @@ type CutPhase = (typeof CUT_PHASES)[number];
 const PHASE_HOLD_MS = 3_000;
 const PHASE_HOLDS: Record<CutPhase, { fault: Fault; path: string; method: string } | null> = {
   pause: { fault: { route: 'pause_generation', delayMs: PHASE_HOLD_MS, times: 1, runIfAbandoned: true }, path: 'pause_generation', method: 'POST' },
-  refit: { fault: { route: 'update_weights_from_disk', delayMs: PHASE_HOLD_MS, times: 1, runIfAbandoned: true }, path: 'update_weights_from_disk', method: 'POST' },
+  refit: {
+    fault: { route: 'update_weights_from_disk', delayMs: PHASE_HOLD_MS, times: 1, runIfAbandoned: true },
+    path: 'update_weights_from_disk',
+    method: 'POST',
+  },
   // Every model_info read is held (probes read it too, and could take a one-time hold first).
   verify: { fault: { route: 'model_info', method: 'GET', delayMs: PHASE_HOLD_MS }, path: 'model_info', method: 'GET' },
   resume: { fault: { route: 'continue_generation', delayMs: PHASE_HOLD_MS, times: 1, runIfAbandoned: true }, path: 'continue_generation', method: 'POST' },
@@ -139,7 +151,15 @@ type Report = {
 type Row = { id: string; url: string; health: string; owner: string | null; quarantined: boolean; quarantine_reason: string | null };
 /** A cut of one replica: when, until when, and the lease epochs (owners-bucket revisions) it held. */
 /** `backAt`: when the replica could reach NATS again, if before the heal (through another node of a cluster). */
-type CutWindow = { replica: string; shape: CutShape | 'nats-node'; at: number; healedAt: number; backAt?: number; epochs: Map<string, number>; maxEpoch?: number };
+type CutWindow = {
+  replica: string;
+  shape: CutShape | 'nats-node';
+  at: number;
+  healedAt: number;
+  backAt?: number;
+  epochs: Map<string, number>;
+  maxEpoch?: number;
+};
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const since = (t0: number) => Date.now() - t0;
@@ -152,7 +172,12 @@ describe(`chaos: ${SCENARIO}`, () => {
   let n = 0;
 
   beforeAll(async () => {
-    fleet = await startPartitionFleet({ sims: [['--token-rate', '0'], ['--token-rate', '0']] });
+    fleet = await startPartitionFleet({
+      sims: [
+        ['--token-rate', '0'],
+        ['--token-rate', '0'],
+      ],
+    });
   }, 60_000);
   afterAll(async () => {
     await round?.close();
@@ -301,10 +326,12 @@ describe(`chaos: ${SCENARIO}`, () => {
   /** Resolves with the latest arrival time once every simulator has recorded `<method> /<path>` after `after`. */
   const received = (path: string, after: number, method = 'POST') =>
     until(`every engine received ${method} /${path}`, 15_000, async () => {
-      const times = await Promise.all(fleet.sims.map(async (s) => {
-        const hit = (await s.requests()).filter((q) => q.method === method && q.path === `/${path}` && Date.parse(q.time) >= after);
-        return hit.length ? Date.parse(hit[0]!.time) : undefined;
-      }));
+      const times = await Promise.all(
+        fleet.sims.map(async (s) => {
+          const hit = (await s.requests()).filter((q) => q.method === method && q.path === `/${path}` && Date.parse(q.time) >= after);
+          return hit.length ? Date.parse(hit[0]!.time) : undefined;
+        }),
+      );
       return times.every((t) => t !== undefined) ? Math.max(...(times as number[])) : undefined;
     });
 
@@ -318,7 +345,11 @@ describe(`chaos: ${SCENARIO}`, () => {
   const ownersAgree = async (a: NsReplica, b: NsReplica): Promise<boolean> => {
     const [ra, rb] = await Promise.all([rows(a), rows(b)]);
     const ob = new Map(rb.map((w) => [w.id, w.owner]));
-    return ra.length === fleet.sims.length && rb.length === ra.length && ra.every((w) => w.owner !== null && ob.get(w.id) === w.owner && (w.owner === a.id || w.owner === b.id));
+    return (
+      ra.length === fleet.sims.length &&
+      rb.length === ra.length &&
+      ra.every((w) => w.owner !== null && ob.get(w.id) === w.owner && (w.owner === a.id || w.owner === b.id))
+    );
   };
 
   /**
@@ -380,345 +411,37 @@ describe(`chaos: ${SCENARIO}`, () => {
     return { samples, stop: async () => ((running = false), await loop) };
   };
 
-  it('1. a late pause: the runner cut from NATS while its pauses are held leaves no engine paused past lease + 2 s', async () => {
-    const trials: Array<Record<string, unknown>> = [];
-    for (let trial = 0; trial < TRIALS; trial++) {
-      const { round: r, first: runner, second: other } = await startScenario('late-pause', [`lp${trial}a`, `lp${trial}b`]);
-      const ids = await register(runner, other);
-      await steerNextRefit(r, runner, other, 'late-pause');
-      // The engine applies a held pause even after its caller gave up on it, as SGLang does.
-      for (const s of fleet.sims) await s.setFaults({ route: 'pause_generation', delayMs: PAUSE_DELAY_MS, times: 1, runIfAbandoned: true });
-      const id = `late-pause-${trial}-${n++}`;
-      const events = reportEvents(r, id);
-      const from = Date.now();
-      const { holder } = await submit(r, runner, id, `lp-${trial}`);
-      if (holder !== runner.id) throw new Error(`harness: ${holder} took the refit, not ${runner.id} (the queue's next pull)`);
-      const lastPause = await received('pause_generation', from);
-      await sleep(Math.max(0, lastPause + CUT_AFTER_CALLS_MS - Date.now()));
-      const epochs = await epochsOf(r, runner.id);
-      const sampling = sampler();
-      const cutAt = await runner.ns.cutPort(r.natsPort);
-      // Until the report is in and the held pauses would have landed for a while.
-      const j = await doneJournal(r, id);
-      await sleep(Math.max(0, lastPause + PAUSE_DELAY_MS + 1_000 - Date.now()));
-      await sampling.stop();
-      const healedAt = await runner.ns.heal();
-      await sleep(1_000); // a second report, from the cut replica once back, would come now
-      events.stop();
-
-      // A pause that lands after the cut can only be undone after it lands: each run of paused
-      // samples of an engine is bounded from the later of the cut and the run's first sample.
-      const late: typeof sampling.samples = [];
-      for (const sim of fleet.sims) {
-        let runStart: number | undefined;
-        for (const x of sampling.samples.filter((y) => y.url === sim.url).sort((p, q) => p.t - q.t)) {
-          if (x.paused === null) {
-            runStart = undefined;
-            continue;
-          }
-          runStart ??= x.t;
-          if (x.t > Math.max(cutAt, runStart) + PAUSED_BOUND_MS) late.push(x);
-        }
-      }
-      const pausedSpans = Object.fromEntries(fleet.sims.map((s) => {
-        const p = sampling.samples.filter((x) => x.url === s.url && x.paused !== null).map((x) => x.t - cutAt);
-        return [s.url, p.length ? { first_ms: Math.min(...p), last_ms: Math.max(...p), samples: p.length } : null];
-      }));
-      const takeover = j.takeovers?.find((t) => t.from === runner.id);
-      const calls = await expectNoLapsedCalls(r, [{ replica: runner.id, shape: 'nats-port', at: cutAt, healedAt, epochs }], ids, from);
-      const stillPaused = (await Promise.all(fleet.sims.map((s) => s.state()))).filter((st) => st.paused !== null).length;
-      trials.push({
-        paused_after_cut_ms: pausedSpans,
-        samples_paused_past_bound: late.length,
-        engines_paused_at_end: stillPaused,
-        takeover: takeover ? { to: takeover.to, phase: takeover.phase, after_cut_ms: Date.parse(takeover.at) - cutAt } : null,
-        report: j.report ? { status: j.report.status, aborted: j.report.aborted ?? null, errors: j.report.engines.map((e) => e.error ?? 'ok') } : null,
-        report_events: events.seen.length,
-        control_calls_unnamed: calls.unnamed,
-        control_calls_after_lapse: calls.lapsed,
-      });
-      expect.soft(takeover?.to, `${other.id} took the refit over`).toBe(other.id);
-      expect.soft(events.seen.length, 'report events published').toBe(1);
-      expect.soft(late.map((s) => `${s.url} paused at cut+${s.t - cutAt}ms`), `engines paused longer than ${PAUSED_BOUND_MS} ms past the cut or the pause's landing`).toEqual([]);
-      // The held pauses did land (the scenario is the late pause), and were undone.
-      expect.soft(Object.values(pausedSpans).filter((p) => p !== null && p.last_ms > PAUSE_DELAY_MS - CUT_AFTER_CALLS_MS - 1_000).length, 'engines whose held pause landed after the takeover').toBe(fleet.sims.length);
-      expect.soft(stillPaused, 'engines paused at the end').toBe(0);
-    }
-    figures.late_pause = { trials: TRIALS, pause_delay_ms: PAUSE_DELAY_MS, cut_after_last_pause_ms: CUT_AFTER_CALLS_MS, bound_ms: PAUSED_BOUND_MS, runs: trials };
-    process.stdout.write(`[chaos] ${SCENARIO}/late-pause ${JSON.stringify(figures.late_pause)}\n`);
-  }, chaosTimeout(90_000));
-
-  it('2. a silent cut: /health 503 bus_unavailable within the lease, a per-worker call refused, owners agreed within 5 s of the heal', async () => {
-    const trials: Array<Record<string, unknown>> = [];
-    for (let trial = 0; trial < TRIALS; trial++) {
-      const { round: r, first: cutOff, second: other } = await startScenario('silent-cut', [`sc${trial}a`, `sc${trial}b`]);
-      const ids = await register(cutOff, other);
-      const worker = ids.get(fleet.sims[0]!.url)!;
-      const from = Date.now();
-      const epochs = await epochsOf(r, cutOff.id);
-      const cutAt = await cutOff.ns.cutPort(r.natsPort);
-
-      // /health every 100 ms until it says bus_unavailable, or long past the bound.
-      const health = (async () => {
-        const seen: Array<{ ms: number; status: number | string }> = [];
-        while (since(cutAt) < HEALTH_BOUND_MS + 1_000) {
-          const t = Date.now();
-          const res = await cutOff.http('GET', '/health', undefined, { timeoutMs: 1_000 }).catch((err: Error) => ({ status: err.name, json: undefined }));
-          seen.push({ ms: t - cutAt, status: res.status });
-          if (res.status === 503 && res.json?.reason === 'bus_unavailable') return { at_ms: t - cutAt, body: res.json, polls: seen.length };
-          await sleep(Math.max(0, 100 - since(t)));
-        }
-        return { at_ms: null, last: seen.slice(-3), polls: seen.length };
-      })();
-      // A per-worker pause once the lease has lapsed (the other replica may already have taken the engine).
-      const call = (async () => {
-        await sleep(Math.max(0, cutAt + LEASE_MS + 200 - Date.now()));
-        const sentMs = since(cutAt);
-        const res = await cutOff.http('POST', `/v1/rl/workers/${worker}/engine/pause_generation`, {}, { timeoutMs: 5_000 }).catch((err: Error) => ({ status: `no answer (${err.name})`, json: undefined, text: '' }));
-        return { sent_ms: sentMs, answered_ms: since(cutAt), status: res.status, error: res.json?.error ?? null };
-      })();
-      const [h, c] = await Promise.all([health, call]);
-      // Heal once the other replica has had time to take the engines, so that the views differ.
-      await sleep(Math.max(0, cutAt + LEASE_MS + 1_000 - Date.now()));
-      const before = { cut: await rows(cutOff).then((x) => x.map((w) => w.owner)).catch(() => null), other: await rows(other).then((x) => x.map((w) => w.owner)) };
-      const healedAt = await cutOff.ns.heal();
-      let agreedMs: number | null = null;
-      await until('owners agree', AGREE_BOUND_MS + 5_000, async () => {
-        if (await ownersAgree(cutOff, other)) return (agreedMs = since(healedAt)), true;
-        return false;
-      }).catch(() => {});
-      const pauses = (await Promise.all(fleet.sims.map((s) => s.requests()))).flat().filter((q) => q.path === '/pause_generation' && Date.parse(q.time) >= from);
-      const calls = await expectNoLapsedCalls(r, [{ replica: cutOff.id, shape: 'nats-port', at: cutAt, healedAt, epochs }], ids, from);
-      trials.push({ health: h, per_worker_call: c, pauses_reaching_engines: pauses.length, owners_before_heal: before, owners_agreed_after_heal_ms: agreedMs, control_calls_unnamed: calls.unnamed, control_calls_after_lapse: calls.lapsed });
-
-      expect.soft(h.at_ms, `/health 503 bus_unavailable within ${HEALTH_BOUND_MS} ms of the cut (null: never, polls ${h.polls})`).not.toBeNull();
-      expect.soft(h.at_ms ?? Infinity, '/health 503 bus_unavailable, ms after the cut').toBeLessThanOrEqual(HEALTH_BOUND_MS);
-      expect.soft({ status: c.status, error: c.error }, 'the per-worker call after the lapse').toEqual({ status: 503, error: 'bus_unavailable' });
-      expect.soft(pauses.map((q) => `${q.time} ${q.path}`), 'pauses that reached an engine').toEqual([]);
-      expect.soft(agreedMs ?? Infinity, `owners agree within ${AGREE_BOUND_MS} ms of the heal`).toBeLessThanOrEqual(AGREE_BOUND_MS);
-    }
-    figures.silent_cut = { trials: TRIALS, health_bound_ms: HEALTH_BOUND_MS, agree_bound_ms: AGREE_BOUND_MS, runs: trials };
-    process.stdout.write(`[chaos] ${SCENARIO}/silent-cut ${JSON.stringify(figures.silent_cut)}\n`);
-  }, chaosTimeout(60_000));
-
-  it(`3. takeover bounded: a running refit moves to a live replica within the ack wait + 1 s of its runner's cut, whatever the cut`, async () => {
-    const { round: r, first: a, second: b } = await startScenario('takeover', ['tk-a', 'tk-b']);
-    const ids = await register(a, b);
-    for (const s of fleet.sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: TAKEOVER_LOAD_DELAY_MS });
-    const windows: CutWindow[] = [];
-    const runs: Array<Record<string, unknown>> = [];
-    const from = Date.now();
-    // Interleaved: where a trial falls in the run matters as much as its shape (the queue's pulls rotate).
-    // Short form: one cut, its shape picked by the seed (the suite's time is short); full form:
-    // every shape, TRIALS times, interleaved.
-    const shapes = CHAOS_FULL ? Array.from({ length: TRIALS }, () => CUT_SHAPES).flat() : [CUT_SHAPES[CHAOS_SEED % CUT_SHAPES.length]!];
-    for (const [k, shape] of shapes.entries()) {
-      const id = `takeover-${k}-${n++}`;
-      // Any live replica takes the request; whichever runs the refit is cut.
-      const front = k % 2 === 0 ? a : b;
-      const delivered = await deliveries(r);
-      const { holder, at } = await submit(r, front, id, `tk-${k}`);
-      const runner = holder === a.id ? a : b;
-      const survivor = runner === a ? b : a;
-      await sleep(Math.max(0, at + 100 + Math.floor(random() * CUT_SPAN_MS) - Date.now()));
-      const epochs = await epochsOf(r, runner.id);
-      const phaseAtCut = (await journal(r, id))?.phase ?? null;
-      const cutAt = await runner.ns.cutBy(shape, r.natsPort);
-      const j = await doneJournal(r, id).catch(() => null);
-      const takeover = (j ?? (await journal(r, id)))?.takeovers?.find((t) => t.from === runner.id);
-      const healedAt = await runner.ns.heal();
-      windows.push({ replica: runner.id, shape, at: cutAt, healedAt, epochs });
-      const ms = takeover ? Date.parse(takeover.at) - cutAt : null;
-      // Two deliveries: the first and the survivor's. More: one went to the cut replica's pull (the
-      // server keeps it while it believes the client is there) or was handed back by a replica
-      // that still saw the holder alive.
-      runs.push({ shape, runner: runner.id, deliveries: (await deliveries(r)) - delivered, phase_at_cut: phaseAtCut, takeover_to: takeover?.to ?? null, takeover_phase: takeover?.phase ?? null, cut_to_takeover_ms: ms, report: j?.report ? { status: j.report.status, aborted: j.report.aborted ?? null, errors: j.report.engines.map((e) => e.error ?? 'ok') } : null });
-      expect.soft(takeover?.to, `${shape}: the refit taken over by ${survivor.id}`).toBe(survivor.id);
-      expect.soft(ms ?? Infinity, `${shape}: cut → takeover, ms`).toBeLessThanOrEqual(TAKEOVER_BOUND_MS);
-      // The next trial needs both replicas back and agreeing on the engines' owners.
-      await until(`both replicas healthy after healing ${runner.id} (${shape})`, 30_000, async () => {
-        for (const g of [a, b]) if ((await g.http('GET', '/health', undefined, { timeoutMs: 1_000 })).status !== 200) return false;
-        return ownersAgree(a, b);
-      });
-    }
-    const calls = await expectNoLapsedCalls(r, windows, ids, from);
-    const byShape = Object.fromEntries(CUT_SHAPES.map((s) => {
-      const xs = runs.filter((x) => x.shape === s && typeof x.cut_to_takeover_ms === 'number').map((x) => x.cut_to_takeover_ms as number);
-      return [s, { trials: runs.filter((x) => x.shape === s).length, taken_over: xs.length, p50_ms: percentile(xs, 50), max_ms: xs.length ? Math.max(...xs) : null }];
-    }));
-    figures.takeover = { bound_ms: TAKEOVER_BOUND_MS, load_delay_ms: TAKEOVER_LOAD_DELAY_MS, by_shape: byShape, runs, control_calls_unnamed: calls.unnamed, control_calls_after_lapse: calls.lapsed };
-    process.stdout.write(`[chaos] ${SCENARIO}/takeover ${JSON.stringify(figures.takeover)}\n`);
-  }, chaosTimeout(150_000));
-
-  it('4. loads that landed: the owner cut from NATS during the load, the report says what the engines hold', async () => {
-    const trials: Array<Record<string, unknown>> = [];
-    for (let trial = 0; trial < TRIALS; trial++) {
-      // The engines are registered through one replica, and the refit goes to the other.
-      const { round: r, first: runner, second: owner } = await startScenario('landed-loads', [`ll${trial}run`, `ll${trial}own`]);
-      const ids = await register(owner, runner);
-      await steerNextRefit(r, runner, owner, 'landed-loads');
-      for (const s of fleet.sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: LOAD_DELAY_MS, times: 1 });
-      const id = `landed-${trial}-${n++}`;
-      const version = `ll-${trial}`;
-      const from = Date.now();
-      const { holder } = await submit(r, runner, id, version);
-      if (holder !== runner.id) throw new Error(`harness: ${holder} took the refit, not ${runner.id} (the queue's next pull)`);
-      const lastLoad = await received('update_weights_from_disk', from);
-      await sleep(Math.max(0, lastLoad + CUT_AFTER_CALLS_MS - Date.now()));
-      const epochs = await epochsOf(r, owner.id);
-      const cutAt = await owner.ns.cutPort(r.natsPort);
-      const j = await doneJournal(r, id);
-      const states = await Promise.all(fleet.sims.map(async (s) => ({ url: s.url, version: (await s.state()).weightVersion as string })));
-      const quarantined = (await rows(runner)).filter((w) => w.quarantined);
-      const healedAt = await owner.ns.heal();
-      const report = j.report!;
-      const mismatched = report.engines.flatMap((e) => {
-        const held = states.find((s) => s.url === e.url)?.version;
-        return (e.outcome === 'ok') !== (held === version) ? [`${e.url}: ${e.outcome}${e.error ? ` (${e.error} in ${e.failed_phase}: ${e.message})` : ''}, holds ${held}`] : [];
-      });
-      const unreachable = report.engines.filter((e) => e.error === 'upstream_unreachable').map((e) => `${e.url} in ${e.failed_phase}: ${e.message}`);
-      const wronglyQuarantined = quarantined.filter((w) => states.find((s) => s.url === w.url)?.version === version).map((w) => `${w.url} (${w.quarantine_reason})`);
-      const calls = await expectNoLapsedCalls(r, [{ replica: owner.id, shape: 'nats-port', at: cutAt, healedAt, epochs }], ids, from);
-      trials.push({
-        report: { status: report.status, engines: report.engines.map((e) => ({ outcome: e.outcome, error: e.error ?? null, phase: e.failed_phase ?? null })) },
-        report_after_cut_ms: Date.parse((j as { report: { finished_at?: string } }).report.finished_at ?? '') - cutAt,
-        engines_holding_new_version: states.filter((s) => s.version === version).length,
-        outcome_not_what_engine_holds: mismatched,
-        reported_upstream_unreachable: unreachable,
-        quarantined_holding_new_version: wronglyQuarantined,
-        control_calls_unnamed: calls.unnamed,
-        control_calls_after_lapse: calls.lapsed,
-      });
-      expect.soft(states.filter((s) => s.version === version).length, 'engines holding the new version (the loads landed)').toBe(fleet.sims.length);
-      expect.soft(unreachable, 'engines reported upstream_unreachable').toEqual([]);
-      expect.soft(mismatched, 'outcomes that are not what the engine holds').toEqual([]);
-      expect.soft(wronglyQuarantined, 'quarantined engines that hold the new version').toEqual([]);
-    }
-    figures.landed_loads = { trials: TRIALS, load_delay_ms: LOAD_DELAY_MS, cut_after_last_load_ms: CUT_AFTER_CALLS_MS, runs: trials };
-    process.stdout.write(`[chaos] ${SCENARIO}/landed-loads ${JSON.stringify(figures.landed_loads)}\n`);
-  }, chaosTimeout(60_000));
-
-  it('5. a cut in every phase and between refits, one NATS node of a 3-node cluster among them: one report, every engine on the new version and unpaused', async () => {
-    // Short form: one NATS node frozen, in the phase the seed picks; `npm run chaos`: every cut in
-    // every phase, PHASE_TRIALS times. The other cuts run on one server, as in scenarios 1 to 4.
-    const plan: Array<{ shape: CutShape | 'nats-node'; phases: CutPhase[] }> = CHAOS_FULL
-      ? (['nats-node', ...CUT_SHAPES] as const).map((shape) => ({ shape, phases: Array.from({ length: PHASE_TRIALS }, () => [...CUT_PHASES]).flat() }))
-      : [{ shape: 'nats-node', phases: [CUT_PHASES[CHAOS_SEED % CUT_PHASES.length]!] }];
-    const runs: Array<Record<string, unknown>> = [];
-    for (const { shape, phases } of plan) {
-      const cluster = shape === 'nats-node';
-      // Replica a on the first node, b on the second; the test's own connection is on the third.
-      await round?.close();
-      await fleet.resetSims();
-      round = await fleet.startRound({ nodes: cluster ? 3 : 1 });
-      const r = round;
-      const tag = `phases-${shape}`;
-      onTestFinished((ctx) => keepOutputs(tag, r.replicas, ctx.task.result?.state === 'fail'));
-      const [a, b] = await Promise.all(['a', 'b'].map((x, i) => r.startReplica(`ph-${shape}-${x}`, REPLICA_FLAGS, { natsUrl: r.nodes[cluster ? i : 0]!.url })));
-      // The node a replica is connected to now (it moves to another when its node is frozen).
-      const nodeOf = async (g: NsReplica) => {
-        if (!cluster) return r.nodes[0]!;
-        return until(`the node ${g.id} is connected to`, 10_000, async () => {
-          for (const node of r.nodes) if ((await node.clients().catch((): string[] => [])).includes(`rlgate-gateway-${g.id}`)) return node;
-          return undefined;
-        });
-      };
-      const frozen = new Map<NsReplica, RoundNode>();
-      const cut = async (g: NsReplica) => {
-        if (!cluster) return g.ns.cutBy(shape as CutShape, r.natsPort);
-        const node = await nodeOf(g);
-        frozen.set(g, node);
-        return node.freeze();
-      };
-      const heal = async (g: NsReplica) => (cluster ? frozen.get(g)!.thaw() : g.ns.heal());
-      const ids = await register(a!, b!);
-      for (const [k, phase] of phases.entries()) {
-        await fleet.resetSims();
-        const from = Date.now();
-        const id = `phase-${shape}-${phase}-${k}-${n++}`;
-        const version = `ph-${k}-${n}`;
-        const hold = PHASE_HOLDS[phase];
-        let victim: NsReplica;
-        let epochs: Map<string, number>;
-        let maxEpoch: number;
-        let cutAt: number;
-        let phaseAtCut: string | null = null;
-        // The cut replica's /health, every 200 ms from the cut: when it says so, and (a cluster)
-        // when it is back through another node. Started at the cut, before any read of the
-        // buckets, which may wait for a stalled stream.
-        let health: ReturnType<typeof watchHealth>;
+  it(
+    '1. a late pause: the runner cut from NATS while its pauses are held leaves no engine paused past lease + 2 s',
+    async () => {
+      const trials: Array<Record<string, unknown>> = [];
+      for (let trial = 0; trial < TRIALS; trial++) {
+        const { round: r, first: runner, second: other } = await startScenario('late-pause', [`lp${trial}a`, `lp${trial}b`]);
+        const ids = await register(runner, other);
+        await steerNextRefit(r, runner, other, 'late-pause');
+        // The engine applies a held pause even after its caller gave up on it, as SGLang does.
+        for (const s of fleet.sims) await s.setFaults({ route: 'pause_generation', delayMs: PAUSE_DELAY_MS, times: 1, runIfAbandoned: true });
+        const id = `late-pause-${trial}-${n++}`;
         const events = reportEvents(r, id);
+        const from = Date.now();
+        const { holder } = await submit(r, runner, id, `lp-${trial}`);
+        if (holder !== runner.id) throw new Error(`harness: ${holder} took the refit, not ${runner.id} (the queue's next pull)`);
+        const lastPause = await received('pause_generation', from);
+        await sleep(Math.max(0, lastPause + CUT_AFTER_CALLS_MS - Date.now()));
+        const epochs = await epochsOf(r, runner.id);
         const sampling = sampler();
-        const owners = new Map((await rows(a!)).map((w) => [w.id, w.owner]));
-        if (phase === 'between') {
-          // No refit running: the engines' owner is cut, and a refit comes in through the other.
-          const owner = [...owners.values()][0] === b!.id ? b! : a!;
-          victim = owner;
-          ({ epochs, maxEpoch } = await leaseEpochs(r, victim.id));
-          cutAt = await cut(victim);
-          health = watchHealth(victim, cutAt, cluster ? NODE_BACK_BOUND_MS + 5_000 : 0);
-          await sleep(500);
-          const { holder } = await submit(r, victim === a ? b! : a!, id, version, EVERY_ENGINE);
-          // A replica cut off on one server cannot pull the refit; one whose node froze may, once
-          // it is back through another node.
-          if (holder === victim.id && !cluster) throw new Error(`harness: the cut replica ${holder} took the refit`);
-        } else {
-          // The refit goes to whichever replica pulls it (steered to a where the queue rotates as
-          // assumed; a frozen node reorders the pulls), and its runner is cut once every engine
-          // holds this phase's call.
-          await steerNextRefit(r, a!, b!, tag).catch(() => undefined);
-          for (const sim of fleet.sims) await sim.setFaults(hold!.fault);
-          const started = Date.now();
-          const { holder } = await submit(r, a!, id, version, EVERY_ENGINE);
-          victim = holder === a!.id ? a! : b!;
-          // The version check reads model_info, as probes of a paused engine do: the read that
-          // counts is the first after the load.
-          const after = phase === 'verify' ? await received('update_weights_from_disk', started) : started;
-          const last = await received(hold!.path, after, hold!.method);
-          await sleep(Math.max(0, last + CUT_AFTER_CALLS_MS - Date.now()));
-          ({ epochs, maxEpoch } = await leaseEpochs(r, victim.id));
-          phaseAtCut = (await journal(r, id))?.phase ?? null;
-          cutAt = await cut(victim);
-          health = watchHealth(victim, cutAt, cluster ? NODE_BACK_BOUND_MS + 5_000 : 0);
-        }
-        // Done when the journal says so, or its report event came (the test's own reads may wait
-        // on a stream that is electing a leader); the journal is then read again for its takeovers.
-        const j = await until(`refit ${id} done`, REPORT_BOUND_MS, async () => {
-          if (events.reports.length > 0) {
-            // The journal, for its takeovers, if the test's own read gets through soon.
-            const now = await Promise.race([journal(r, id).catch(() => null), sleep(3_000).then(() => null)]);
-            return now?.status === 'done' ? now : ({ ...(now ?? { id, holder: '', phase: null }), status: 'done', report: events.reports[0] } as Journal);
-          }
-          // A read that waits on the stream gives way to the event after 2 s; the other replica's
-          // answer (GET /v1/rl/refits/{id}, as a trainer reads it) counts too.
-          const now = await Promise.race([journal(r, id).catch(() => null), sleep(2_000).then(() => null)]);
-          if (now?.status === 'done') return now;
-          const other = victim === a ? b! : a!;
-          const got = await other.http('GET', `/v1/rl/refits/${id}`, undefined, { timeoutMs: 2_000 }).catch(() => null);
-          if (got?.status === 200 && got.json?.status !== 'running' && got.json?.status !== 'queued') return { ...(now ?? { id, holder: '', phase: null }), status: 'done', report: got.json as Report } as Journal;
-          return undefined;
-        }).catch(() => null);
-        const reportAt = Date.parse(j?.report ? ((j.report as { finished_at?: string }).finished_at ?? '') : '') || Date.now();
-        // Until a held call the cut replica made would have landed, and the bound after it.
-        await sleep(Math.max(0, Math.max(reportAt, cutAt + PHASE_HOLD_MS) + PAUSED_BOUND_MS - Date.now()));
+        const cutAt = await runner.ns.cutPort(r.natsPort);
+        // Until the report is in and the held pauses would have landed for a while.
+        const j = await doneJournal(r, id);
+        await sleep(Math.max(0, lastPause + PAUSE_DELAY_MS + 1_000 - Date.now()));
         await sampling.stop();
-        const h = await health.done;
-        const healedAt = await heal(victim);
-        const window: CutWindow = { replica: victim.id, shape, at: cutAt, healedAt, backAt: h.back_after_ms !== null ? cutAt + h.back_after_ms : undefined, epochs, maxEpoch };
-        let agreedMs: number | null = null;
-        await until('owners agree after the heal', AGREE_BOUND_MS + 10_000, async () => ((await ownersAgree(a!, b!)) ? ((agreedMs = since(healedAt)), true) : false)).catch(() => {});
-        await sleep(Math.max(0, healedAt + 1_000 - Date.now())); // a second report, from the cut replica once back, would come now
+        const healedAt = await runner.ns.heal();
+        await sleep(1_000); // a second report, from the cut replica once back, would come now
         events.stop();
-        for (const sim of fleet.sims) await sim.clearFaults();
 
-        const states = await Promise.all(fleet.sims.map(async (sim) => ({ url: sim.url, ...(await sim.state()) }) as { url: string; weightVersion: string; paused: string | null }));
-        const report = j?.report;
-        const mismatched = (report?.engines ?? []).flatMap((e) => {
-          const held = states.find((x) => x.url === e.url)?.weightVersion;
-          return (e.outcome === 'ok') !== (held === version) ? [`${e.url}: ${e.outcome}${e.error ? ` (${e.error} in ${e.failed_phase}: ${e.message})` : ''}, holds ${held}`] : [];
-        });
-        // Paused past the bound: from the later of the report and the pause's landing (a held pause of the cut replica lands late).
-        const late: string[] = [];
+        // A pause that lands after the cut can only be undone after it lands: each run of paused
+        // samples of an engine is bounded from the later of the cut and the run's first sample.
+        const late: typeof sampling.samples = [];
         for (const sim of fleet.sims) {
           let runStart: number | undefined;
           for (const x of sampling.samples.filter((y) => y.url === sim.url).sort((p, q) => p.t - q.t)) {
@@ -727,61 +450,508 @@ describe(`chaos: ${SCENARIO}`, () => {
               continue;
             }
             runStart ??= x.t;
-            if (x.t > Math.max(reportAt, runStart) + PAUSED_BOUND_MS) late.push(`${sim.url} paused at report+${x.t - reportAt}ms`);
+            if (x.t > Math.max(cutAt, runStart) + PAUSED_BOUND_MS) late.push(x);
           }
         }
-        const calls = await expectNoLapsedCalls(r, [window], ids, from);
-        const takeover = j?.takeovers?.find((t) => t.from === victim.id);
-        runs.push({
-          shape, phase, phase_at_cut: phaseAtCut, cut: victim.id, owner_was_cut: [...owners.values()].every((o) => o === victim.id),
-          takeover: takeover ? { to: takeover.to, phase: takeover.phase, after_cut_ms: Date.parse(takeover.at) - cutAt } : null,
-          report_after_cut_ms: j ? reportAt - cutAt : null,
-          // When the trainer's connection heard the report (later than the bound, if j is null).
-          report_event_after_cut_ms: events.seen.length ? events.seen[0]! - cutAt : null,
-          report_event_carried_report: events.reports.length > 0,
-          report: report ? { status: report.status, aborted: report.aborted ?? null, errors: report.engines.map((e) => e.error ?? 'ok') } : null,
-          report_events: events.seen.length,
-          engines_on_new_version: states.filter((x) => x.weightVersion === version).length,
-          engines_paused_at_end: states.filter((x) => x.paused !== null).length,
+        const pausedSpans = Object.fromEntries(
+          fleet.sims.map((s) => {
+            const p = sampling.samples.filter((x) => x.url === s.url && x.paused !== null).map((x) => x.t - cutAt);
+            return [s.url, p.length ? { first_ms: Math.min(...p), last_ms: Math.max(...p), samples: p.length } : null];
+          }),
+        );
+        const takeover = j.takeovers?.find((t) => t.from === runner.id);
+        const calls = await expectNoLapsedCalls(r, [{ replica: runner.id, shape: 'nats-port', at: cutAt, healedAt, epochs }], ids, from);
+        const stillPaused = (await Promise.all(fleet.sims.map((s) => s.state()))).filter((st) => st.paused !== null).length;
+        trials.push({
+          paused_after_cut_ms: pausedSpans,
           samples_paused_past_bound: late.length,
+          engines_paused_at_end: stillPaused,
+          takeover: takeover ? { to: takeover.to, phase: takeover.phase, after_cut_ms: Date.parse(takeover.at) - cutAt } : null,
+          report: j.report ? { status: j.report.status, aborted: j.report.aborted ?? null, errors: j.report.engines.map((e) => e.error ?? 'ok') } : null,
+          report_events: events.seen.length,
+          control_calls_unnamed: calls.unnamed,
+          control_calls_after_lapse: calls.lapsed,
+        });
+        expect.soft(takeover?.to, `${other.id} took the refit over`).toBe(other.id);
+        expect.soft(events.seen.length, 'report events published').toBe(1);
+        expect
+          .soft(
+            late.map((s) => `${s.url} paused at cut+${s.t - cutAt}ms`),
+            `engines paused longer than ${PAUSED_BOUND_MS} ms past the cut or the pause's landing`,
+          )
+          .toEqual([]);
+        // The held pauses did land (the scenario is the late pause), and were undone.
+        expect
+          .soft(
+            Object.values(pausedSpans).filter((p) => p !== null && p.last_ms > PAUSE_DELAY_MS - CUT_AFTER_CALLS_MS - 1_000).length,
+            'engines whose held pause landed after the takeover',
+          )
+          .toBe(fleet.sims.length);
+        expect.soft(stillPaused, 'engines paused at the end').toBe(0);
+      }
+      figures.late_pause = {
+        trials: TRIALS,
+        pause_delay_ms: PAUSE_DELAY_MS,
+        cut_after_last_pause_ms: CUT_AFTER_CALLS_MS,
+        bound_ms: PAUSED_BOUND_MS,
+        runs: trials,
+      };
+      process.stdout.write(`[chaos] ${SCENARIO}/late-pause ${JSON.stringify(figures.late_pause)}\n`);
+    },
+    chaosTimeout(90_000),
+  );
+
+  it(
+    '2. a silent cut: /health 503 bus_unavailable within the lease, a per-worker call refused, owners agreed within 5 s of the heal',
+    async () => {
+      const trials: Array<Record<string, unknown>> = [];
+      for (let trial = 0; trial < TRIALS; trial++) {
+        const { round: r, first: cutOff, second: other } = await startScenario('silent-cut', [`sc${trial}a`, `sc${trial}b`]);
+        const ids = await register(cutOff, other);
+        const worker = ids.get(fleet.sims[0]!.url)!;
+        const from = Date.now();
+        const epochs = await epochsOf(r, cutOff.id);
+        const cutAt = await cutOff.ns.cutPort(r.natsPort);
+
+        // /health every 100 ms until it says bus_unavailable, or long past the bound.
+        const health = (async () => {
+          const seen: Array<{ ms: number; status: number | string }> = [];
+          while (since(cutAt) < HEALTH_BOUND_MS + 1_000) {
+            const t = Date.now();
+            const res = await cutOff.http('GET', '/health', undefined, { timeoutMs: 1_000 }).catch((err: Error) => ({ status: err.name, json: undefined }));
+            seen.push({ ms: t - cutAt, status: res.status });
+            if (res.status === 503 && res.json?.reason === 'bus_unavailable') return { at_ms: t - cutAt, body: res.json, polls: seen.length };
+            await sleep(Math.max(0, 100 - since(t)));
+          }
+          return { at_ms: null, last: seen.slice(-3), polls: seen.length };
+        })();
+        // A per-worker pause once the lease has lapsed (the other replica may already have taken the engine).
+        const call = (async () => {
+          await sleep(Math.max(0, cutAt + LEASE_MS + 200 - Date.now()));
+          const sentMs = since(cutAt);
+          const res = await cutOff
+            .http('POST', `/v1/rl/workers/${worker}/engine/pause_generation`, {}, { timeoutMs: 5_000 })
+            .catch((err: Error) => ({ status: `no answer (${err.name})`, json: undefined, text: '' }));
+          return { sent_ms: sentMs, answered_ms: since(cutAt), status: res.status, error: res.json?.error ?? null };
+        })();
+        const [h, c] = await Promise.all([health, call]);
+        // Heal once the other replica has had time to take the engines, so that the views differ.
+        await sleep(Math.max(0, cutAt + LEASE_MS + 1_000 - Date.now()));
+        const before = {
+          cut: await rows(cutOff)
+            .then((x) => x.map((w) => w.owner))
+            .catch(() => null),
+          other: await rows(other).then((x) => x.map((w) => w.owner)),
+        };
+        const healedAt = await cutOff.ns.heal();
+        let agreedMs: number | null = null;
+        await until('owners agree', AGREE_BOUND_MS + 5_000, async () => {
+          if (await ownersAgree(cutOff, other)) return ((agreedMs = since(healedAt)), true);
+          return false;
+        }).catch(() => {});
+        const pauses = (await Promise.all(fleet.sims.map((s) => s.requests())))
+          .flat()
+          .filter((q) => q.path === '/pause_generation' && Date.parse(q.time) >= from);
+        const calls = await expectNoLapsedCalls(r, [{ replica: cutOff.id, shape: 'nats-port', at: cutAt, healedAt, epochs }], ids, from);
+        trials.push({
           health: h,
+          per_worker_call: c,
+          pauses_reaching_engines: pauses.length,
+          owners_before_heal: before,
           owners_agreed_after_heal_ms: agreedMs,
           control_calls_unnamed: calls.unnamed,
           control_calls_after_lapse: calls.lapsed,
         });
-        process.stdout.write(`[chaos] ${SCENARIO}/phases run ${JSON.stringify(runs.at(-1))}\n`);
-        const what = `${shape} in ${phase}`;
-        expect.soft(j?.report, `${what}: the refit's report`).toBeDefined();
-        expect.soft(events.seen.length, `${what}: report events published`).toBe(1);
-        expect.soft(mismatched, `${what}: outcomes that are not what the engine holds`).toEqual([]);
-        expect.soft(states.filter((x) => x.weightVersion !== version).map((x) => `${x.url} holds ${x.weightVersion}`), `${what}: engines not on the new version`).toEqual([]);
-        expect.soft(late, `${what}: engines paused longer than ${PAUSED_BOUND_MS} ms past the report or their pause's landing`).toEqual([]);
-        expect.soft(states.filter((x) => x.paused !== null).map((x) => x.url), `${what}: engines paused at the end`).toEqual([]);
-        // A cut of the whole link (down, or every packet dropped) cuts the test off the replica's
-        // HTTP port too: its /health can be read only through the NATS-port and frozen-node cuts.
-        if (shape === 'nats-port' || shape === 'nats-node') expect.soft(h.unavailable_ms ?? Infinity, `${what}: the cut replica's /health 503 within ${HEALTH_BOUND_MS} ms`).toBeLessThanOrEqual(HEALTH_BOUND_MS);
-        if (cluster) expect.soft(h.back_ms ?? Infinity, `${what}: the cut replica back (through another node) within ${NODE_BACK_BOUND_MS} ms`).toBeLessThanOrEqual(NODE_BACK_BOUND_MS);
-        expect.soft(agreedMs ?? Infinity, `${what}: owners agree within ${AGREE_BOUND_MS} ms of the heal`).toBeLessThanOrEqual(AGREE_BOUND_MS);
-        // The next trial needs both replicas back.
-        await until(`both replicas healthy after ${what}`, 30_000, async () => {
-          for (const g of [a!, b!]) if ((await g.http('GET', '/health', undefined, { timeoutMs: 1_000 }).catch(() => ({ status: 0 }))).status !== 200) return false;
-          return ownersAgree(a!, b!);
+
+        expect.soft(h.at_ms, `/health 503 bus_unavailable within ${HEALTH_BOUND_MS} ms of the cut (null: never, polls ${h.polls})`).not.toBeNull();
+        expect.soft(h.at_ms ?? Infinity, '/health 503 bus_unavailable, ms after the cut').toBeLessThanOrEqual(HEALTH_BOUND_MS);
+        expect.soft({ status: c.status, error: c.error }, 'the per-worker call after the lapse').toEqual({ status: 503, error: 'bus_unavailable' });
+        expect
+          .soft(
+            pauses.map((q) => `${q.time} ${q.path}`),
+            'pauses that reached an engine',
+          )
+          .toEqual([]);
+        expect.soft(agreedMs ?? Infinity, `owners agree within ${AGREE_BOUND_MS} ms of the heal`).toBeLessThanOrEqual(AGREE_BOUND_MS);
+      }
+      figures.silent_cut = { trials: TRIALS, health_bound_ms: HEALTH_BOUND_MS, agree_bound_ms: AGREE_BOUND_MS, runs: trials };
+      process.stdout.write(`[chaos] ${SCENARIO}/silent-cut ${JSON.stringify(figures.silent_cut)}\n`);
+    },
+    chaosTimeout(60_000),
+  );
+
+  it(
+    `3. takeover bounded: a running refit moves to a live replica within the ack wait + 1 s of its runner's cut, whatever the cut`,
+    async () => {
+      const { round: r, first: a, second: b } = await startScenario('takeover', ['tk-a', 'tk-b']);
+      const ids = await register(a, b);
+      for (const s of fleet.sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: TAKEOVER_LOAD_DELAY_MS });
+      const windows: CutWindow[] = [];
+      const runs: Array<Record<string, unknown>> = [];
+      const from = Date.now();
+      // Interleaved: where a trial falls in the run matters as much as its shape (the queue's pulls rotate).
+      // Short form: one cut, its shape picked by the seed (the suite's time is short); full form:
+      // every shape, TRIALS times, interleaved.
+      const shapes = CHAOS_FULL ? Array.from({ length: TRIALS }, () => CUT_SHAPES).flat() : [CUT_SHAPES[CHAOS_SEED % CUT_SHAPES.length]!];
+      for (const [k, shape] of shapes.entries()) {
+        const id = `takeover-${k}-${n++}`;
+        // Any live replica takes the request; whichever runs the refit is cut.
+        const front = k % 2 === 0 ? a : b;
+        const delivered = await deliveries(r);
+        const { holder, at } = await submit(r, front, id, `tk-${k}`);
+        const runner = holder === a.id ? a : b;
+        const survivor = runner === a ? b : a;
+        await sleep(Math.max(0, at + 100 + Math.floor(random() * CUT_SPAN_MS) - Date.now()));
+        const epochs = await epochsOf(r, runner.id);
+        const phaseAtCut = (await journal(r, id))?.phase ?? null;
+        const cutAt = await runner.ns.cutBy(shape, r.natsPort);
+        const j = await doneJournal(r, id).catch(() => null);
+        const takeover = (j ?? (await journal(r, id)))?.takeovers?.find((t) => t.from === runner.id);
+        const healedAt = await runner.ns.heal();
+        windows.push({ replica: runner.id, shape, at: cutAt, healedAt, epochs });
+        const ms = takeover ? Date.parse(takeover.at) - cutAt : null;
+        // Two deliveries: the first and the survivor's. More: one went to the cut replica's pull (the
+        // server keeps it while it believes the client is there) or was handed back by a replica
+        // that still saw the holder alive.
+        runs.push({
+          shape,
+          runner: runner.id,
+          deliveries: (await deliveries(r)) - delivered,
+          phase_at_cut: phaseAtCut,
+          takeover_to: takeover?.to ?? null,
+          takeover_phase: takeover?.phase ?? null,
+          cut_to_takeover_ms: ms,
+          report: j?.report ? { status: j.report.status, aborted: j.report.aborted ?? null, errors: j.report.engines.map((e) => e.error ?? 'ok') } : null,
+        });
+        expect.soft(takeover?.to, `${shape}: the refit taken over by ${survivor.id}`).toBe(survivor.id);
+        expect.soft(ms ?? Infinity, `${shape}: cut → takeover, ms`).toBeLessThanOrEqual(TAKEOVER_BOUND_MS);
+        // The next trial needs both replicas back and agreeing on the engines' owners.
+        await until(`both replicas healthy after healing ${runner.id} (${shape})`, 30_000, async () => {
+          for (const g of [a, b]) if ((await g.http('GET', '/health', undefined, { timeoutMs: 1_000 })).status !== 200) return false;
+          return ownersAgree(a, b);
         });
       }
-    }
-    const byShape = Object.fromEntries(plan.map(({ shape }) => {
-      const xs = runs.filter((x) => x.shape === shape);
-      const ms = (key: string) => xs.map((x) => x[key] as number | null).filter((v): v is number => typeof v === 'number');
-      return [shape, { trials: xs.length, report_after_cut_p50_ms: percentile(ms('report_after_cut_ms'), 50), report_after_cut_max_ms: Math.max(0, ...ms('report_after_cut_ms')), all_on_new_version: xs.every((x) => x.engines_on_new_version === fleet.sims.length) }];
-    }));
-    figures.phases = { phase_hold_ms: PHASE_HOLD_MS, paused_bound_ms: PAUSED_BOUND_MS, node_back_bound_ms: NODE_BACK_BOUND_MS, by_shape: byShape, runs };
-    process.stdout.write(`[chaos] ${SCENARIO}/phases ${JSON.stringify(figures.phases)}\n`);
-  }, chaosTimeout(120_000));
+      const calls = await expectNoLapsedCalls(r, windows, ids, from);
+      const byShape = Object.fromEntries(
+        CUT_SHAPES.map((s) => {
+          const xs = runs.filter((x) => x.shape === s && typeof x.cut_to_takeover_ms === 'number').map((x) => x.cut_to_takeover_ms as number);
+          return [
+            s,
+            { trials: runs.filter((x) => x.shape === s).length, taken_over: xs.length, p50_ms: percentile(xs, 50), max_ms: xs.length ? Math.max(...xs) : null },
+          ];
+        }),
+      );
+      figures.takeover = {
+        bound_ms: TAKEOVER_BOUND_MS,
+        load_delay_ms: TAKEOVER_LOAD_DELAY_MS,
+        by_shape: byShape,
+        runs,
+        control_calls_unnamed: calls.unnamed,
+        control_calls_after_lapse: calls.lapsed,
+      };
+      process.stdout.write(`[chaos] ${SCENARIO}/takeover ${JSON.stringify(figures.takeover)}\n`);
+    },
+    chaosTimeout(150_000),
+  );
+
+  it(
+    '4. loads that landed: the owner cut from NATS during the load, the report says what the engines hold',
+    async () => {
+      const trials: Array<Record<string, unknown>> = [];
+      for (let trial = 0; trial < TRIALS; trial++) {
+        // The engines are registered through one replica, and the refit goes to the other.
+        const { round: r, first: runner, second: owner } = await startScenario('landed-loads', [`ll${trial}run`, `ll${trial}own`]);
+        const ids = await register(owner, runner);
+        await steerNextRefit(r, runner, owner, 'landed-loads');
+        for (const s of fleet.sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: LOAD_DELAY_MS, times: 1 });
+        const id = `landed-${trial}-${n++}`;
+        const version = `ll-${trial}`;
+        const from = Date.now();
+        const { holder } = await submit(r, runner, id, version);
+        if (holder !== runner.id) throw new Error(`harness: ${holder} took the refit, not ${runner.id} (the queue's next pull)`);
+        const lastLoad = await received('update_weights_from_disk', from);
+        await sleep(Math.max(0, lastLoad + CUT_AFTER_CALLS_MS - Date.now()));
+        const epochs = await epochsOf(r, owner.id);
+        const cutAt = await owner.ns.cutPort(r.natsPort);
+        const j = await doneJournal(r, id);
+        const states = await Promise.all(fleet.sims.map(async (s) => ({ url: s.url, version: (await s.state()).weightVersion as string })));
+        const quarantined = (await rows(runner)).filter((w) => w.quarantined);
+        const healedAt = await owner.ns.heal();
+        const report = j.report!;
+        const mismatched = report.engines.flatMap((e) => {
+          const held = states.find((s) => s.url === e.url)?.version;
+          return (e.outcome === 'ok') !== (held === version)
+            ? [`${e.url}: ${e.outcome}${e.error ? ` (${e.error} in ${e.failed_phase}: ${e.message})` : ''}, holds ${held}`]
+            : [];
+        });
+        const unreachable = report.engines.filter((e) => e.error === 'upstream_unreachable').map((e) => `${e.url} in ${e.failed_phase}: ${e.message}`);
+        const wronglyQuarantined = quarantined
+          .filter((w) => states.find((s) => s.url === w.url)?.version === version)
+          .map((w) => `${w.url} (${w.quarantine_reason})`);
+        const calls = await expectNoLapsedCalls(r, [{ replica: owner.id, shape: 'nats-port', at: cutAt, healedAt, epochs }], ids, from);
+        trials.push({
+          report: {
+            status: report.status,
+            engines: report.engines.map((e) => ({ outcome: e.outcome, error: e.error ?? null, phase: e.failed_phase ?? null })),
+          },
+          report_after_cut_ms: Date.parse((j as { report: { finished_at?: string } }).report.finished_at ?? '') - cutAt,
+          engines_holding_new_version: states.filter((s) => s.version === version).length,
+          outcome_not_what_engine_holds: mismatched,
+          reported_upstream_unreachable: unreachable,
+          quarantined_holding_new_version: wronglyQuarantined,
+          control_calls_unnamed: calls.unnamed,
+          control_calls_after_lapse: calls.lapsed,
+        });
+        expect.soft(states.filter((s) => s.version === version).length, 'engines holding the new version (the loads landed)').toBe(fleet.sims.length);
+        expect.soft(unreachable, 'engines reported upstream_unreachable').toEqual([]);
+        expect.soft(mismatched, 'outcomes that are not what the engine holds').toEqual([]);
+        expect.soft(wronglyQuarantined, 'quarantined engines that hold the new version').toEqual([]);
+      }
+      figures.landed_loads = { trials: TRIALS, load_delay_ms: LOAD_DELAY_MS, cut_after_last_load_ms: CUT_AFTER_CALLS_MS, runs: trials };
+      process.stdout.write(`[chaos] ${SCENARIO}/landed-loads ${JSON.stringify(figures.landed_loads)}\n`);
+    },
+    chaosTimeout(60_000),
+  );
+
+  it(
+    '5. a cut in every phase and between refits, one NATS node of a 3-node cluster among them: one report, every engine on the new version and unpaused',
+    async () => {
+      // Short form: one NATS node frozen, in the phase the seed picks; `npm run chaos`: every cut in
+      // every phase, PHASE_TRIALS times. The other cuts run on one server, as in scenarios 1 to 4.
+      const plan: Array<{ shape: CutShape | 'nats-node'; phases: CutPhase[] }> = CHAOS_FULL
+        ? (['nats-node', ...CUT_SHAPES] as const).map((shape) => ({ shape, phases: Array.from({ length: PHASE_TRIALS }, () => [...CUT_PHASES]).flat() }))
+        : [{ shape: 'nats-node', phases: [CUT_PHASES[CHAOS_SEED % CUT_PHASES.length]!] }];
+      const runs: Array<Record<string, unknown>> = [];
+      for (const { shape, phases } of plan) {
+        const cluster = shape === 'nats-node';
+        // Replica a on the first node, b on the second; the test's own connection is on the third.
+        await round?.close();
+        await fleet.resetSims();
+        round = await fleet.startRound({ nodes: cluster ? 3 : 1 });
+        const r = round;
+        const tag = `phases-${shape}`;
+        onTestFinished((ctx) => keepOutputs(tag, r.replicas, ctx.task.result?.state === 'fail'));
+        const [a, b] = await Promise.all(
+          ['a', 'b'].map((x, i) => r.startReplica(`ph-${shape}-${x}`, REPLICA_FLAGS, { natsUrl: r.nodes[cluster ? i : 0]!.url })),
+        );
+        // The node a replica is connected to now (it moves to another when its node is frozen).
+        const nodeOf = async (g: NsReplica) => {
+          if (!cluster) return r.nodes[0]!;
+          return until(`the node ${g.id} is connected to`, 10_000, async () => {
+            for (const node of r.nodes) if ((await node.clients().catch((): string[] => [])).includes(`rlgate-gateway-${g.id}`)) return node;
+            return undefined;
+          });
+        };
+        const frozen = new Map<NsReplica, RoundNode>();
+        const cut = async (g: NsReplica) => {
+          if (!cluster) return g.ns.cutBy(shape as CutShape, r.natsPort);
+          const node = await nodeOf(g);
+          frozen.set(g, node);
+          return node.freeze();
+        };
+        const heal = async (g: NsReplica) => (cluster ? frozen.get(g)!.thaw() : g.ns.heal());
+        const ids = await register(a!, b!);
+        for (const [k, phase] of phases.entries()) {
+          await fleet.resetSims();
+          const from = Date.now();
+          const id = `phase-${shape}-${phase}-${k}-${n++}`;
+          const version = `ph-${k}-${n}`;
+          const hold = PHASE_HOLDS[phase];
+          let victim: NsReplica;
+          let epochs: Map<string, number>;
+          let maxEpoch: number;
+          let cutAt: number;
+          let phaseAtCut: string | null = null;
+          // The cut replica's /health, every 200 ms from the cut: when it says so, and (a cluster)
+          // when it is back through another node. Started at the cut, before any read of the
+          // buckets, which may wait for a stalled stream.
+          let health: ReturnType<typeof watchHealth>;
+          const events = reportEvents(r, id);
+          const sampling = sampler();
+          const owners = new Map((await rows(a!)).map((w) => [w.id, w.owner]));
+          if (phase === 'between') {
+            // No refit running: the engines' owner is cut, and a refit comes in through the other.
+            const owner = [...owners.values()][0] === b!.id ? b! : a!;
+            victim = owner;
+            ({ epochs, maxEpoch } = await leaseEpochs(r, victim.id));
+            cutAt = await cut(victim);
+            health = watchHealth(victim, cutAt, cluster ? NODE_BACK_BOUND_MS + 5_000 : 0);
+            await sleep(500);
+            const { holder } = await submit(r, victim === a ? b! : a!, id, version, EVERY_ENGINE);
+            // A replica cut off on one server cannot pull the refit; one whose node froze may, once
+            // it is back through another node.
+            if (holder === victim.id && !cluster) throw new Error(`harness: the cut replica ${holder} took the refit`);
+          } else {
+            // The refit goes to whichever replica pulls it (steered to a where the queue rotates as
+            // assumed; a frozen node reorders the pulls), and its runner is cut once every engine
+            // holds this phase's call.
+            await steerNextRefit(r, a!, b!, tag).catch(() => undefined);
+            for (const sim of fleet.sims) await sim.setFaults(hold!.fault);
+            const started = Date.now();
+            const { holder } = await submit(r, a!, id, version, EVERY_ENGINE);
+            victim = holder === a!.id ? a! : b!;
+            // The version check reads model_info, as probes of a paused engine do: the read that
+            // counts is the first after the load.
+            const after = phase === 'verify' ? await received('update_weights_from_disk', started) : started;
+            const last = await received(hold!.path, after, hold!.method);
+            await sleep(Math.max(0, last + CUT_AFTER_CALLS_MS - Date.now()));
+            ({ epochs, maxEpoch } = await leaseEpochs(r, victim.id));
+            phaseAtCut = (await journal(r, id))?.phase ?? null;
+            cutAt = await cut(victim);
+            health = watchHealth(victim, cutAt, cluster ? NODE_BACK_BOUND_MS + 5_000 : 0);
+          }
+          // Done when the journal says so, or its report event came (the test's own reads may wait
+          // on a stream that is electing a leader); the journal is then read again for its takeovers.
+          const j = await until(`refit ${id} done`, REPORT_BOUND_MS, async () => {
+            if (events.reports.length > 0) {
+              // The journal, for its takeovers, if the test's own read gets through soon.
+              const now = await Promise.race([journal(r, id).catch(() => null), sleep(3_000).then(() => null)]);
+              return now?.status === 'done' ? now : ({ ...(now ?? { id, holder: '', phase: null }), status: 'done', report: events.reports[0] } as Journal);
+            }
+            // A read that waits on the stream gives way to the event after 2 s; the other replica's
+            // answer (GET /v1/rl/refits/{id}, as a trainer reads it) counts too.
+            const now = await Promise.race([journal(r, id).catch(() => null), sleep(2_000).then(() => null)]);
+            if (now?.status === 'done') return now;
+            const other = victim === a ? b! : a!;
+            const got = await other.http('GET', `/v1/rl/refits/${id}`, undefined, { timeoutMs: 2_000 }).catch(() => null);
+            if (got?.status === 200 && got.json?.status !== 'running' && got.json?.status !== 'queued')
+              return { ...(now ?? { id, holder: '', phase: null }), status: 'done', report: got.json as Report } as Journal;
+            return undefined;
+          }).catch(() => null);
+          const reportAt = Date.parse(j?.report ? ((j.report as { finished_at?: string }).finished_at ?? '') : '') || Date.now();
+          // Until a held call the cut replica made would have landed, and the bound after it.
+          await sleep(Math.max(0, Math.max(reportAt, cutAt + PHASE_HOLD_MS) + PAUSED_BOUND_MS - Date.now()));
+          await sampling.stop();
+          const h = await health.done;
+          const healedAt = await heal(victim);
+          const window: CutWindow = {
+            replica: victim.id,
+            shape,
+            at: cutAt,
+            healedAt,
+            backAt: h.back_after_ms !== null ? cutAt + h.back_after_ms : undefined,
+            epochs,
+            maxEpoch,
+          };
+          let agreedMs: number | null = null;
+          await until('owners agree after the heal', AGREE_BOUND_MS + 10_000, async () =>
+            (await ownersAgree(a!, b!)) ? ((agreedMs = since(healedAt)), true) : false,
+          ).catch(() => {});
+          await sleep(Math.max(0, healedAt + 1_000 - Date.now())); // a second report, from the cut replica once back, would come now
+          events.stop();
+          for (const sim of fleet.sims) await sim.clearFaults();
+
+          const states = await Promise.all(
+            fleet.sims.map(async (sim) => ({ url: sim.url, ...(await sim.state()) }) as { url: string; weightVersion: string; paused: string | null }),
+          );
+          const report = j?.report;
+          const mismatched = (report?.engines ?? []).flatMap((e) => {
+            const held = states.find((x) => x.url === e.url)?.weightVersion;
+            return (e.outcome === 'ok') !== (held === version)
+              ? [`${e.url}: ${e.outcome}${e.error ? ` (${e.error} in ${e.failed_phase}: ${e.message})` : ''}, holds ${held}`]
+              : [];
+          });
+          // Paused past the bound: from the later of the report and the pause's landing (a held pause of the cut replica lands late).
+          const late: string[] = [];
+          for (const sim of fleet.sims) {
+            let runStart: number | undefined;
+            for (const x of sampling.samples.filter((y) => y.url === sim.url).sort((p, q) => p.t - q.t)) {
+              if (x.paused === null) {
+                runStart = undefined;
+                continue;
+              }
+              runStart ??= x.t;
+              if (x.t > Math.max(reportAt, runStart) + PAUSED_BOUND_MS) late.push(`${sim.url} paused at report+${x.t - reportAt}ms`);
+            }
+          }
+          const calls = await expectNoLapsedCalls(r, [window], ids, from);
+          const takeover = j?.takeovers?.find((t) => t.from === victim.id);
+          runs.push({
+            shape,
+            phase,
+            phase_at_cut: phaseAtCut,
+            cut: victim.id,
+            owner_was_cut: [...owners.values()].every((o) => o === victim.id),
+            takeover: takeover ? { to: takeover.to, phase: takeover.phase, after_cut_ms: Date.parse(takeover.at) - cutAt } : null,
+            report_after_cut_ms: j ? reportAt - cutAt : null,
+            // When the trainer's connection heard the report (later than the bound, if j is null).
+            report_event_after_cut_ms: events.seen.length ? events.seen[0]! - cutAt : null,
+            report_event_carried_report: events.reports.length > 0,
+            report: report ? { status: report.status, aborted: report.aborted ?? null, errors: report.engines.map((e) => e.error ?? 'ok') } : null,
+            report_events: events.seen.length,
+            engines_on_new_version: states.filter((x) => x.weightVersion === version).length,
+            engines_paused_at_end: states.filter((x) => x.paused !== null).length,
+            samples_paused_past_bound: late.length,
+            health: h,
+            owners_agreed_after_heal_ms: agreedMs,
+            control_calls_unnamed: calls.unnamed,
+            control_calls_after_lapse: calls.lapsed,
+          });
+          process.stdout.write(`[chaos] ${SCENARIO}/phases run ${JSON.stringify(runs.at(-1))}\n`);
+          const what = `${shape} in ${phase}`;
+          expect.soft(j?.report, `${what}: the refit's report`).toBeDefined();
+          expect.soft(events.seen.length, `${what}: report events published`).toBe(1);
+          expect.soft(mismatched, `${what}: outcomes that are not what the engine holds`).toEqual([]);
+          expect
+            .soft(
+              states.filter((x) => x.weightVersion !== version).map((x) => `${x.url} holds ${x.weightVersion}`),
+              `${what}: engines not on the new version`,
+            )
+            .toEqual([]);
+          expect.soft(late, `${what}: engines paused longer than ${PAUSED_BOUND_MS} ms past the report or their pause's landing`).toEqual([]);
+          expect
+            .soft(
+              states.filter((x) => x.paused !== null).map((x) => x.url),
+              `${what}: engines paused at the end`,
+            )
+            .toEqual([]);
+          // A cut of the whole link (down, or every packet dropped) cuts the test off the replica's
+          // HTTP port too: its /health can be read only through the NATS-port and frozen-node cuts.
+          if (shape === 'nats-port' || shape === 'nats-node')
+            expect
+              .soft(h.unavailable_ms ?? Infinity, `${what}: the cut replica's /health 503 within ${HEALTH_BOUND_MS} ms`)
+              .toBeLessThanOrEqual(HEALTH_BOUND_MS);
+          if (cluster)
+            expect
+              .soft(h.back_ms ?? Infinity, `${what}: the cut replica back (through another node) within ${NODE_BACK_BOUND_MS} ms`)
+              .toBeLessThanOrEqual(NODE_BACK_BOUND_MS);
+          expect.soft(agreedMs ?? Infinity, `${what}: owners agree within ${AGREE_BOUND_MS} ms of the heal`).toBeLessThanOrEqual(AGREE_BOUND_MS);
+          // The next trial needs both replicas back.
+          await until(`both replicas healthy after ${what}`, 30_000, async () => {
+            for (const g of [a!, b!])
+              if ((await g.http('GET', '/health', undefined, { timeoutMs: 1_000 }).catch(() => ({ status: 0 }))).status !== 200) return false;
+            return ownersAgree(a!, b!);
+          });
+        }
+      }
+      const byShape = Object.fromEntries(
+        plan.map(({ shape }) => {
+          const xs = runs.filter((x) => x.shape === shape);
+          const ms = (key: string) => xs.map((x) => x[key] as number | null).filter((v): v is number => typeof v === 'number');
+          return [
+            shape,
+            {
+              trials: xs.length,
+              report_after_cut_p50_ms: percentile(ms('report_after_cut_ms'), 50),
+              report_after_cut_max_ms: Math.max(0, ...ms('report_after_cut_ms')),
+              all_on_new_version: xs.every((x) => x.engines_on_new_version === fleet.sims.length),
+            },
+          ];
+        }),
+      );
+      figures.phases = { phase_hold_ms: PHASE_HOLD_MS, paused_bound_ms: PAUSED_BOUND_MS, node_back_bound_ms: NODE_BACK_BOUND_MS, by_shape: byShape, runs };
+      process.stdout.write(`[chaos] ${SCENARIO}/phases ${JSON.stringify(figures.phases)}\n`);
+    },
+    chaosTimeout(120_000),
+  );
 
   /** Lease epochs `replica` holds, and the highest revision the owners bucket has handed out. */
   const leaseEpochs = async (r: Round, replica: string) => {
     const all = await leases(r);
-    return { epochs: new Map([...all].filter(([, l]) => l.replica === replica).map(([id, l]) => [id, l.revision])), maxEpoch: Math.max(0, ...[...all.values()].map((l) => l.revision)) };
+    return {
+      epochs: new Map([...all].filter(([, l]) => l.replica === replica).map(([id, l]) => [id, l.revision])),
+      maxEpoch: Math.max(0, ...[...all.values()].map((l) => l.revision)),
+    };
   };
 
   /**
@@ -791,7 +961,11 @@ describe(`chaos: ${SCENARIO}`, () => {
    */
   const watchHealth = (g: NsReplica, cutAt: number, backWithinMs: number) => {
     // back_after_ms: the poll before the first 200 again; the replica was back at some point after it.
-    const out: { unavailable_ms: number | null; back_ms: number | null; back_after_ms: number | null } = { unavailable_ms: null, back_ms: null, back_after_ms: null };
+    const out: { unavailable_ms: number | null; back_ms: number | null; back_after_ms: number | null } = {
+      unavailable_ms: null,
+      back_ms: null,
+      back_after_ms: null,
+    };
     const done = (async () => {
       const until = cutAt + Math.max(HEALTH_BOUND_MS + 1_000, backWithinMs);
       let previous = cutAt;
@@ -817,5 +991,7 @@ function keepOutputs(tag: string, replicas: readonly NsReplica[], failed: boolea
     mkdirSync(dir, { recursive: true });
     for (const g of replicas) writeFileSync(join(dir, `${tag}-${g.id}.log`), `${g.output()}\n`);
   }
-  if (failed && !dir) for (const g of replicas) process.stdout.write(`[chaos] ${SCENARIO}/${tag} ${g.id} (${g.ns.name}) last lines:\n${g.output().split('\n').slice(-25).join('\n')}\n`);
+  if (failed && !dir)
+    for (const g of replicas)
+      process.stdout.write(`[chaos] ${SCENARIO}/${tag} ${g.id} (${g.ns.name}) last lines:\n${g.output().split('\n').slice(-25).join('\n')}\n`);
 }

@@ -82,11 +82,31 @@ process.once('exit', () => {
 
 /** One replica of the fleet: the compiled gateway, RL on, a short lease, quiet logs. */
 async function startReplica(natsUrl: string, replicaId: string): Promise<Replica> {
-  const proc = spawn(process.execPath, [
-    'bin/rlgate.mjs', 'gateway', '--port', '0', '--enable-rl', '--log-level', 'warn', '--nats-url', natsUrl,
-    '--replica-id', replicaId, '--lease-secs', String(LEASE_SECS), '--health-check-interval-secs', '2',
-    '--retry-interval-secs', '1', '--rl-control-timeout-secs', String(CONTROL_TIMEOUT_SECS),
-  ], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(
+    process.execPath,
+    [
+      'bin/rlgate.mjs',
+      'gateway',
+      '--port',
+      '0',
+      '--enable-rl',
+      '--log-level',
+      'warn',
+      '--nats-url',
+      natsUrl,
+      '--replica-id',
+      replicaId,
+      '--lease-secs',
+      String(LEASE_SECS),
+      '--health-check-interval-secs',
+      '2',
+      '--retry-interval-secs',
+      '1',
+      '--rl-control-timeout-secs',
+      String(CONTROL_TIMEOUT_SECS),
+    ],
+    { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   running.add(proc);
   let stderr = '';
   proc.stderr!.on('data', (c: Buffer) => {
@@ -98,7 +118,7 @@ async function startReplica(natsUrl: string, replicaId: string): Promise<Replica
     const timer = setTimeout(() => rej(new Error(`replica ${replicaId} did not start in ${START_TIMEOUT_MS} ms: ${stderr}`)), START_TIMEOUT_MS);
     createInterface({ input: proc.stdout! }).on('line', (line) => {
       const ev = jsonOrUndefined(line) as { event?: string; url?: string } | undefined;
-      if (ev?.event === 'listening') (clearTimeout(timer), res(ev.url!));
+      if (ev?.event === 'listening') clearTimeout(timer), res(ev.url!);
     });
     void exited.then((code) => (clearTimeout(timer), rej(new Error(`replica ${replicaId} exited (${String(code)}) before listening: ${stderr}`))));
   }).catch((err) => {
@@ -143,11 +163,7 @@ describe(`chaos: ${SCENARIO}`, () => {
     nats = await startTestNats();
     bus = await connectBus({ url: nats.url, name: 'test-trainer' });
     // Everything that takes seconds starts at once.
-    [sims] = await Promise.all([
-      Promise.all([0, 1, 2].map(() => spawnSglangSim(['--token-rate', '0']))),
-      launch(),
-      launch(),
-    ]);
+    [sims] = await Promise.all([Promise.all([0, 1, 2].map(() => spawnSglangSim(['--token-rate', '0']))), launch(), launch()]);
     for (const s of sims) {
       await s.setFaults({ route: 'update_weights_from_disk', delayMs: LOAD_DELAY_MS });
       const r = await call(replicas[0]!, 'POST', '/workers', { url: s.url }, 10_000);
@@ -168,223 +184,244 @@ describe(`chaos: ${SCENARIO}`, () => {
     await nats?.stop();
   });
 
-  it(`${KILLS} replicas SIGKILLed and replaced while refits run: every refit ends with a report, none left paused`, async () => {
-    const random = chaosRandom(SCENARIO);
-    const takeovers: Array<{ from: string; to: string; phase: string | null }> = [];
-    const sub = bus.subscribe(subjects('rl').allRefitEvents(), (e) => {
-      const ev = e as { type?: string; from: string; to: string; phase: string | null };
-      if (ev.type === 'takeover') takeovers.push({ from: ev.from, to: ev.to, phase: ev.phase });
-    });
+  it(
+    `${KILLS} replicas SIGKILLed and replaced while refits run: every refit ends with a report, none left paused`,
+    async () => {
+      const random = chaosRandom(SCENARIO);
+      const takeovers: Array<{ from: string; to: string; phase: string | null }> = [];
+      const sub = bus.subscribe(subjects('rl').allRefitEvents(), (e) => {
+        const ev = e as { type?: string; from: string; to: string; phase: string | null };
+        if (ev.type === 'takeover') takeovers.push({ from: ev.from, to: ev.to, phase: ev.phase });
+      });
 
-    // The trainer.
-    const accepted = new Map<string, string>(); // refit id -> version
-    const outcomes: Record<string, number> = {};
-    const engineOutcomes: Record<string, number> = {};
-    /** One message per kind of engine failure, for the figures. */
-    const errorSamples: Record<string, string> = {};
-    let followedById = 0;
-    let resent = 0;
-    let refusedRediscovering = 0;
-    let skippedEngines = 0;
-    let stopTrainer = false;
+      // The trainer.
+      const accepted = new Map<string, string>(); // refit id -> version
+      const outcomes: Record<string, number> = {};
+      const engineOutcomes: Record<string, number> = {};
+      /** One message per kind of engine failure, for the figures. */
+      const errorSamples: Record<string, string> = {};
+      let followedById = 0;
+      let resent = 0;
+      let refusedRediscovering = 0;
+      let skippedEngines = 0;
+      let stopTrainer = false;
 
-    /** A live replica, rotating so that the trainer does not always lean on the same one. */
-    let turn = 0;
-    const someLive = async (): Promise<Replica> => {
-      for (;;) {
-        const alive = live();
-        if (alive.length > 0) return alive[turn++ % alive.length]!;
-        await sleep(50);
-      }
-    };
-
-    /** The refit's report as any live replica has it, waiting while it runs; null if none knows the id. */
-    const reportById = async (id: string, deadline: number): Promise<Report | null> => {
-      let unknown = 0;
-      for (;;) {
-        if (Date.now() > deadline) throw new Error(`refit ${id} still running after ${REFIT_BOUND_MS} ms`);
-        const g = await someLive();
-        const r = await call(g, 'GET', `/v1/rl/refits/${id}`, undefined, 5_000).catch(() => null);
-        if (r?.status === 200 && r.json.status !== 'running') return r.json as Report;
-        if (r?.status === 404 && ++unknown >= 2) return null; // asked twice: it was never queued
-        if (r?.status === 200) unknown = 0;
-        await sleep(100);
-      }
-    };
-
-    const runRefit = async (i: number): Promise<Report> => {
-      const id = `loop-${i}`;
-      const v = `v${i}`;
-      const body = { refit_id: id, weight_version: v, source: { kind: 'disk', model_path: `/m/${v}` } };
-      const deadline = Date.now() + REFIT_BOUND_MS;
-      for (;;) {
-        if (Date.now() > deadline) throw new Error(`refit ${id} not answered after ${REFIT_BOUND_MS} ms`);
-        const g = await someLive();
-        const r = await call(g, 'POST', '/v1/rl/refits', body, REFIT_BOUND_MS).catch(() => null);
-        if (r && (r.status === 200 || r.status === 207)) {
-          accepted.set(id, v);
-          return r.json as Report;
+      /** A live replica, rotating so that the trainer does not always lean on the same one. */
+      let turn = 0;
+      const someLive = async (): Promise<Replica> => {
+        for (;;) {
+          const alive = live();
+          if (alive.length > 0) return alive[turn++ % alive.length]!;
+          await sleep(50);
         }
-        // Engines whose owner died are rediscovered by their new owner (they are `registering` a
-        // moment): a refit meanwhile is refused with nothing paused, and a trainer sends it again.
-        if (r?.status === 409 && r.json?.error === 'no_eligible_targets' && (r.json.skipped as Array<{ reason: string }>).every((x) => x.reason === 'not_discovered')) {
-          refusedRediscovering++;
-          await sleep(200);
-          continue;
-        }
-        // Anything else but a lost connection is an answer a trainer cannot act on: the test fails on it.
-        if (r) throw new Error(`refit ${id} answered ${r.status} by ${g.replicaId}: ${r.text}`);
-        followedById++;
-        const report = await reportById(id, deadline);
-        if (report) {
-          accepted.set(id, v);
-          return report;
-        }
-        resent++;
-      }
-    };
+      };
 
-    const killToReport: Array<{ role: string; ms: number }> = [];
-    const killsInRefit: Array<{ at: number; id: string; role: string }> = [];
-    let current: string | null = null;
-    let trainerDone = false;
-    const trainer = (async () => {
-      try {
-        for (let i = 0; !stopTrainer; i++) {
-          current = `loop-${i}`;
-          const report = await runRefit(i);
-          const endedAt = Date.now();
-          current = null;
-          for (let k = killsInRefit.length - 1; k >= 0; k--) {
-            if (killsInRefit[k]!.id !== report.id) continue;
-            killToReport.push({ role: killsInRefit[k]!.role, ms: endedAt - killsInRefit[k]!.at });
-            killsInRefit.splice(k, 1);
+      /** The refit's report as any live replica has it, waiting while it runs; null if none knows the id. */
+      const reportById = async (id: string, deadline: number): Promise<Report | null> => {
+        let unknown = 0;
+        for (;;) {
+          if (Date.now() > deadline) throw new Error(`refit ${id} still running after ${REFIT_BOUND_MS} ms`);
+          const g = await someLive();
+          const r = await call(g, 'GET', `/v1/rl/refits/${id}`, undefined, 5_000).catch(() => null);
+          if (r?.status === 200 && r.json.status !== 'running') return r.json as Report;
+          if (r?.status === 404 && ++unknown >= 2) return null; // asked twice: it was never queued
+          if (r?.status === 200) unknown = 0;
+          await sleep(100);
+        }
+      };
+
+      const runRefit = async (i: number): Promise<Report> => {
+        const id = `loop-${i}`;
+        const v = `v${i}`;
+        const body = { refit_id: id, weight_version: v, source: { kind: 'disk', model_path: `/m/${v}` } };
+        const deadline = Date.now() + REFIT_BOUND_MS;
+        for (;;) {
+          if (Date.now() > deadline) throw new Error(`refit ${id} not answered after ${REFIT_BOUND_MS} ms`);
+          const g = await someLive();
+          const r = await call(g, 'POST', '/v1/rl/refits', body, REFIT_BOUND_MS).catch(() => null);
+          if (r && (r.status === 200 || r.status === 207)) {
+            accepted.set(id, v);
+            return r.json as Report;
           }
-          bump(outcomes, report.aborted ? `${report.status} (${report.aborted})` : report.status);
-          skippedEngines += report.skipped?.length ?? 0;
-          const states = await Promise.all(sims.map(async (s) => ({ url: s.url, st: await s.state() })));
-          for (const e of report.engines) {
-            const key = e.outcome === 'ok' ? 'ok' : `${e.error} in ${e.failed_phase}`;
-            bump(engineOutcomes, key);
-            if (e.outcome !== 'ok') {
-              errorSamples[key] ??= e.message ?? '';
-              continue;
+          // Engines whose owner died are rediscovered by their new owner (they are `registering` a
+          // moment): a refit meanwhile is refused with nothing paused, and a trainer sends it again.
+          if (
+            r?.status === 409 &&
+            r.json?.error === 'no_eligible_targets' &&
+            (r.json.skipped as Array<{ reason: string }>).every((x) => x.reason === 'not_discovered')
+          ) {
+            refusedRediscovering++;
+            await sleep(200);
+            continue;
+          }
+          // Anything else but a lost connection is an answer a trainer cannot act on: the test fails on it.
+          if (r) throw new Error(`refit ${id} answered ${r.status} by ${g.replicaId}: ${r.text}`);
+          followedById++;
+          const report = await reportById(id, deadline);
+          if (report) {
+            accepted.set(id, v);
+            return report;
+          }
+          resent++;
+        }
+      };
+
+      const killToReport: Array<{ role: string; ms: number }> = [];
+      const killsInRefit: Array<{ at: number; id: string; role: string }> = [];
+      let current: string | null = null;
+      let trainerDone = false;
+      const trainer = (async () => {
+        try {
+          for (let i = 0; !stopTrainer; i++) {
+            current = `loop-${i}`;
+            const report = await runRefit(i);
+            const endedAt = Date.now();
+            current = null;
+            for (let k = killsInRefit.length - 1; k >= 0; k--) {
+              if (killsInRefit[k]!.id !== report.id) continue;
+              killToReport.push({ role: killsInRefit[k]!.role, ms: endedAt - killsInRefit[k]!.at });
+              killsInRefit.splice(k, 1);
             }
-            const held = states.find((x) => x.url === e.url)!.st.weightVersion;
-            expect(held, `refit loop-${i}: ${e.url} reported ok`).toBe(`v${i}`);
+            bump(outcomes, report.aborted ? `${report.status} (${report.aborted})` : report.status);
+            skippedEngines += report.skipped?.length ?? 0;
+            const states = await Promise.all(sims.map(async (s) => ({ url: s.url, st: await s.state() })));
+            for (const e of report.engines) {
+              const key = e.outcome === 'ok' ? 'ok' : `${e.error} in ${e.failed_phase}`;
+              bump(engineOutcomes, key);
+              if (e.outcome !== 'ok') {
+                errorSamples[key] ??= e.message ?? '';
+                continue;
+              }
+              const held = states.find((x) => x.url === e.url)!.st.weightVersion;
+              expect(held, `refit loop-${i}: ${e.url} reported ok`).toBe(`v${i}`);
+            }
+            // A refit that reached no engine (say every engine was cut by a phase deadline) is
+            // followed by a short back-off, as a trainer would.
+            if (!report.engines.some((e) => e.outcome === 'ok')) await sleep(BACKOFF_MS);
           }
-          // A refit that reached no engine (say every engine was cut by a phase deadline) is
-          // followed by a short back-off, as a trainer would.
-          if (!report.engines.some((e) => e.outcome === 'ok')) await sleep(BACKOFF_MS);
+        } finally {
+          trainerDone = true;
         }
-      } finally {
-        trainerDone = true;
-      }
-    })();
+      })();
 
-    // The killer: waits for the previous replacement, a random moment, then SIGKILLs a replica
-    // chosen by role and starts a new one in its place.
-    const victims: Record<string, number> = {};
-    const startMs: number[] = [];
-    let kills = 0;
-    const killer = (async () => {
-      let replacement: Promise<unknown> = Promise.resolve();
-      for (let k = 0; k < KILLS && !trainerDone; k++) {
+      // The killer: waits for the previous replacement, a random moment, then SIGKILLs a replica
+      // chosen by role and starts a new one in its place.
+      const victims: Record<string, number> = {};
+      const startMs: number[] = [];
+      let kills = 0;
+      const killer = (async () => {
+        let replacement: Promise<unknown> = Promise.resolve();
+        for (let k = 0; k < KILLS && !trainerDone; k++) {
+          await replacement;
+          await sleep(Math.floor(random() * KILL_SPAN_MS));
+          const alive = live();
+          const asked = alive[0]!;
+          const refitId = current;
+          let runner: string | null = null;
+          if (refitId) {
+            const r = await call(asked, 'GET', `/v1/rl/refits/${refitId}`, undefined, 5_000).catch(() => null);
+            if (r?.status === 200 && r.json.status === 'running') runner = r.json.replica as string;
+          }
+          const rows = await call(asked, 'GET', '/v1/rl/workers', undefined, 5_000).catch(() => null);
+          const owners = new Set<string>(((rows?.json?.workers ?? []) as Array<{ owner: string | null }>).flatMap((w) => (w.owner ? [w.owner] : [])));
+          const byId = (id: string | null) => alive.find((g) => g.replicaId === id);
+          const liveOwners = alive.filter((g) => owners.has(g.replicaId));
+          const pick = random();
+          const victim =
+            pick < 1 / 3 && byId(runner)
+              ? byId(runner)!
+              : pick < 2 / 3 && liveOwners.length > 0
+                ? liveOwners[Math.floor(random() * liveOwners.length)]!
+                : alive[Math.floor(random() * alive.length)]!;
+          const roles = [victim.replicaId === runner ? 'runner' : '', owners.has(victim.replicaId) ? 'owner' : ''].filter(Boolean);
+          const role = roles.length ? roles.join('+') : 'idle';
+          bump(victims, role);
+          const inRefit = current;
+          const at = Date.now();
+          dead.add(victim);
+          await endReplica(victim, 'SIGKILL');
+          kills++;
+          if (inRefit) killsInRefit.push({ at, id: inRefit, role });
+          const t0 = Date.now();
+          replacement = launch().then(() => void startMs.push(Date.now() - t0));
+        }
         await replacement;
-        await sleep(Math.floor(random() * KILL_SPAN_MS));
-        const alive = live();
-        const asked = alive[0]!;
-        const refitId = current;
-        let runner: string | null = null;
-        if (refitId) {
-          const r = await call(asked, 'GET', `/v1/rl/refits/${refitId}`, undefined, 5_000).catch(() => null);
-          if (r?.status === 200 && r.json.status === 'running') runner = r.json.replica as string;
-        }
-        const rows = await call(asked, 'GET', '/v1/rl/workers', undefined, 5_000).catch(() => null);
-        const owners = new Set<string>(((rows?.json?.workers ?? []) as Array<{ owner: string | null }>).flatMap((w) => (w.owner ? [w.owner] : [])));
-        const byId = (id: string | null) => alive.find((g) => g.replicaId === id);
-        const liveOwners = alive.filter((g) => owners.has(g.replicaId));
-        const pick = random();
-        const victim =
-          pick < 1 / 3 && byId(runner) ? byId(runner)! :
-          pick < 2 / 3 && liveOwners.length > 0 ? liveOwners[Math.floor(random() * liveOwners.length)]! :
-          alive[Math.floor(random() * alive.length)]!;
-        const roles = [victim.replicaId === runner ? 'runner' : '', owners.has(victim.replicaId) ? 'owner' : ''].filter(Boolean);
-        const role = roles.length ? roles.join('+') : 'idle';
-        bump(victims, role);
-        const inRefit = current;
-        const at = Date.now();
-        dead.add(victim);
-        await endReplica(victim, 'SIGKILL');
-        kills++;
-        if (inRefit) killsInRefit.push({ at, id: inRefit, role });
-        const t0 = Date.now();
-        replacement = launch().then(() => void startMs.push(Date.now() - t0));
-      }
-      await replacement;
-    })();
+      })();
 
-    await Promise.all([killer.finally(() => (stopTrainer = true)), trainer]);
-    sub.unsubscribe();
-    expect(kills, 'kills').toBe(KILLS);
+      await Promise.all([killer.finally(() => (stopTrainer = true)), trainer]);
+      sub.unsubscribe();
+      expect(kills, 'kills').toBe(KILLS);
 
-    // Every refit accepted has its final report, on every live replica; none is listed running.
-    for (const g of live()) {
-      for (const id of accepted.keys()) {
-        const r = await call(g, 'GET', `/v1/rl/refits/${id}`, undefined, 10_000);
-        expect(r.status, `${g.replicaId}: ${id}: ${r.text}`).toBe(200);
-        expect(r.json.status, `${g.replicaId}: ${id}`).not.toBe('running');
-      }
-      const list = await call(g, 'GET', '/v1/rl/refits', undefined, 10_000);
-      expect((list.json.refits as Array<{ id: string; status: string }>).filter((x) => x.status === 'running'), `${g.replicaId}: refits listed running`).toEqual([]);
-    }
-
-    // One last refit, once every engine is owned by a live replica and ready.
-    const liveIds = () => new Set(live().map((g) => g.replicaId));
-    await until('every engine ready and owned by a live replica, on every replica', 30_000, async () => {
+      // Every refit accepted has its final report, on every live replica; none is listed running.
       for (const g of live()) {
-        const rows = (await call(g, 'GET', '/v1/rl/workers', undefined, 5_000)).json.workers as Array<{ health: string; owner: string | null }>;
-        if (rows.length !== sims.length || rows.some((w) => w.health !== 'ready' || !liveIds().has(w.owner ?? ''))) return false;
+        for (const id of accepted.keys()) {
+          const r = await call(g, 'GET', `/v1/rl/refits/${id}`, undefined, 10_000);
+          expect(r.status, `${g.replicaId}: ${id}: ${r.text}`).toBe(200);
+          expect(r.json.status, `${g.replicaId}: ${id}`).not.toBe('running');
+        }
+        const list = await call(g, 'GET', '/v1/rl/refits', undefined, 10_000);
+        expect(
+          (list.json.refits as Array<{ id: string; status: string }>).filter((x) => x.status === 'running'),
+          `${g.replicaId}: refits listed running`,
+        ).toEqual([]);
       }
-      return true;
-    });
-    for (const s of sims) await s.clearFaults();
-    const last = await call(live()[0]!, 'POST', '/v1/rl/refits', { refit_id: 'loop-last', weight_version: 'last', source: { kind: 'disk', model_path: '/m/last' } }, REFIT_BOUND_MS);
-    expect(last.status, last.text).toBe(200);
-    expect(last.json.status).toBe('succeeded');
-    let leftPaused = 0;
-    for (const s of sims) {
-      const st = await s.state();
-      if (st.paused !== null) leftPaused++;
-      expect(st.paused, `${s.url} paused`).toBeNull();
-      expect(st.weightVersion, `${s.url} version`).toBe('last');
-    }
 
-    reportFigures(SCENARIO, {
-      kills,
-      victims,
-      kills_during_a_refit: killToReport.length,
-      refits_run: accepted.size,
-      outcomes,
-      engine_outcomes: engineOutcomes,
-      engine_failure_messages: errorSamples,
-      takeovers_seen: takeovers.length,
-      takeovers_in_phase: takeovers.reduce<Record<string, number>>((m, t) => {
-        bump(m, String(t.phase));
-        return m;
-      }, {}),
-      kill_to_report_ms: stats(killToReport.map((k) => k.ms)),
-      kill_to_report_ms_by_victim: Object.fromEntries([...new Set(killToReport.map((k) => k.role))].sort().map((role) => [role, stats(killToReport.filter((k) => k.role === role).map((k) => k.ms))])),
-      trainer_followed_by_id: followedById,
-      trainer_resent: resent,
-      refused_while_rediscovering: refusedRediscovering,
-      engines_skipped: skippedEngines,
-      replica_start_ms: stats(startMs),
-      load_delay_ms: LOAD_DELAY_MS,
-      control_timeout_secs: CONTROL_TIMEOUT_SECS,
-      lease_secs: LEASE_SECS,
-      trainer_backoff_ms: BACKOFF_MS,
-      engines_left_paused: leftPaused,
-    });
-  }, chaosTimeout(150_000));
+      // One last refit, once every engine is owned by a live replica and ready.
+      const liveIds = () => new Set(live().map((g) => g.replicaId));
+      await until('every engine ready and owned by a live replica, on every replica', 30_000, async () => {
+        for (const g of live()) {
+          const rows = (await call(g, 'GET', '/v1/rl/workers', undefined, 5_000)).json.workers as Array<{ health: string; owner: string | null }>;
+          if (rows.length !== sims.length || rows.some((w) => w.health !== 'ready' || !liveIds().has(w.owner ?? ''))) return false;
+        }
+        return true;
+      });
+      for (const s of sims) await s.clearFaults();
+      const last = await call(
+        live()[0]!,
+        'POST',
+        '/v1/rl/refits',
+        { refit_id: 'loop-last', weight_version: 'last', source: { kind: 'disk', model_path: '/m/last' } },
+        REFIT_BOUND_MS,
+      );
+      expect(last.status, last.text).toBe(200);
+      expect(last.json.status).toBe('succeeded');
+      let leftPaused = 0;
+      for (const s of sims) {
+        const st = await s.state();
+        if (st.paused !== null) leftPaused++;
+        expect(st.paused, `${s.url} paused`).toBeNull();
+        expect(st.weightVersion, `${s.url} version`).toBe('last');
+      }
+
+      reportFigures(SCENARIO, {
+        kills,
+        victims,
+        kills_during_a_refit: killToReport.length,
+        refits_run: accepted.size,
+        outcomes,
+        engine_outcomes: engineOutcomes,
+        engine_failure_messages: errorSamples,
+        takeovers_seen: takeovers.length,
+        takeovers_in_phase: takeovers.reduce<Record<string, number>>((m, t) => {
+          bump(m, String(t.phase));
+          return m;
+        }, {}),
+        kill_to_report_ms: stats(killToReport.map((k) => k.ms)),
+        kill_to_report_ms_by_victim: Object.fromEntries(
+          [...new Set(killToReport.map((k) => k.role))].sort().map((role) => [role, stats(killToReport.filter((k) => k.role === role).map((k) => k.ms))]),
+        ),
+        trainer_followed_by_id: followedById,
+        trainer_resent: resent,
+        refused_while_rediscovering: refusedRediscovering,
+        engines_skipped: skippedEngines,
+        replica_start_ms: stats(startMs),
+        load_delay_ms: LOAD_DELAY_MS,
+        control_timeout_secs: CONTROL_TIMEOUT_SECS,
+        lease_secs: LEASE_SECS,
+        trainer_backoff_ms: BACKOFF_MS,
+        engines_left_paused: leftPaused,
+      });
+    },
+    chaosTimeout(150_000),
+  );
 });

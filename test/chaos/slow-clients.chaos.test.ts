@@ -162,7 +162,16 @@ function slowClient(port: number, kind: Kind, route: string, tag: string): Promi
       clearTimeout(giveUp);
       dripping.delete(socket);
       const m = /^HTTP\/1\.1 (\d{3}) /.exec(Buffer.concat(chunks).toString('latin1'));
-      resolve({ kind, route, status: m ? Number(m[1]) : null, closedAfterMs: started ? Date.now() - started : 0, limitMs, gaveUp, error, notConnected: started === 0 });
+      resolve({
+        kind,
+        route,
+        status: m ? Number(m[1]) : null,
+        closedAfterMs: started ? Date.now() - started : 0,
+        limitMs,
+        gaveUp,
+        error,
+        notConnected: started === 0,
+      });
     });
   });
 }
@@ -198,16 +207,24 @@ describe(`chaos: ${SCENARIO}`, () => {
       // Both this process and the gateway (which inherits the limit) hold every slow connection.
       const need = CLIENTS + 300;
       const limit = openFileLimit();
-      if (limit && limit.soft < need) throw new Error(`the open-file limit (${limit.soft}) is below the ${need} descriptors ${CLIENTS} slow clients need: raise it (ulimit -n 8192) and run again`);
+      if (limit && limit.soft < need)
+        throw new Error(
+          `the open-file limit (${limit.soft}) is below the ${need} descriptors ${CLIENTS} slow clients need: raise it (ulimit -n 8192) and run again`,
+        );
     }
     // Started side by side: each child spends seconds compiling its sources.
     const simsStarted = Promise.all([0, 1, 2].map(() => spawnSglangSim(['--token-rate', '0'])));
     const gwStarted = startGatewayProcess([
-      '--request-header-timeout-secs', String(HEADER_TIMEOUT_SECS),
-      '--request-body-timeout-secs', String(BODY_TIMEOUT_SECS),
-      '--max-in-flight', String(MAX_IN_FLIGHT),
-      '--max-connections', String(MAX_CONNECTIONS),
-      '--health-check-interval-secs', '2',
+      '--request-header-timeout-secs',
+      String(HEADER_TIMEOUT_SECS),
+      '--request-body-timeout-secs',
+      String(BODY_TIMEOUT_SECS),
+      '--max-in-flight',
+      String(MAX_IN_FLIGHT),
+      '--max-connections',
+      String(MAX_CONNECTIONS),
+      '--health-check-interval-secs',
+      '2',
     ]);
     // Whatever started is stopped by afterAll, even when the other failed.
     const [s, g] = await Promise.allSettled([simsStarted, gwStarted]);
@@ -272,7 +289,16 @@ describe(`chaos: ${SCENARIO}`, () => {
     }
     // The engines' own truth right after the answer: the next refit has not started yet.
     const states = await Promise.all(sims.map((s) => s.state()));
-    return { id, status: res.statusCode, reportStatus, ms, engine, version, pausedAfter: states.filter((st) => st.paused).length, versionOnEngine: states[engine]!.weightVersion };
+    return {
+      id,
+      status: res.statusCode,
+      reportStatus,
+      ms,
+      engine,
+      version,
+      pausedAfter: states.filter((st) => st.paused).length,
+      versionOnEngine: states[engine]!.weightVersion,
+    };
   }
 
   /** Refits in a loop and GENERATORS /generate loops, until `stop()` says so. */
@@ -300,156 +326,210 @@ describe(`chaos: ${SCENARIO}`, () => {
     };
   }
 
-  it(`${CLIENTS} slow clients get 408 or are closed in time, while every refit succeeds, every /generate is answered and no engine is left paused`, async () => {
-    const random = chaosRandom(SCENARIO);
-    const port = Number(new URL(gw.url).port);
-    const rssBefore = rssMiB(gw.pid);
-    const workersBefore = (await gw.http('GET', '/v1/rl/workers')).json.workers.map((w: { id: string; url: string; labels: unknown }) => ({ id: w.id, url: w.url, labels: w.labels }));
-    await Promise.all(sims.map((s) => s.clearRequests()));
+  it(
+    `${CLIENTS} slow clients get 408 or are closed in time, while every refit succeeds, every /generate is answered and no engine is left paused`,
+    async () => {
+      const random = chaosRandom(SCENARIO);
+      const port = Number(new URL(gw.url).port);
+      const rssBefore = rssMiB(gw.pid);
+      const workersBefore = (await gw.http('GET', '/v1/rl/workers')).json.workers.map((w: { id: string; url: string; labels: unknown }) => ({
+        id: w.id,
+        url: w.url,
+        labels: w.labels,
+      }));
+      await Promise.all(sims.map((s) => s.clearRequests()));
 
-    // A warm-up, not measured: the gateway compiles its hot paths on its first requests.
-    const warm = workload('warm');
-    await sleep(WARMUP_MS);
-    await warm.stop();
-    // Baseline: the same workload, no slow client.
-    const base = workload('base');
-    await sleep(BASELINE_MS);
-    await base.stop();
-    // After the baseline: the workload's keep-alive connections are open and counted.
-    const fdsBefore = fdCount(gw.pid);
-    const gatewayDelayBefore = await gatewayLoopDelay(gw.url);
-    // This process's own delay: a late close may be this process reading it late.
-    const ownDelay = monitorEventLoopDelay({ resolution: 10 });
-    ownDelay.enable();
+      // A warm-up, not measured: the gateway compiles its hot paths on its first requests.
+      const warm = workload('warm');
+      await sleep(WARMUP_MS);
+      await warm.stop();
+      // Baseline: the same workload, no slow client.
+      const base = workload('base');
+      await sleep(BASELINE_MS);
+      await base.stop();
+      // After the baseline: the workload's keep-alive connections are open and counted.
+      const fdsBefore = fdCount(gw.pid);
+      const gatewayDelayBefore = await gatewayLoopDelay(gw.url);
+      // This process's own delay: a late close may be this process reading it late.
+      const ownDelay = monitorEventLoopDelay({ resolution: 10 });
+      ownDelay.enable();
 
-    // The slow phase: CLIENTS slots, each reopening a slow client as soon as the last one closes.
-    startTicker();
-    const slow = workload('slow');
-    const outcomes: SlowOutcome[] = [];
-    let fdsPeak = fdCount(gw.pid);
-    let rssPeak = rssBefore ?? 0;
-    const phaseEnds = Date.now() + SLOW_PHASE_MS;
-    const slot = async (i: number) => {
-      const kind = KINDS[i % KINDS.length]!;
-      for (let n = 0; Date.now() < phaseEnds; n++) {
-        const route = SLOW_ROUTES[Math.floor(random() * SLOW_ROUTES.length)]!;
-        outcomes.push(await slowClient(port, kind, route, `${i}-${n}`));
+      // The slow phase: CLIENTS slots, each reopening a slow client as soon as the last one closes.
+      startTicker();
+      const slow = workload('slow');
+      const outcomes: SlowOutcome[] = [];
+      let fdsPeak = fdCount(gw.pid);
+      let rssPeak = rssBefore ?? 0;
+      const phaseEnds = Date.now() + SLOW_PHASE_MS;
+      const slot = async (i: number) => {
+        const kind = KINDS[i % KINDS.length]!;
+        for (let n = 0; Date.now() < phaseEnds; n++) {
+          const route = SLOW_ROUTES[Math.floor(random() * SLOW_ROUTES.length)]!;
+          outcomes.push(await slowClient(port, kind, route, `${i}-${n}`));
+        }
+      };
+      const slots: Promise<void>[] = [];
+      // Opened in batches of 50 every 20 ms, jittered, so the listen backlog is not the bottleneck.
+      for (let i = 0; i < CLIENTS; i++) {
+        slots.push(slot(i));
+        if (i % 50 === 49) await sleep(10 + Math.floor(random() * 20));
       }
-    };
-    const slots: Promise<void>[] = [];
-    // Opened in batches of 50 every 20 ms, jittered, so the listen backlog is not the bottleneck.
-    for (let i = 0; i < CLIENTS; i++) {
-      slots.push(slot(i));
-      if (i % 50 === 49) await sleep(10 + Math.floor(random() * 20));
-    }
-    const sampler = setInterval(() => {
-      try {
-        fdsPeak = Math.max(fdsPeak, fdCount(gw.pid));
-        rssPeak = Math.max(rssPeak, rssMiB(gw.pid) ?? 0);
-      } catch {
-        // the gateway is gone: the checks below say so
+      const sampler = setInterval(() => {
+        try {
+          fdsPeak = Math.max(fdsPeak, fdCount(gw.pid));
+          rssPeak = Math.max(rssPeak, rssMiB(gw.pid) ?? 0);
+        } catch {
+          // the gateway is gone: the checks below say so
+        }
+      }, 500);
+      await Promise.all(slots);
+      clearInterval(sampler);
+      ownDelay.disable();
+      await slow.stop();
+      const gatewayDelayDuring = await gatewayLoopDelay(gw.url);
+
+      // Afterwards: healthy, answering, and holding no slow connection.
+      expect((await gw.http('GET', '/health')).status).toBe(200);
+      const after = await generate('gen-after');
+      expect(after.status, after.text).toBe(200);
+      const lastRefit = await refit('after');
+      let fdsAfter = fdCount(gw.pid);
+      await until('the gateway back to its descriptors', 10_000, async () => (fdsAfter = fdCount(gw.pid)) <= fdsBefore + 16).catch(() => {});
+
+      const ownDelayMaxMs = Math.round(ownDelay.max / 1e6);
+      const delayMs = (Number.isFinite(gatewayDelayDuring.max_ms) ? gatewayDelayDuring.max_ms : 0) + ownDelayMaxMs;
+      const late = outcomes.filter((o) => o.gaveUp || o.closedAfterMs > o.limitMs + CHECK_INTERVAL_MS + CLOSE_SLACK_MS + delayMs);
+      const early = outcomes.filter((o) => o.closedAfterMs < o.limitMs - 100);
+      const answered408 = outcomes.filter((o) => o.status === 408).length;
+      const closedBare = outcomes.filter((o) => o.status === null).length;
+      const otherStatus = outcomes.filter((o) => o.status !== null && o.status !== 408);
+      const allRefits = [...warm.refits, ...base.refits, ...slow.refits, lastRefit];
+      const paused = (await Promise.all(sims.map((s) => s.state()))).filter((st) => st.paused).length;
+      const records = (await Promise.all(sims.map((s) => s.requests()))).flat();
+      const slowReached = records.filter((r) => r.body.includes('"rid":"slow-'));
+      const workersAfter = (await gw.http('GET', '/v1/rl/workers')).json.workers.map((w: { id: string; url: string; labels: unknown }) => ({
+        id: w.id,
+        url: w.url,
+        labels: w.labels,
+      }));
+      const refitIds = new Set(((await gw.http('GET', '/v1/rl/refits')).json.refits as Array<{ id: string }>).map((r) => r.id));
+      const basePass = base.gens.map((g) => g.ms);
+      const slowPass = slow.gens.map((g) => g.ms);
+      const closeByKind = Object.fromEntries(
+        KINDS.map((k) => {
+          const xs = outcomes.filter((o) => o.kind === k).map((o) => o.closedAfterMs);
+          return [
+            k,
+            {
+              clients: xs.length,
+              timeout_ms: (k === 'header-drip' ? HEADER_TIMEOUT_SECS : BODY_TIMEOUT_SECS) * 1000,
+              p50_ms: percentile(xs, 50),
+              p99_ms: percentile(xs, 99),
+              max_ms: Math.max(...xs),
+            },
+          ];
+        }),
+      );
+      reportFigures(SCENARIO, {
+        slow_clients_at_once: CLIENTS,
+        slow_connections: outcomes.length,
+        answered_408: answered408,
+        closed_without_answer: closedBare,
+        other_status: otherStatus.length,
+        late: late.length,
+        early: early.length,
+        header_timeout_secs: HEADER_TIMEOUT_SECS,
+        body_timeout_secs: BODY_TIMEOUT_SECS,
+        close_bound_ms: `timeout + ${CHECK_INTERVAL_MS} (check) + ${CLOSE_SLACK_MS} (slack) + ${delayMs} (event-loop delays)`,
+        time_to_close: closeByKind,
+        generate_before: { requests: basePass.length, p50_ms: Math.round(percentile(basePass, 50)), p99_ms: Math.round(percentile(basePass, 99)) },
+        generate_during: { requests: slowPass.length, p50_ms: Math.round(percentile(slowPass, 50)), p99_ms: Math.round(percentile(slowPass, 99)) },
+        generate_p50_ratio: Number((percentile(slowPass, 50) / percentile(basePass, 50)).toFixed(2)),
+        generate_p99_ratio: Number((percentile(slowPass, 99) / percentile(basePass, 99)).toFixed(2)),
+        generate_not_200: [...warm.gens, ...base.gens, ...slow.gens].filter((g) => g.status !== 200).length,
+        refits: {
+          warm_up: warm.refits.length,
+          before: base.refits.length,
+          during: slow.refits.length,
+          after: 1,
+          p50_ms_before: Math.round(
+            percentile(
+              base.refits.map((r) => r.ms),
+              50,
+            ),
+          ),
+          max_ms_before: Math.round(Math.max(...base.refits.map((r) => r.ms))),
+          p50_ms_during: Math.round(
+            percentile(
+              slow.refits.map((r) => r.ms),
+              50,
+            ),
+          ),
+          max_ms_during: Math.round(Math.max(...slow.refits.map((r) => r.ms))),
+        },
+        refits_not_succeeded: allRefits.filter((r) => r.status !== 200 || r.reportStatus !== 'succeeded').length,
+        engines_left_paused: paused,
+        slow_requests_reaching_engines: slowReached.length,
+        gateway_fds: { before: fdsBefore, peak: fdsPeak, after: fdsAfter },
+        gateway_rss_mib: { before: rssBefore, peak: rssPeak },
+        gateway_event_loop_delay: { baseline: gatewayDelayBefore, during: gatewayDelayDuring },
+        test_process_event_loop_delay: { p99_ms: Math.round(ownDelay.percentile(99) / 1e6), max_ms: ownDelayMaxMs },
+        not_connected: outcomes.filter((o) => o.notConnected).length,
+        socket_errors: Object.fromEntries(
+          [...new Set(outcomes.map((o) => o.error).filter((e) => e !== undefined))].map((e) => [e, outcomes.filter((o) => o.error === e).length]),
+        ),
+      });
+
+      // Slow clients: answered 408 or closed, never early, never late, none left open.
+      expect(
+        outcomes.filter((o) => o.notConnected).map((o) => `${o.kind} ${o.route}: ${o.error}`),
+        'slow clients that could not connect',
+      ).toEqual([]);
+      expect(
+        otherStatus.map((o) => `${o.kind} ${o.route} → ${o.status}`),
+        'slow clients answered other than 408',
+      ).toEqual([]);
+      expect(
+        late.map((o) => `${o.kind} ${o.route}: ${o.gaveUp ? 'still open' : `${o.closedAfterMs} ms`}`),
+        'slow clients closed late or never',
+      ).toEqual([]);
+      expect(
+        early.map((o) => `${o.kind} ${o.route}: ${o.closedAfterMs} ms`),
+        'slow clients cut before their timeout',
+      ).toEqual([]);
+      expect(outcomes.length).toBeGreaterThanOrEqual(CLIENTS);
+
+      // Refits: each answered 200 succeeded, its engine on the new version, nothing left paused.
+      expect(slow.refits.length, 'no refit ran during the slow clients').toBeGreaterThan(0);
+      for (const r of allRefits) {
+        expect({ id: r.id, status: r.status, report: r.reportStatus, paused: r.pausedAfter, version: r.versionOnEngine }).toEqual({
+          id: r.id,
+          status: 200,
+          report: 'succeeded',
+          paused: 0,
+          version: r.version,
+        });
       }
-    }, 500);
-    await Promise.all(slots);
-    clearInterval(sampler);
-    ownDelay.disable();
-    await slow.stop();
-    const gatewayDelayDuring = await gatewayLoopDelay(gw.url);
+      expect(paused).toBe(0);
 
-    // Afterwards: healthy, answering, and holding no slow connection.
-    expect((await gw.http('GET', '/health')).status).toBe(200);
-    const after = await generate('gen-after');
-    expect(after.status, after.text).toBe(200);
-    const lastRefit = await refit('after');
-    let fdsAfter = fdCount(gw.pid);
-    await until('the gateway back to its descriptors', 10_000, async () => (fdsAfter = fdCount(gw.pid)) <= fdsBefore + 16).catch(() => {});
+      // /generate: every one answered 200, and during the slow clients within a generous bound of the
+      // baseline (ten times its p99, or two seconds more, whichever is larger).
+      const notOk = [...warm.gens, ...base.gens, ...slow.gens].filter((g) => g.status !== 200);
+      expect(
+        notOk.map((g) => `${g.status} ${g.text.slice(0, 200)}`),
+        '/generate not answered 200',
+      ).toEqual([]);
+      expect(slow.gens.length).toBeGreaterThan(0);
+      const bound = Math.max(10 * percentile(basePass, 99), percentile(basePass, 99) + 2_000);
+      expect(percentile(slowPass, 99), `/generate p99 during the slow clients vs bound ${Math.round(bound)} ms`).toBeLessThanOrEqual(bound);
 
-    const ownDelayMaxMs = Math.round(ownDelay.max / 1e6);
-    const delayMs = (Number.isFinite(gatewayDelayDuring.max_ms) ? gatewayDelayDuring.max_ms : 0) + ownDelayMaxMs;
-    const late = outcomes.filter((o) => o.gaveUp || o.closedAfterMs > o.limitMs + CHECK_INTERVAL_MS + CLOSE_SLACK_MS + delayMs);
-    const early = outcomes.filter((o) => o.closedAfterMs < o.limitMs - 100);
-    const answered408 = outcomes.filter((o) => o.status === 408).length;
-    const closedBare = outcomes.filter((o) => o.status === null).length;
-    const otherStatus = outcomes.filter((o) => o.status !== null && o.status !== 408);
-    const allRefits = [...warm.refits, ...base.refits, ...slow.refits, lastRefit];
-    const paused = (await Promise.all(sims.map((s) => s.state()))).filter((st) => st.paused).length;
-    const records = (await Promise.all(sims.map((s) => s.requests()))).flat();
-    const slowReached = records.filter((r) => r.body.includes('"rid":"slow-'));
-    const workersAfter = (await gw.http('GET', '/v1/rl/workers')).json.workers.map((w: { id: string; url: string; labels: unknown }) => ({ id: w.id, url: w.url, labels: w.labels }));
-    const refitIds = new Set(((await gw.http('GET', '/v1/rl/refits')).json.refits as Array<{ id: string }>).map((r) => r.id));
-    const basePass = base.gens.map((g) => g.ms);
-    const slowPass = slow.gens.map((g) => g.ms);
-    const closeByKind = Object.fromEntries(
-      KINDS.map((k) => {
-        const xs = outcomes.filter((o) => o.kind === k).map((o) => o.closedAfterMs);
-        return [k, { clients: xs.length, timeout_ms: (k === 'header-drip' ? HEADER_TIMEOUT_SECS : BODY_TIMEOUT_SECS) * 1000, p50_ms: percentile(xs, 50), p99_ms: percentile(xs, 99), max_ms: Math.max(...xs) }];
-      }),
-    );
-    reportFigures(SCENARIO, {
-      slow_clients_at_once: CLIENTS,
-      slow_connections: outcomes.length,
-      answered_408: answered408,
-      closed_without_answer: closedBare,
-      other_status: otherStatus.length,
-      late: late.length,
-      early: early.length,
-      header_timeout_secs: HEADER_TIMEOUT_SECS,
-      body_timeout_secs: BODY_TIMEOUT_SECS,
-      close_bound_ms: `timeout + ${CHECK_INTERVAL_MS} (check) + ${CLOSE_SLACK_MS} (slack) + ${delayMs} (event-loop delays)`,
-      time_to_close: closeByKind,
-      generate_before: { requests: basePass.length, p50_ms: Math.round(percentile(basePass, 50)), p99_ms: Math.round(percentile(basePass, 99)) },
-      generate_during: { requests: slowPass.length, p50_ms: Math.round(percentile(slowPass, 50)), p99_ms: Math.round(percentile(slowPass, 99)) },
-      generate_p50_ratio: Number((percentile(slowPass, 50) / percentile(basePass, 50)).toFixed(2)),
-      generate_p99_ratio: Number((percentile(slowPass, 99) / percentile(basePass, 99)).toFixed(2)),
-      generate_not_200: [...warm.gens, ...base.gens, ...slow.gens].filter((g) => g.status !== 200).length,
-      refits: {
-        warm_up: warm.refits.length,
-        before: base.refits.length,
-        during: slow.refits.length,
-        after: 1,
-        p50_ms_before: Math.round(percentile(base.refits.map((r) => r.ms), 50)),
-        max_ms_before: Math.round(Math.max(...base.refits.map((r) => r.ms))),
-        p50_ms_during: Math.round(percentile(slow.refits.map((r) => r.ms), 50)),
-        max_ms_during: Math.round(Math.max(...slow.refits.map((r) => r.ms))),
-      },
-      refits_not_succeeded: allRefits.filter((r) => r.status !== 200 || r.reportStatus !== 'succeeded').length,
-      engines_left_paused: paused,
-      slow_requests_reaching_engines: slowReached.length,
-      gateway_fds: { before: fdsBefore, peak: fdsPeak, after: fdsAfter },
-      gateway_rss_mib: { before: rssBefore, peak: rssPeak },
-      gateway_event_loop_delay: { baseline: gatewayDelayBefore, during: gatewayDelayDuring },
-      test_process_event_loop_delay: { p99_ms: Math.round(ownDelay.percentile(99) / 1e6), max_ms: ownDelayMaxMs },
-      not_connected: outcomes.filter((o) => o.notConnected).length,
-      socket_errors: Object.fromEntries([...new Set(outcomes.map((o) => o.error).filter((e) => e !== undefined))].map((e) => [e, outcomes.filter((o) => o.error === e).length])),
-    });
+      expect(fdsAfter, 'gateway descriptors after the slow clients').toBeLessThanOrEqual(fdsBefore + 16);
 
-    // Slow clients: answered 408 or closed, never early, never late, none left open.
-    expect(outcomes.filter((o) => o.notConnected).map((o) => `${o.kind} ${o.route}: ${o.error}`), 'slow clients that could not connect').toEqual([]);
-    expect(otherStatus.map((o) => `${o.kind} ${o.route} → ${o.status}`), 'slow clients answered other than 408').toEqual([]);
-    expect(late.map((o) => `${o.kind} ${o.route}: ${o.gaveUp ? 'still open' : `${o.closedAfterMs} ms`}`), 'slow clients closed late or never').toEqual([]);
-    expect(early.map((o) => `${o.kind} ${o.route}: ${o.closedAfterMs} ms`), 'slow clients cut before their timeout').toEqual([]);
-    expect(outcomes.length).toBeGreaterThanOrEqual(CLIENTS);
-
-    // Refits: each answered 200 succeeded, its engine on the new version, nothing left paused.
-    expect(slow.refits.length, 'no refit ran during the slow clients').toBeGreaterThan(0);
-    for (const r of allRefits) {
-      expect({ id: r.id, status: r.status, report: r.reportStatus, paused: r.pausedAfter, version: r.versionOnEngine }).toEqual({ id: r.id, status: 200, report: 'succeeded', paused: 0, version: r.version });
-    }
-    expect(paused).toBe(0);
-
-    // /generate: every one answered 200, and during the slow clients within a generous bound of the
-    // baseline (ten times its p99, or two seconds more, whichever is larger).
-    const notOk = [...warm.gens, ...base.gens, ...slow.gens].filter((g) => g.status !== 200);
-    expect(notOk.map((g) => `${g.status} ${g.text.slice(0, 200)}`), '/generate not answered 200').toEqual([]);
-    expect(slow.gens.length).toBeGreaterThan(0);
-    const bound = Math.max(10 * percentile(basePass, 99), percentile(basePass, 99) + 2_000);
-    expect(percentile(slowPass, 99), `/generate p99 during the slow clients vs bound ${Math.round(bound)} ms`).toBeLessThanOrEqual(bound);
-
-    expect(fdsAfter, 'gateway descriptors after the slow clients').toBeLessThanOrEqual(fdsBefore + 16);
-
-    // No slow request reached an engine or changed the fleet: no refit of theirs, no registration.
-    expect(slowReached.map((r) => r.path)).toEqual([]);
-    expect(workersAfter).toEqual(workersBefore);
-    expect([...refitIds].filter((id) => !id.startsWith('slow-clients-'))).toEqual([]);
-  }, chaosTimeout(90_000));
+      // No slow request reached an engine or changed the fleet: no refit of theirs, no registration.
+      expect(slowReached.map((r) => r.path)).toEqual([]);
+      expect(workersAfter).toEqual(workersBefore);
+      expect([...refitIds].filter((id) => !id.startsWith('slow-clients-'))).toEqual([]);
+    },
+    chaosTimeout(90_000),
+  );
 });

@@ -86,7 +86,9 @@ function eventLine<T>(s: Started, event: string): Promise<T> {
         // not a JSON line
       }
     });
-    void s.exited.then(({ code, signal }) => rej(new Error(`exited before \`${event}\` (code ${code}, signal ${signal}): ${s.stderr.join('\n').slice(-2000)}`)));
+    void s.exited.then(({ code, signal }) =>
+      rej(new Error(`exited before \`${event}\` (code ${code}, signal ${signal}): ${s.stderr.join('\n').slice(-2000)}`)),
+    );
   });
 }
 
@@ -104,7 +106,11 @@ async function stopAll(s: Started): Promise<void> {
   s.child.kill('SIGTERM');
   const { code } = await s.exited;
   await until(`every process of group ${s.pgid} to exit`, 10_000, async () => groupMembers(s.pgid).length === 0).catch((err) => {
-    throw new Error(`${(err as Error).message}; left: ${groupMembers(s.pgid).map((p) => `${p} ${commandOf(p)}`).join('; ')}`);
+    throw new Error(
+      `${(err as Error).message}; left: ${groupMembers(s.pgid)
+        .map((p) => `${p} ${commandOf(p)}`)
+        .join('; ')}`,
+    );
   });
   expect(code).toBe(0);
 }

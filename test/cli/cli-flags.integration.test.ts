@@ -53,7 +53,7 @@ describe('rlgate --version', () => {
     }
   });
 
-  it('after a command, --version is that command\'s: a weight version for refit and trainer', async () => {
+  it("after a command, --version is that command's: a weight version for refit and trainer", async () => {
     const port = await closedPort();
     const refit = await rlgate('refit', '--version', '5', '--model-path', '/m', '--nats-url', `nats://127.0.0.1:${port}`, '--timeout-secs', '1');
     // Parsed as a weight version (no usage error), then no NATS to reach: a failure, never the package version.
@@ -81,18 +81,23 @@ describe('--help on every command', () => {
     ['sim zmq', ['sim', 'zmq'], /^usage: rlgate sim zmq/i],
   ];
 
-  it.each(commands)('%s --help and -h print its usage on stdout and exit 0', async (_, argv, usage) => {
-    for (const flag of ['--help', '-h']) {
-      const r = await rlgate(...argv, flag);
-      expect(r.code, `${argv.join(' ')} ${flag}: ${r.stderr}`).toBe(0);
-      expect(r.stdout).toMatch(usage);
-    }
-  }, 60_000);
+  it.each(commands)(
+    '%s --help and -h print its usage on stdout and exit 0',
+    async (_, argv, usage) => {
+      for (const flag of ['--help', '-h']) {
+        const r = await rlgate(...argv, flag);
+        expect(r.code, `${argv.join(' ')} ${flag}: ${r.stderr}`).toBe(0);
+        expect(r.stdout).toMatch(usage);
+      }
+    },
+    60_000,
+  );
 
   // Where a command parses its flags. The gateway's usage is its whole settings table: it names
   // the flag and points at --help instead.
   const refusing: Array<[string, string[], RegExp]> = [
-    ...commands.filter(([name]) => !['rlgate', 'gateway', 'sim'].includes(name))
+    ...commands
+      .filter(([name]) => !['rlgate', 'gateway', 'sim'].includes(name))
       .map(([name, argv, usage]): [string, string[], RegExp] => [name, argv, new RegExp(usage.source.replace('^', '(^|\\n)'), 'i')]),
     ['gateway', ['gateway'], /^rlgate gateway: unknown flag --no-such-flag; see --help/],
   ];
@@ -111,7 +116,7 @@ describe('--help on every command', () => {
   });
 });
 
-describe('SGLang\'s flag spellings on the SGLang simulator', () => {
+describe("SGLang's flag spellings on the SGLang simulator", () => {
   let sim: SimProcess | undefined;
   afterAll(async () => sim?.stop());
 

@@ -47,7 +47,7 @@ function runGateway(args: string[], env: Record<string, string> = {}): Promise<R
 }
 
 describe('rlgate gateway: startup errors (line 6)', () => {
-  it('each invalid RL setting exits non-zero with SMG\'s message on stderr and never listens', async () => {
+  it("each invalid RL setting exits non-zero with SMG's message on stderr and never listens", async () => {
     // One process per startup error of §1, by SMG's flag names. (The same rules through the
     // environment and a config file are covered in test/gateway/config.test.ts.)
     const cases: Array<{ args: string[]; env?: Record<string, string>; message: string }> = [
@@ -69,13 +69,25 @@ describe('rlgate gateway: startup errors (line 6)', () => {
 });
 
 describe('rlgate gateway: a valid RL launch', () => {
-  it('accepts SMG\'s flag names, serves /v1/rl, and exits 0 on SIGTERM', async () => {
+  it("accepts SMG's flag names, serves /v1/rl, and exits 0 on SIGTERM", async () => {
     const proc = spawn(
       process.execPath,
       [
-        '--import', 'tsx', 'src/cli/main.ts', 'gateway',
-        '--port', '0', '--log-level', 'silent',
-        '--enable-rl', '--rl-control-timeout-secs', '1', '--rl-fanout-concurrency', '2', '--rl-version-policy', 'latest-only',
+        '--import',
+        'tsx',
+        'src/cli/main.ts',
+        'gateway',
+        '--port',
+        '0',
+        '--log-level',
+        'silent',
+        '--enable-rl',
+        '--rl-control-timeout-secs',
+        '1',
+        '--rl-fanout-concurrency',
+        '2',
+        '--rl-version-policy',
+        'latest-only',
       ],
       { cwd: REPO_ROOT, env: cleanEnv(), stdio: ['ignore', 'pipe', 'pipe'] },
     );

@@ -151,7 +151,9 @@ describe('npx rlgate gateway', () => {
         pid = restarted.nats_pid!;
       }
     }
-    await until('a failed restart on the held port', 15_000, async () => l.logs.some((x) => String(x.msg).startsWith('embedded nats-server could not be restarted')));
+    await until('a failed restart on the held port', 15_000, async () =>
+      l.logs.some((x) => String(x.msg).startsWith('embedded nats-server could not be restarted')),
+    );
     const health = await request(`${l.url}/health`);
     expect(health.statusCode).toBe(503);
     await health.body.dump();
@@ -180,7 +182,10 @@ describe('rlgate gateway whose shutdown is stuck behind a hung engine call', () 
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ weight_version: '2', source: { kind: 'disk', model_path: '/m' } }),
-    }).then((r) => r.body.dump(), () => undefined);
+    }).then(
+      (r) => r.body.dump(),
+      () => undefined,
+    );
     await until('the engine to hold the weight load', 20_000, async () => (await sim.requests()).some((r) => r.path === '/update_weights_from_disk'));
     return l;
   }

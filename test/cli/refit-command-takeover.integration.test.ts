@@ -37,8 +37,11 @@ describe('rlgate refit when the replica that took its request dies', () => {
     await f.bus.nc.flush();
     const seen = (type: string, phase?: string) => events.find((e) => e.event.type === type && (phase === undefined || e.event.phase === phase));
 
-    const cli = run(process.execPath, ['bin/rlgate.mjs', 'refit', '--version', version, '--model-path', `/m/${version}`, '--nats-url', f.nats.url, '--refit-id', refitId], RUN_TIMEOUT_MS)
-      .then((r) => ({ ...r, exitedAt: Date.now() }));
+    const cli = run(
+      process.execPath,
+      ['bin/rlgate.mjs', 'refit', '--version', version, '--model-path', `/m/${version}`, '--nats-url', f.nats.url, '--refit-id', refitId],
+      RUN_TIMEOUT_MS,
+    ).then((r) => ({ ...r, exitedAt: Date.now() }));
     cli.catch(() => {}); // awaited below; a hang is reported there
 
     await until('the refit in its load', 20_000, async () => seen('phase', 'refit'));
@@ -63,7 +66,7 @@ describe('rlgate refit when the replica that took its request dies', () => {
     expect(report.id).toBe(refitId);
     expect(out.code, out.stderr).toBe(report.failed.length === 0 ? 0 : 3);
     if (journal?.value.holder === taker!.replicaId) {
-      expect(seen('takeover'), 'the survivor took the dead runner\'s refit over').toBeDefined();
+      expect(seen('takeover'), "the survivor took the dead runner's refit over").toBeDefined();
     }
 
     for (const s of f.sims) {

@@ -12,7 +12,10 @@ import { CLI, fields, run } from '../fixtures/cli-process.ts';
 const refit = (args: string[]) => run(process.execPath, [...CLI, 'refit', ...args]);
 
 function legs(stderr: string, refitId: string): Array<Record<string, string>> {
-  return stderr.split('\n').map(fields).filter((f) => f.refit === refitId && f.event === 'leg');
+  return stderr
+    .split('\n')
+    .map(fields)
+    .filter((f) => f.refit === refitId && f.event === 'leg');
 }
 
 describe('rlgate refit', () => {
@@ -34,7 +37,11 @@ describe('rlgate refit', () => {
     expect(r.code, r.stderr).toBe(0);
     const report = JSON.parse(r.stdout);
     expect(report).toMatchObject({ id: 'cli-ok', status: 'succeeded', weight_version: '11', total: 2, succeeded: 2 });
-    const events = r.stderr.split('\n').map(fields).filter((f) => f.refit === 'cli-ok').map((f) => f.event);
+    const events = r.stderr
+      .split('\n')
+      .map(fields)
+      .filter((f) => f.refit === 'cli-ok')
+      .map((f) => f.event);
     expect(events[0]).toBe('accepted');
     expect(events.at(-1)).toBe('report');
     const seen = legs(r.stderr, 'cli-ok');
@@ -45,7 +52,7 @@ describe('rlgate refit', () => {
     expect(r.stderr).toMatch(/event=report status=succeeded version=11 succeeded=2 total=2/);
   });
 
-  it('exit 3 on a partial refit: the failed engine\'s line names its error and its status (501)', async () => {
+  it("exit 3 on a partial refit: the failed engine's line names its error and its status (501)", async () => {
     await sims[1]!.setFaults({ route: 'update_weights_from_disk', status: 501, times: 1 });
     const r = await refit(['--version', '12', '--model-path', '/m/12', '--nats-url', t.nats.url, '--refit-id', 'cli-partial']);
     expect(r.code, r.stderr).toBe(3);
@@ -53,7 +60,9 @@ describe('rlgate refit', () => {
     expect(report).toMatchObject({ id: 'cli-partial', status: 'partial', succeeded: 1 });
     expect(report.failed).toMatchObject([{ url: sims[1]!.url, error: 'upstream_error', status: 501 }]);
     const failed = legs(r.stderr, 'cli-partial').filter((l) => l.outcome === 'failed');
-    expect(failed).toEqual([expect.objectContaining({ engine: sims[1]!.url, phase: 'refit', step: 'update_weights_from_disk', error: 'upstream_error', status: '501' })]);
+    expect(failed).toEqual([
+      expect.objectContaining({ engine: sims[1]!.url, phase: 'refit', step: 'update_weights_from_disk', error: 'upstream_error', status: '501' }),
+    ]);
     const ok = legs(r.stderr, 'cli-partial').filter((l) => l.engine === sims[0]!.url);
     expect(ok.map((l) => `${l.phase} ${l.outcome}`)).toEqual(['pause ok', 'refit ok', 'verify ok', 'resume ok']);
   });
@@ -68,7 +77,10 @@ describe('rlgate refit', () => {
     // Redrawn in place: the cursor goes back up over the last frame, lines are cleared to their end.
     expect(out).toMatch(/\x1b\[2A/);
     expect(out).toContain('\x1b[K');
-    const frames = out.split('\x1b[?25l').filter((f) => f.includes('refit cli-tty → version 13')).map((f) => f.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ''));
+    const frames = out
+      .split('\x1b[?25l')
+      .filter((f) => f.includes('refit cli-tty → version 13'))
+      .map((f) => f.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ''));
     // A frame while the engines load, and the last one.
     expect(frames.some((f) => sims.every((sim) => new RegExp(`${sim.url} +running +refit 1/1 update_weights_from_disk`).test(f)))).toBe(true);
     const last = frames.at(-1)!;
@@ -92,7 +104,11 @@ describe('rlgate refit', () => {
   });
 
   it('exit 2 on a usage error, before anything is sent', async () => {
-    for (const args of [['--model-path', '/m'], ['--version', '1', '--model-path', '/m', '--refit-id', 'a.b'], ['--version', '1', '--model-path', '/m', '--bogus']]) {
+    for (const args of [
+      ['--model-path', '/m'],
+      ['--version', '1', '--model-path', '/m', '--refit-id', 'a.b'],
+      ['--version', '1', '--model-path', '/m', '--bogus'],
+    ]) {
       const r = await refit([...args, '--nats-url', t.nats.url]);
       expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(2);
       expect(r.stdout).toBe('');

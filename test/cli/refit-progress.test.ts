@@ -15,7 +15,16 @@ const url = (i: number) => `http://10.0.0.${i}:30000`;
 /** A disk refit of engines w1 and w2 in which w2's load answers 501. */
 function partialRefit(): Array<Record<string, unknown>> {
   const leg = (w: string, i: number, phase: string, extra: Record<string, unknown> = {}) =>
-    ev('leg', { worker_id: w, url: url(i), phase, step: phase === 'refit' ? 'update_weights_from_disk' : null, step_index: 0, outcome: 'ok', latency_ms: 3, ...extra });
+    ev('leg', {
+      worker_id: w,
+      url: url(i),
+      phase,
+      step: phase === 'refit' ? 'update_weights_from_disk' : null,
+      step_index: 0,
+      outcome: 'ok',
+      latency_ms: 3,
+      ...extra,
+    });
   return [
     ev('accepted', { weight_version: '7', source: 'disk', selector: null, targets: ['w1', 'w2'], skipped: [], replica: 'a' }),
     ev('started', { replica: 'b', targets: ['w1', 'w2'], quorum: 1, steps: ['update_weights_from_disk'], verify: false, recovered: null }),
@@ -30,7 +39,12 @@ function partialRefit(): Array<Record<string, unknown>> {
 }
 
 const report = {
-  id: 'r1', status: 'partial', weight_version: '7', total: 2, succeeded: 1, duration_ms: 40,
+  id: 'r1',
+  status: 'partial',
+  weight_version: '7',
+  total: 2,
+  succeeded: 1,
+  duration_ms: 40,
   engines: [
     { worker_id: 'w1', url: url(1), outcome: 'ok' },
     { worker_id: 'w2', url: url(2), outcome: 'failed', failed_phase: 'refit', failed_step: 'update_weights_from_disk', error: 'upstream_error', status: 501 },
@@ -46,7 +60,14 @@ describe('refit progress from events', () => {
     expect(p).toMatchObject({ weightVersion: '7', status: 'running', replica: 'b', phase: 'resume', steps: 1, stepNames: ['update_weights_from_disk'] });
     expect([...p.engines.keys()]).toEqual(['w1', 'w2']);
     expect(p.engines.get('w1')).toMatchObject({ url: url(1), phase: 'resume', leg: 'running', failure: null });
-    expect(p.engines.get('w2')!.failure).toEqual({ phase: 'refit', step: 'update_weights_from_disk', stepIndex: 0, error: 'upstream_error', status: 501, message: 'HTTP 501' });
+    expect(p.engines.get('w2')!.failure).toEqual({
+      phase: 'refit',
+      step: 'update_weights_from_disk',
+      stepIndex: 0,
+      error: 'upstream_error',
+      status: 501,
+      message: 'HTTP 501',
+    });
     expect(tally(p)).toEqual({ ok: 0, failed: 1, running: 1, total: 2 });
 
     applyRefitEvent(p, ev('report', { report }));
@@ -127,8 +148,20 @@ describe('refit progress as text', () => {
 
 describe('the watch table', () => {
   const row = (i: number, patch: Partial<EngineRow> = {}): EngineRow => ({
-    id: `w${i}`, url: url(i), state: 'serving', control: 'active', weight_version: '6', version_source: 'engine', breaker: 'closed',
-    quarantine: null, in_flight: i, queued: 0, error: null, time: T, owner: 'a', ...patch,
+    id: `w${i}`,
+    url: url(i),
+    state: 'serving',
+    control: 'active',
+    weight_version: '6',
+    version_source: 'engine',
+    breaker: 'closed',
+    quarantine: null,
+    in_flight: i,
+    queued: 0,
+    error: null,
+    time: T,
+    owner: 'a',
+    ...patch,
   });
 
   it('names the refit and step touching an engine, in the table and in a transition line', () => {

@@ -21,7 +21,11 @@ const WARNING = /--admin-key on the command line is visible to other users/;
 /** Runs `rlgate <args>` to its exit (at most 30 s) and returns its code and everything it printed. */
 function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | string; out: string }> {
   return new Promise((res) => {
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], { cwd: REPO_ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     proc.stdout.on('data', (c: Buffer) => (out += c.toString()));
     proc.stderr.on('data', (c: Buffer) => (out += c.toString()));
@@ -74,9 +78,11 @@ describe('secrets out of sight', () => {
     // Three at a time: each is a process start (and some wait out a connection attempt).
     const results: Array<{ what: string; code: number | string; out: string }> = [];
     const queue = [...cases];
-    await Promise.all([0, 1, 2].map(async () => {
-      for (let c = queue.shift(); c; c = queue.shift()) results.push({ what: c[0], ...(await runCli(c[1], c[2])) });
-    }));
+    await Promise.all(
+      [0, 1, 2].map(async () => {
+        for (let c = queue.shift(); c; c = queue.shift()) results.push({ what: c[0], ...(await runCli(c[1], c[2])) });
+      }),
+    );
     expect(results).toHaveLength(cases.length);
     for (const { what, code, out } of results) {
       expect(code, `${what}: ${out}`).not.toBe(0);
@@ -90,7 +96,10 @@ describe('secrets out of sight', () => {
     const gw = await startGatewayProcess(['--nats-url', url, '--log-level', 'info']);
     try {
       expect(await status(`${gw.url}/health`)).toBe(200);
-      const watch = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'watch', '--nats-url', url], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+      const watch = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'watch', '--nats-url', url], {
+        cwd: REPO_ROOT,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let out = '';
       watch.stdout.on('data', (c: Buffer) => (out += c.toString()));
       watch.stderr.on('data', (c: Buffer) => (out += c.toString()));

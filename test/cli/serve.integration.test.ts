@@ -142,7 +142,11 @@ describe.each(['tokenspeed', 'zmq'])('rlgate serve --kind %s', (kind) => {
     });
     expect(gen.status).toBe(200);
     expect(gen.body.output_ids).toHaveLength(3);
-    const flush = await json(`${serving.url}/v1/rl/engine/flush_cache?selector=worker_type%3Dregular`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    const flush = await json(`${serving.url}/v1/rl/engine/flush_cache?selector=worker_type%3Dregular`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{}',
+    });
     expect(flush.status).toBe(200);
     expect(flush.body.succeeded).toBe(2);
   });
@@ -155,9 +159,27 @@ describe('rlgate serve --kind sglang:3,tokenspeed:2 -- --tp 2 --served-model-nam
   beforeAll(async () => {
     // SGLang's spellings after --: --tp reaches the SGLang simulators as --tp-size and the
     // TokenSpeed ones as --attn-tp-size.
-    child = spawn(process.execPath, ['bin/rlgate.mjs', 'serve', '--kind', 'sglang:3,tokenspeed:2', '--port', '0', '--log-level', 'warn', '--', '--tp', '2', '--served-model-name', 'mixed-model'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    child = spawn(
+      process.execPath,
+      [
+        'bin/rlgate.mjs',
+        'serve',
+        '--kind',
+        'sglang:3,tokenspeed:2',
+        '--port',
+        '0',
+        '--log-level',
+        'warn',
+        '--',
+        '--tp',
+        '2',
+        '--served-model-name',
+        'mixed-model',
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     serving = await new Promise<Serving>((resolve, reject) => {
       const t = setTimeout(() => reject(new Error('serve did not start')), 60_000);
       createInterface({ input: child.stdout! }).on('line', (l) => {

@@ -14,7 +14,10 @@ const STEPS = ['init_weights_update_group', 'update_weights_from_distributed 1/2
 const trainer = (args: string[]) => run(process.execPath, [...CLI, 'trainer', ...args], 90_000);
 
 function events(stderr: string, refitId: string): Array<Record<string, string>> {
-  return stderr.split('\n').map(fields).filter((f) => f.refit === refitId);
+  return stderr
+    .split('\n')
+    .map(fields)
+    .filter((f) => f.refit === refitId);
 }
 
 describe('rlgate trainer progress', () => {
@@ -53,7 +56,7 @@ describe('rlgate trainer progress', () => {
     expect(r.stderr).toMatch(/refit tp-nats to version 1: 200, report from /);
   });
 
-  it('over HTTP: the same lines, from the refit\'s event stream', async () => {
+  it("over HTTP: the same lines, from the refit's event stream", async () => {
     const r = await trainer(['--gateway', t.url, '--version', '2', '--params', '4', '--shape', '32,32', '--per-chunk', '2', '--refit-id', 'tp-http']);
     expect(r.code, r.stderr).toBe(0);
     expectEveryStep(r.stderr, 'tp-http');
@@ -78,7 +81,10 @@ describe('rlgate trainer progress', () => {
     const r = await run('script', ['-qfec', command, '/dev/null']);
     expect(r.code, r.stdout).toBe(0);
     const out = r.stdout.replace(/\r/g, '');
-    const frames = out.split('\x1b[?25l').filter((f) => f.includes('refit tp-tty → version 4')).map((f) => f.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ''));
+    const frames = out
+      .split('\x1b[?25l')
+      .filter((f) => f.includes('refit tp-tty → version 4'))
+      .map((f) => f.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ''));
     const last = frames.at(-1)!;
     expect(last).toMatch(/refit tp-tty → version 4 · \d+\.\d s · 2 ok, 0 failed of 2 · succeeded/);
     for (const sim of sims) expect(last).toMatch(new RegExp(`${sim.url} +ok +resume +\\d+ ms`));

@@ -55,7 +55,12 @@ describe('rlgate watch', () => {
 
   it('starts from the fleet as it stands, then prints the transitions of a refit in order, naming the refit and step', async () => {
     const w = await watch(process.execPath, [...CLI, 'watch', '--nats-url', t.nats.url]);
-    const lines = () => w.out().trim().split('\n').filter((l) => l.includes(sim.url));
+    const lines = () =>
+      w
+        .out()
+        .trim()
+        .split('\n')
+        .filter((l) => l.includes(sim.url));
     expect(lines().map((l) => l.split(/\s+/)[2])).toEqual(['serving']);
     expect(lines()[0]).toContain(`owner=${t.gw.replicaId}`);
     expect(lines()[0]).not.toContain('refit=');
@@ -71,7 +76,12 @@ describe('rlgate watch', () => {
   it('--json: the snapshot records first, then the state events and the refit events with their step', async () => {
     const w = await watch(process.execPath, [...CLI, 'watch', '--json', '--nats-url', t.nats.url]);
     await refit('watch-json', '10');
-    const parsed = () => w.out().trim().split('\n').map((l) => JSON.parse(l));
+    const parsed = () =>
+      w
+        .out()
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
     await until('the refit report event', 10_000, async () => parsed().some((e) => e.kind === 'refit' && e.type === 'report'));
     const events = parsed();
     expect(events[0]).toMatchObject({ kind: 'engine', snapshot: true, url: sim.url, state: 'serving', owner: t.gw.replicaId });
@@ -83,18 +93,26 @@ describe('rlgate watch', () => {
     expect(refits[0]).toMatchObject({ type: 'accepted', weight_version: '10' });
     expect(refits.find((e) => e.type === 'phase' && e.phase === 'refit')).toMatchObject({ step: 'update_weights_from_disk', step_index: 0, steps: 1 });
     expect(refits.filter((e) => e.type === 'leg').map((e) => `${e.phase} ${e.step ?? '-'} ${e.outcome}`)).toEqual([
-      'pause - ok', 'refit update_weights_from_disk ok', 'verify - ok', 'resume - ok',
+      'pause - ok',
+      'refit update_weights_from_disk ok',
+      'verify - ok',
+      'resume - ok',
     ]);
     expect(refits.at(-1)).toMatchObject({ type: 'report', report: { id: 'watch-json', status: 'succeeded' } });
   });
 
-  it('on a terminal: a table redrawn in place, the engine\'s row naming the refit and its step', async () => {
+  it("on a terminal: a table redrawn in place, the engine's row naming the refit and its step", async () => {
     const command = `stty cols 160 rows 12; ${process.execPath} ${CLI.join(' ')} watch --nats-url ${t.nats.url}`;
     const w = await watch('script', ['-qfec', command, '/dev/null']);
     // A load that takes a while, so that the table is drawn while the engine is in it.
     await sim.setFaults({ route: 'update_weights_from_disk', delayMs: 3_000, times: 1 });
     await refit('watch-tty', '11');
-    const frames = () => w.out().replace(/\r/g, '').split('\x1b[?25l').map((f) => f.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ''));
+    const frames = () =>
+      w
+        .out()
+        .replace(/\r/g, '')
+        .split('\x1b[?25l')
+        .map((f) => f.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, ''));
     const row = (f: string) => f.split('\n').find((l) => l.startsWith(sim.url)) ?? '';
     // The engine's state and the refit's report are separate events: wait for both to be drawn.
     await until('the row back to serving and the refit over', 30_000, async () => {
@@ -104,7 +122,17 @@ describe('rlgate watch', () => {
     const all = frames();
     expect(w.out()).toMatch(/\x1b\[2A/); // back up over the last frame (a header, the titles, one row)
     const during = all.map(row).find((r) => r.includes('refitting'));
-    expect(during?.split(/\s{2,}/)).toEqual([sim.url, 'refitting', 'paused', '10', 'closed', '0', t.gw.replicaId, 'watch-tty', 'refit 1/1 update_weights_from_disk']);
+    expect(during?.split(/\s{2,}/)).toEqual([
+      sim.url,
+      'refitting',
+      'paused',
+      '10',
+      'closed',
+      '0',
+      t.gw.replicaId,
+      'watch-tty',
+      'refit 1/1 update_weights_from_disk',
+    ]);
     const last = all.at(-1)!.split('\n');
     expect(last[0]).toMatch(/^rlgate watch · nats:\/\/127\.0\.0\.1:\d+ · 1 engine · 0 refits running · NATS connected/);
     expect(last[1]!.split(/\s{2,}/)).toEqual(['ENGINE', 'STATE', 'CONTROL', 'VERSION', 'BREAKER', 'IN-FLIGHT', 'OWNER', 'REFIT', 'STEP']);

@@ -32,7 +32,7 @@ describe('NATS messages per fan-out', () => {
     await Promise.all(more.map((s) => s.stop()));
   });
 
-  it('one request to the other owning replica, none for the caller\'s own engines, no state event', async () => {
+  it("one request to the other owning replica, none for the caller's own engines, no state event", async () => {
     const seen: string[] = [];
     const sub = fleet.bus.subscribe('rl.>', (_data, msg) => {
       seen.push(msg.subject);
@@ -54,6 +54,9 @@ describe('NATS messages per fan-out', () => {
     }
     const commands = seen.filter((s) => s.endsWith('.cmd'));
     expect(commands).toEqual([`rl.replica.${fleet.replicas[1]!.replicaId}.cmd`]);
-    expect(seen.filter((s) => s.endsWith('.state')), 'state events').toEqual([]);
+    expect(
+      seen.filter((s) => s.endsWith('.state')),
+      'state events',
+    ).toEqual([]);
   });
 });

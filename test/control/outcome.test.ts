@@ -12,17 +12,36 @@ import { Registry } from '../../src/fleet/registry.ts';
 import type { ControlOutcome } from '../../src/wire/control-call.ts';
 
 const w = { id: 'w-1', url: 'http://10.0.0.5:30000@1' };
-const answer = (status: number, body: unknown = { success: true }, truncated = false): ControlOutcome => ({ kind: 'answer', status, latencyMs: 12, body, truncated });
+const answer = (status: number, body: unknown = { success: true }, truncated = false): ControlOutcome => ({
+  kind: 'answer',
+  status,
+  latencyMs: 12,
+  body,
+  truncated,
+});
 const timeout: ControlOutcome = { kind: 'timeout', latencyMs: 600_000, message: 'upstream `http://10.0.0.5:30000` timed out after 600s' };
-const unreachable = (code?: 'bus_unavailable' | 'not_owner'): ControlOutcome => ({ kind: 'unreachable', latencyMs: 3, message: 'connect ECONNREFUSED', ...(code ? { code } : {}) });
+const unreachable = (code?: 'bus_unavailable' | 'not_owner'): ControlOutcome => ({
+  kind: 'unreachable',
+  latencyMs: 3,
+  message: 'connect ECONNREFUSED',
+  ...(code ? { code } : {}),
+});
 const noEndpoint: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: 'no rl.control_url', connectionMode: 'grpc' };
 
 describe('callOutcome: an answer as RlCallOutcome', () => {
   it.each([
-    ['a JSON 200', answer(200, { success: true, message: 'ok' }), { worker_id: 'w-1', url: w.url, status: 200, latency_ms: 12, body: { success: true, message: 'ok' } }],
+    [
+      'a JSON 200',
+      answer(200, { success: true, message: 'ok' }),
+      { worker_id: 'w-1', url: w.url, status: 200, latency_ms: 12, body: { success: true, message: 'ok' } },
+    ],
     ['a text 500', answer(500, 'Internal Server Error'), { worker_id: 'w-1', url: w.url, status: 500, latency_ms: 12, body: 'Internal Server Error' }],
     ['a null body', answer(204, null), { worker_id: 'w-1', url: w.url, status: 204, latency_ms: 12, body: null }],
-    ['a truncated body', answer(200, 'x'.repeat(8), true), { worker_id: 'w-1', url: w.url, status: 200, latency_ms: 12, body: 'x'.repeat(8), body_truncated: true }],
+    [
+      'a truncated body',
+      answer(200, 'x'.repeat(8), true),
+      { worker_id: 'w-1', url: w.url, status: 200, latency_ms: 12, body: 'x'.repeat(8), body_truncated: true },
+    ],
   ])('%s', (_name, o, row) => {
     // The URL is the registry URL as given (with its DP rank), never the control URL.
     expect(callOutcome(w, o as Extract<ControlOutcome, { kind: 'answer' }>)).toStrictEqual(row);
@@ -42,9 +61,19 @@ describe('isSuccess and failedCall: one outcome, one failed[] entry', () => {
     ['503', answer(503), false, { worker_id: 'w-1', url: w.url, error: 'upstream_error', message: 'HTTP 503', status: 503 }],
     ['a timeout', timeout, false, { worker_id: 'w-1', url: w.url, error: 'upstream_timeout', message: timeout.message }],
     ['unreachable', unreachable(), false, { worker_id: 'w-1', url: w.url, error: 'upstream_unreachable', message: 'connect ECONNREFUSED' }],
-    ['unreachable, not_owner (still refused when its deadline ran out)', unreachable('not_owner'), false, { worker_id: 'w-1', url: w.url, error: 'upstream_unreachable', message: 'connect ECONNREFUSED' }],
+    [
+      'unreachable, not_owner (still refused when its deadline ran out)',
+      unreachable('not_owner'),
+      false,
+      { worker_id: 'w-1', url: w.url, error: 'upstream_unreachable', message: 'connect ECONNREFUSED' },
+    ],
     ['the bus down', unreachable('bus_unavailable'), false, { worker_id: 'w-1', url: w.url, error: 'bus_unavailable', message: 'connect ECONNREFUSED' }],
-    ['no control endpoint', noEndpoint, false, { worker_id: 'w-1', url: w.url, error: 'no_control_endpoint', message: 'no rl.control_url', connection_mode: 'grpc' }],
+    [
+      'no control endpoint',
+      noEndpoint,
+      false,
+      { worker_id: 'w-1', url: w.url, error: 'no_control_endpoint', message: 'no rl.control_url', connection_mode: 'grpc' },
+    ],
   ])('%s', (_name, o, success, failed) => {
     expect(isSuccess(o)).toBe(success);
     expect(failedCall(w, o)).toStrictEqual(failed);
@@ -97,13 +126,21 @@ describe('proxyAnswer: the per-worker route', () => {
 
 describe('fanoutResponse: the fan-out body', () => {
   const registry = new Registry('replica-a');
-  const [a, b, c, d] = ['http://127.0.0.1:30001', 'http://127.0.0.1:30002', 'http://127.0.0.1:30003', 'http://127.0.0.1:30004'].map((url) => registry.register({ url }).worker);
+  const [a, b, c, d] = ['http://127.0.0.1:30001', 'http://127.0.0.1:30002', 'http://127.0.0.1:30003', 'http://127.0.0.1:30004'].map(
+    (url) => registry.register({ url }).worker,
+  );
   const byId = [a!, b!, c!, d!].sort((x, y) => (x.id < y.id ? -1 : 1));
 
   it.each<[string, ControlOutcome[], number, string[], number[]]>([
     ['every engine answers 200', [answer(200), answer(200), answer(200), answer(200)], 4, [], [0, 1, 2, 3]],
     ['a 500 is in results and in failed', [answer(200), answer(500), answer(200), answer(200)], 3, ['upstream_error'], [0, 1, 2, 3]],
-    ['failures without an answer are only in failed', [timeout, unreachable(), unreachable('bus_unavailable'), noEndpoint], 0, ['upstream_timeout', 'upstream_unreachable', 'bus_unavailable', 'no_control_endpoint'], []],
+    [
+      'failures without an answer are only in failed',
+      [timeout, unreachable(), unreachable('bus_unavailable'), noEndpoint],
+      0,
+      ['upstream_timeout', 'upstream_unreachable', 'bus_unavailable', 'no_control_endpoint'],
+      [],
+    ],
     ['success: false still counts as succeeded', [answer(200, { success: false }), answer(200), answer(200), answer(200)], 4, [], [0, 1, 2, 3]],
   ])('%s', (_name, outcomes, succeeded, errors, answered) => {
     // Given in reverse id order: the body is in worker id order whatever the targets' order.
@@ -121,7 +158,9 @@ describe('fanoutResponse: the fan-out body', () => {
     const body = fanoutResponse([a!, b!], new Map([[a!.id, answer(200)]]));
     expect(body.total).toBe(2);
     expect(body.succeeded).toBe(1);
-    expect(body.failed).toStrictEqual([{ worker_id: b!.id, url: b!.url, error: 'upstream_unreachable', message: `upstream \`${b!.url}\` unreachable: no outcome` }]);
+    expect(body.failed).toStrictEqual([
+      { worker_id: b!.id, url: b!.url, error: 'upstream_unreachable', message: `upstream \`${b!.url}\` unreachable: no outcome` },
+    ]);
   });
 });
 

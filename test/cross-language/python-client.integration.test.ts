@@ -20,7 +20,18 @@ describe('Python client (Debian protoc + python3-grpcio) → TokenSpeed simulato
     stubs = generatePythonStubs();
     [python, rust] = await Promise.all([
       // Token rate 0: one chunk per token, so every one of the three chunks must carry field 7.
-      spawnTokenspeedSim(['--rl-control-port', '0', '--model', 'MODEL', '--weight-version', 'py-v3', '--rl-update-from', 'distributed,mooncake', '--token-rate', '0']),
+      spawnTokenspeedSim([
+        '--rl-control-port',
+        '0',
+        '--model',
+        'MODEL',
+        '--weight-version',
+        'py-v3',
+        '--rl-update-from',
+        'distributed,mooncake',
+        '--token-rate',
+        '0',
+      ]),
       spawnTokenspeedSim(['--rl-control-port', '0', '--model', 'MODEL', '--servicer-impl', 'rust']),
     ]);
   });

@@ -77,7 +77,7 @@ describe('examples/python/refit.py (Debian python3, standard library) against a 
     await bad.setFaults({ route: 'update_weights_from_disk', status: 500, body: { success: false, message: 'disk read error' }, times: 1 });
     try {
       const r = await refitPy(['--gateway', tg.url, '--version', '8', '--model-path', '/ckpt/step-8', '--refit-id', 'py-step-8'], { RLGATE_ADMIN_KEY: KEY });
-    expect(r.code, r.stderr).toBe(3);
+      expect(r.code, r.stderr).toBe(3);
       const lines = r.stdout.trimEnd().split('\n');
       const failed = lines.find((l) => l.startsWith(`  ${bad.url}  refit update_weights_from_disk  FAILED `));
       expect(failed, r.stdout).toMatch(/FAILED \w+ \(HTTP 500\): disk read error$/);

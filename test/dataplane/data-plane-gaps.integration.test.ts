@@ -15,7 +15,11 @@ const INFLIGHT = 'rlgate_rl_version_change_with_inflight_total';
 
 /** Every `data:` event of an SSE body, parsed, and whether it ended with `[DONE]`. */
 function sseEvents(text: string): { events: any[]; done: boolean } {
-  const datas = text.split('\n\n').map((b) => b.trim()).filter((b) => b.startsWith('data: ')).map((b) => b.slice('data: '.length));
+  const datas = text
+    .split('\n\n')
+    .map((b) => b.trim())
+    .filter((b) => b.startsWith('data: '))
+    .map((b) => b.slice('data: '.length));
   return { events: datas.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d)), done: datas.at(-1) === '[DONE]' };
 }
 
@@ -127,9 +131,19 @@ describe('CORS exposed headers and the in-flight version-change counter (SGLang 
     const body = { text: 'hi', sampling_params: { max_new_tokens: 1 } };
     const withOrigin = await t.http('POST', '/generate', { body, headers: { origin: 'http://example.test' } });
     expect(withOrigin.status).toBe(200);
-    const exposed = String(withOrigin.headers['access-control-expose-headers']).split(',').map((h) => h.trim());
+    const exposed = String(withOrigin.headers['access-control-expose-headers'])
+      .split(',')
+      .map((h) => h.trim());
     expect(exposed.sort()).toEqual(
-      ['x-smg-weight-version', 'x-smg-mixed-version', 'x-smg-routed-worker-id', 'x-rl-weight-version', 'x-rl-mixed-version', 'x-rl-routed-worker-id', 'x-request-id'].sort(),
+      [
+        'x-smg-weight-version',
+        'x-smg-mixed-version',
+        'x-smg-routed-worker-id',
+        'x-rl-weight-version',
+        'x-rl-mixed-version',
+        'x-rl-routed-worker-id',
+        'x-request-id',
+      ].sort(),
     );
     // The allowed origin is named back (--allowed-origins decides which may write).
     expect(withOrigin.headers['access-control-allow-origin']).toBe('http://example.test');

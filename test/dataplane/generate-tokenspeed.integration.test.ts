@@ -16,14 +16,21 @@ const BODY = { model: MODEL, input_ids: [1, 2, 3], sampling_params: { max_new_to
 
 /** Every `data:` event of an SSE body, parsed, and whether it ended with `[DONE]`. */
 function sseEvents(text: string): { events: any[]; done: boolean } {
-  const datas = text.split('\n\n').map((b) => b.trim()).filter((b) => b.startsWith('data: ')).map((b) => b.slice('data: '.length));
+  const datas = text
+    .split('\n\n')
+    .map((b) => b.trim())
+    .filter((b) => b.startsWith('data: '))
+    .map((b) => b.slice('data: '.length));
   const done = datas.at(-1) === '[DONE]';
   return { events: datas.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d)), done };
 }
 
 async function generateRequests(sims: TokenspeedSimProcess[]): Promise<any[]> {
   const all = await Promise.all(sims.map((s) => s.rpcs()));
-  return all.flat().filter((r) => r.rpc === 'Generate').map((r) => r.request);
+  return all
+    .flat()
+    .filter((r) => r.rpc === 'Generate')
+    .map((r) => r.request);
 }
 
 describe('fixture G: /generate on TokenSpeed workers (lines 39, 40)', () => {
@@ -34,11 +41,7 @@ describe('fixture G: /generate on TokenSpeed workers (lines 39, 40)', () => {
   let ids: string[];
 
   beforeAll(async () => {
-    [adv, silent, sg] = await Promise.all([
-      spawnTokenspeedSim(ADV_ARGS),
-      spawnTokenspeedSim(TS_ARGS),
-      spawnSglangSim(['--token-rate', '0', '--model', MODEL]),
-    ]);
+    [adv, silent, sg] = await Promise.all([spawnTokenspeedSim(ADV_ARGS), spawnTokenspeedSim(TS_ARGS), spawnSglangSim(['--token-rate', '0', '--model', MODEL])]);
     t = await startTestGateway();
     ids = await t.register([
       { url: adv.url, runtime_type: 'tokenspeed', api_key: 'ts-secret', labels: { weight_version: 'registered' } },

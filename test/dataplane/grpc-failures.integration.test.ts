@@ -58,7 +58,18 @@ describe('gRPC engines killed mid fan-out and mid stream (tsA, tsB: TokenSpeed; 
 
   beforeAll(async () => {
     [tsA, tsB, sg] = await Promise.all([
-      spawnTokenspeedSim(['--rl-control-port', '0', '--rl-control-api-key', 'ts-secret', '--stamp-weight-version', 'v7', '--model', 'MODEL', '--token-rate', '0']),
+      spawnTokenspeedSim([
+        '--rl-control-port',
+        '0',
+        '--rl-control-api-key',
+        'ts-secret',
+        '--stamp-weight-version',
+        'v7',
+        '--model',
+        'MODEL',
+        '--token-rate',
+        '0',
+      ]),
       // Slow tokens: a long generation is still running when the engine is killed.
       spawnTokenspeedSim(['--rl-control-port', '0', '--stamp-weight-version', 'v7', '--model', 'MODEL', '--token-rate', '20']),
       spawnSglangSim(['--model', 'MODEL', '--token-rate', '0']),
@@ -97,11 +108,7 @@ describe('gRPC engines killed mid fan-out and mid stream (tsA, tsB: TokenSpeed; 
     expect(f.message).toContain(tsA.url);
 
     // The trainer resumes whatever it paused; the dead leg fails again, the live ones resume.
-    const resumed = await noHang(
-      t.http('POST', `/v1/rl/engine/continue_generation?${q('worker_type=regular')}`, { body: {} }),
-      10_000,
-      'the resume fan-out',
-    );
+    const resumed = await noHang(t.http('POST', `/v1/rl/engine/continue_generation?${q('worker_type=regular')}`, { body: {} }), 10_000, 'the resume fan-out');
     expect(resumed.status).toBe(207);
     expect(resumed.json).toMatchObject({ total: 3, succeeded: 2 });
     expect(resumed.json.failed.map((x: { worker_id: string }) => x.worker_id)).toEqual([id.a]);

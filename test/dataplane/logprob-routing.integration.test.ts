@@ -11,7 +11,11 @@ import { startTokenFleet, type TokenFleet } from '../fixtures/token-fleet.ts';
 const LP_BODY = { input_ids: [1, 2, 3], return_logprob: true, sampling_params: { max_new_tokens: 3 } };
 
 function sseEvents(text: string): { events: any[]; done: boolean } {
-  const datas = text.split('\n\n').map((b) => b.trim()).filter((b) => b.startsWith('data: ')).map((b) => b.slice('data: '.length));
+  const datas = text
+    .split('\n\n')
+    .map((b) => b.trim())
+    .filter((b) => b.startsWith('data: '))
+    .map((b) => b.slice('data: '.length));
   return { events: datas.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d)), done: datas.at(-1) === '[DONE]' };
 }
 

@@ -11,7 +11,10 @@ import { decode as refDecode, encode as refEncode, seedOf } from '../../sim/core
 import { tokenAt } from '../../sim/tokenspeed/sampler.ts';
 
 const MODEL = 'MODEL';
-const MESSAGES = [{ role: 'system', content: 'be brief' }, { role: 'user', content: [{ type: 'text', text: 'hi' }] }];
+const MESSAGES = [
+  { role: 'system', content: 'be brief' },
+  { role: 'user', content: [{ type: 'text', text: 'hi' }] },
+];
 /** What the simulator's chat_template renders MESSAGES to (add_generation_prompt on). */
 const RENDERED = '<|system|>\nbe brief\n<|user|>\nhi\n<|assistant|>\n';
 const CHAT = { model: MODEL, messages: MESSAGES, max_tokens: 5, temperature: 0 };
@@ -23,7 +26,11 @@ function greedyText(promptIds: number[], k: number): string {
 }
 
 function sseEvents(text: string): { events: any[]; done: boolean } {
-  const datas = text.split('\n\n').map((b) => b.trim()).filter((b) => b.startsWith('data: ')).map((b) => b.slice('data: '.length));
+  const datas = text
+    .split('\n\n')
+    .map((b) => b.trim())
+    .filter((b) => b.startsWith('data: '))
+    .map((b) => b.slice('data: '.length));
   return { events: datas.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d)), done: datas.at(-1) === '[DONE]' };
 }
 

@@ -81,7 +81,12 @@ describe('a refit while 50 streams are open', () => {
     // 20 short streams while the refit runs, from the moment no engine is serving any more.
     const { registry, view } = t.gw.services;
     const deadline = Date.now() + 10_000;
-    while (!registry.all().every((w) => { const e = view.engine(w); return e.state !== 'serving' || e.control !== 'active'; })) {
+    while (
+      !registry.all().every((w) => {
+        const e = view.engine(w);
+        return e.state !== 'serving' || e.control !== 'active';
+      })
+    ) {
       if (Date.now() > deadline) throw new Error('the refit never paused the engines');
       await new Promise((r) => setTimeout(r, 2));
     }

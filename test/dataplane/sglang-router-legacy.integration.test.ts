@@ -164,7 +164,11 @@ describe('legacy API with an admin key and with --workers-list-control-urls', ()
     expect((await addWorker(t.url, ts.url)).status).toBe(200);
     const { urls } = await slimeGet(`${t.url}/list_workers`);
     expect(urls).toEqual([ts.controlUrl]);
-    const abort = await request(`${urls[0]}/abort_request`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ abort_all: true }) });
+    const abort = await request(`${urls[0]}/abort_request`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ abort_all: true }),
+    });
     expect(abort.statusCode).toBe(200);
     await abort.body.dump();
   });

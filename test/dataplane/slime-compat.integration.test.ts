@@ -29,9 +29,12 @@ async function deadPort(): Promise<number> {
   return port;
 }
 
-
 function lastSseObject(text: string): any {
-  const datas = text.split('\n\n').map((b) => b.trim()).filter((b) => b.startsWith('data: ')).map((b) => b.slice(6));
+  const datas = text
+    .split('\n\n')
+    .map((b) => b.trim())
+    .filter((b) => b.startsWith('data: '))
+    .map((b) => b.slice(6));
   expect(datas.at(-1)).toBe('[DONE]');
   return JSON.parse(datas.at(-2)!);
 }
@@ -95,7 +98,7 @@ describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §1
     expect(m.weight_version).toBeDefined();
   });
 
-  it('item 4 / line 42: no model with one served model → 200; the engine got the caller\'s bytes, no `model`', async () => {
+  it("item 4 / line 42: no model with one served model → 200; the engine got the caller's bytes, no `model`", async () => {
     await sg.clearRequests();
     const raw = JSON.stringify({ text: 'hi', sampling_params: { max_new_tokens: 2 } });
     const r = await t.http('POST', '/generate', { raw, headers: { 'content-type': 'application/json' } });
@@ -184,12 +187,7 @@ describe('slime §9 item 7: the abort flow against SGLang simulators', () => {
 
   it('abort_all per listed URL → in-flight /generate calls answer 200 partials with finish_reason abort; loads reach 0', async () => {
     const long = { ...SLIME_BODY, sampling_params: { ...SLIME_BODY.sampling_params, max_new_tokens: 30_000 } };
-    const calls = [
-      inFlight(t.url, { ...long, stream: true }),
-      inFlight(t.url, { ...long, stream: true }),
-      inFlight(t.url, long),
-      inFlight(t.url, long),
-    ];
+    const calls = [inFlight(t.url, { ...long, stream: true }), inFlight(t.url, { ...long, stream: true }), inFlight(t.url, long), inFlight(t.url, long)];
     // Streams have answered their headers once the first token left the engine.
     expect(await Promise.all(calls.slice(0, 2).map((c) => c.headers))).toEqual([200, 200]);
     await until('all four running', async () => {
@@ -246,7 +244,12 @@ describe('an upstream that fails before its first byte is retried once (issue 4 
   });
 
   it('only once: every engine dropping → 502 after exactly two engines were tried', async () => {
-    await Promise.all(sims.map(async (s) => { await s.clearRequests(); await s.setFaults({ route: 'generate', drop: true }); }));
+    await Promise.all(
+      sims.map(async (s) => {
+        await s.clearRequests();
+        await s.setFaults({ route: 'generate', drop: true });
+      }),
+    );
     const r = await t.http('POST', '/generate', { body: SLIME_BODY });
     expect(r.status).toBe(502);
     expect(r.json.error).toBe('upstream_unreachable');
@@ -257,7 +260,12 @@ describe('an upstream that fails before its first byte is retried once (issue 4 
   });
 
   it('an engine error answer (a byte arrived) is relayed, never retried', async () => {
-    await Promise.all(sims.map(async (s) => { await s.clearRequests(); await s.setFaults({ route: 'generate', status: 500, body: { error: 'boom' } }); }));
+    await Promise.all(
+      sims.map(async (s) => {
+        await s.clearRequests();
+        await s.setFaults({ route: 'generate', status: 500, body: { error: 'boom' } });
+      }),
+    );
     const r = await t.http('POST', '/generate', { body: SLIME_BODY });
     expect(r.status).toBe(500);
     const tried = await Promise.all(sims.map(async (s) => (await s.requests()).filter((q) => q.path === '/generate').length));
@@ -304,7 +312,17 @@ describe('slime §7 against a TokenSpeed gRPC worker listed by its control app (
   let id: string;
 
   beforeAll(async () => {
-    ts = await spawnTokenspeedSim(['--model', MODEL, '--token-rate', '20', '--rl-control-port', '0', '--enable-output-logprobs', '--stamp-weight-version', 'v7']);
+    ts = await spawnTokenspeedSim([
+      '--model',
+      MODEL,
+      '--token-rate',
+      '20',
+      '--rl-control-port',
+      '0',
+      '--enable-output-logprobs',
+      '--stamp-weight-version',
+      'v7',
+    ]);
     [t, plain] = await Promise.all([startTestGateway({ workersListControlUrls: true }), startTestGateway()]);
     [id] = await t.register([{ url: ts.url, runtime_type: 'tokenspeed' }]);
     await plain.register([{ url: ts.url, runtime_type: 'tokenspeed' }]);

@@ -38,7 +38,9 @@ async function startFleet(wire: Wire): Promise<Fleet> {
       engines: sims.map((s) => ({ url: s.url, controlUrl: s.controlUrl! })),
       // Exactly slime's body: no runtime_type, so the registry's default for grpc:// applies.
       registrations: sims.map((s) => ({ url: s.url, worker_type: 'regular' })),
-      close: async () => { await Promise.all(sims.map((s) => s.stop())); },
+      close: async () => {
+        await Promise.all(sims.map((s) => s.stop()));
+      },
     };
   }
   // ZMQ: the lane is opened here first (port 0, read back) and the gateway's client for the same
@@ -73,9 +75,12 @@ async function startFleet(wire: Wire): Promise<Fleet> {
   };
 }
 
-
 function sseDatas(text: string): string[] {
-  return text.split('\n\n').map((b) => b.trim()).filter((b) => b.startsWith('data: ')).map((b) => b.slice(6));
+  return text
+    .split('\n\n')
+    .map((b) => b.trim())
+    .filter((b) => b.startsWith('data: '))
+    .map((b) => b.slice(6));
 }
 
 /** The fields slime reads from one answer object (slime §5, §9 item 2). */
@@ -141,12 +146,7 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
   });
 
   it('items 7/8: abort_all per listed URL → loads reach 0; streamed and buffered calls end 200 abort partials', async () => {
-    const calls = [
-      inFlight(t.url, { ...LONG, stream: true }),
-      inFlight(t.url, { ...LONG, stream: true }),
-      inFlight(t.url, LONG),
-      inFlight(t.url, LONG),
-    ];
+    const calls = [inFlight(t.url, { ...LONG, stream: true }), inFlight(t.url, { ...LONG, stream: true }), inFlight(t.url, LONG), inFlight(t.url, LONG)];
     expect(await Promise.all(calls.slice(0, 2).map((c) => c.headers))).toEqual([200, 200]);
     await until('all four running', async () => {
       let n = 0;

@@ -176,7 +176,7 @@ describe('lines 56, 57: one SGLang simulator', () => {
     }
   });
 
-  it('stamp headers an engine sends never pass through as the gateway\'s', async () => {
+  it("stamp headers an engine sends never pass through as the gateway's", async () => {
     const spoof = {
       'x-smg-weight-version': 'spoofed',
       'x-rl-weight-version': 'spoofed',

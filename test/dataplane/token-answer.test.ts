@@ -26,7 +26,16 @@ describe('TokenAnswer.json', () => {
     expectSameBytes(a, 0);
     a.push({ kind: 'chunk', index: 0, tokenIds: [3], completionTokens: 3, weightVersion: 'v7' });
     expectSameBytes(a, 0);
-    a.push({ kind: 'complete', index: 0, outputIds: [1, 2, 3, 4], finishReason: { type: 'stop', matched: 4 }, promptTokens: 3, completionTokens: 4, cachedTokens: 1, weightVersion: 'v8' });
+    a.push({
+      kind: 'complete',
+      index: 0,
+      outputIds: [1, 2, 3, 4],
+      finishReason: { type: 'stop', matched: 4 },
+      promptTokens: 3,
+      completionTokens: 4,
+      cachedTokens: 1,
+      weightVersion: 'v8',
+    });
     expectSameBytes(a, 0);
     expect(JSON.parse(a.json(0)).meta_info).toMatchObject({ id: 'r"1\\ü', weight_version: 'v8', finish_reason: { type: 'stop', matched: 4 } });
   });
@@ -48,7 +57,15 @@ describe('TokenAnswer.json', () => {
       const a = answer({ detokenize: decode, trimStop });
       a.push({ kind: 'chunk', index: 0, tokenIds: [0, 1, 2, 3] });
       expect(a.object(0).text).toBe('abcd');
-      a.push({ kind: 'complete', index: 0, outputIds: [0, 1, 2, 3], finishReason: { type: 'stop', matched: 'cd' }, promptTokens: 1, completionTokens: 4, cachedTokens: 0 });
+      a.push({
+        kind: 'complete',
+        index: 0,
+        outputIds: [0, 1, 2, 3],
+        finishReason: { type: 'stop', matched: 'cd' },
+        promptTokens: 1,
+        completionTokens: 4,
+        cachedTokens: 0,
+      });
       expect(a.object(0).text).toBe(trimStop ? 'ab' : 'abcd');
       expectSameBytes(a, 0);
     }

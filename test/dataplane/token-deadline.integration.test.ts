@@ -20,7 +20,10 @@ async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 
 
 /** The JSON payloads of an SSE body, and whether it ended with `[DONE]`. */
 function sse(text: string): { events: any[]; done: boolean } {
-  const lines = text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6));
+  const lines = text
+    .split('\n')
+    .filter((l) => l.startsWith('data: '))
+    .map((l) => l.slice(6));
   const done = lines.at(-1) === '[DONE]';
   return { events: lines.filter((l) => l !== '[DONE]').map((l) => JSON.parse(l)), done };
 }
@@ -40,11 +43,17 @@ describe('request deadline on a TokenSpeed engine (slow: 5 tokens/s; fast: unpac
 
   beforeAll(async () => {
     fleet = await startTokenFleet({
-      tokenspeed: [['--model', 'SLOW', '--token-rate', '5'], ['--model', 'FAST', '--token-rate', '0']],
+      tokenspeed: [
+        ['--model', 'SLOW', '--token-rate', '5'],
+        ['--model', 'FAST', '--token-rate', '0'],
+      ],
       // Four timeouts below, one per case: the breaker opens on the fourth and not before.
       gateway: { requestTimeoutSecs: 1, breakerThreshold: 4, breakerCooldownSecs: 3600 },
     });
-    ({ t, ts: [slow, fast] } = fleet);
+    ({
+      t,
+      ts: [slow, fast],
+    } = fleet);
     [slowId] = fleet.ids.ts;
   });
   afterAll(async () => {
@@ -117,7 +126,10 @@ describe('string `stop` on /generate: on the gRPC wire, refused on ZMQ', () => {
 
   beforeAll(async () => {
     fleet = await startTokenFleet({ tokenspeed: [['--model', 'TS', '--token-rate', '0']], zmq: { model: 'ZQ' } });
-    ({ t, ts: [ts] } = fleet);
+    ({
+      t,
+      ts: [ts],
+    } = fleet);
   }, 60_000);
   afterAll(() => fleet?.close());
 

@@ -16,7 +16,11 @@ const MESSAGES = [{ role: 'user', content: 'hi' }];
 
 /** Every `data:` event of an SSE body, raw and parsed, and whether it ended with `[DONE]`. */
 function sse(text: string): { raw: string[]; events: any[]; done: boolean } {
-  const datas = text.split('\n\n').map((b) => b.trim()).filter((b) => b.startsWith('data: ')).map((b) => b.slice('data: '.length));
+  const datas = text
+    .split('\n\n')
+    .map((b) => b.trim())
+    .filter((b) => b.startsWith('data: '))
+    .map((b) => b.slice('data: '.length));
   const raw = datas.filter((d) => d !== '[DONE]');
   return { raw, events: raw.map((d) => JSON.parse(d)), done: datas.at(-1) === '[DONE]' };
 }
@@ -44,13 +48,22 @@ describe('sampling a wire cannot carry is refused; what it can carry goes on it 
 
   beforeAll(async () => {
     fleet = await startTokenFleet({ tokenspeed: [['--model', 'TS', '--token-rate', '0']], zmq: { model: 'ZQ' } });
-    ({ t, zmq, ts: [ts] } = fleet);
+    ({
+      t,
+      zmq,
+      ts: [ts],
+    } = fleet);
   }, 60_000);
   afterAll(() => fleet?.close());
 
   it('gRPC /generate: logit_bias, structural_tag and custom_params go on the wire', async () => {
     await ts.clearRecords();
-    const sp = { ...GEN.sampling_params, logit_bias: { '5': 2.5, '17': -100 }, structural_tag: '{"structures":[]}', custom_params: { alpha: 0.5, tags: ['a', true, null], nested: { k: 'v' } } };
+    const sp = {
+      ...GEN.sampling_params,
+      logit_bias: { '5': 2.5, '17': -100 },
+      structural_tag: '{"structures":[]}',
+      custom_params: { alpha: 0.5, tags: ['a', true, null], nested: { k: 'v' } },
+    };
     const r = await t.http('POST', '/generate', { body: { ...GEN, sampling_params: sp } });
     expect(r.status, r.text).toBe(200);
     const [call] = await generateCalls(ts);
@@ -81,7 +94,9 @@ describe('sampling a wire cannot carry is refused; what it can carry goes on it 
     const s = await t.http('POST', '/generate', { body: { ...ZGEN, stream: true, sampling_params: { ...ZGEN.sampling_params, logit_bias: { '1': 1 } } } });
     expect(s.status).toBe(400);
     expect((await zmq!.requests()).length).toBe(before);
-    const ok = await t.http('POST', '/generate', { body: { ...ZGEN, sampling_params: { ...ZGEN.sampling_params, logit_bias: {}, stop: [], structural_tag: null } } });
+    const ok = await t.http('POST', '/generate', {
+      body: { ...ZGEN, sampling_params: { ...ZGEN.sampling_params, logit_bias: {}, stop: [], structural_tag: null } },
+    });
     expect(ok.status, ok.text).toBe(200);
     expect(ok.json.output_ids).toHaveLength(4);
   });
@@ -103,7 +118,13 @@ describe('sampling a wire cannot carry is refused; what it can carry goes on it 
     await ts.clearRecords();
     const schema = { type: 'object', properties: { a: { type: 'integer' } } };
     const r = await t.http('POST', '/v1/completions', {
-      body: { model: 'TS', prompt: [5, 6, 7], max_tokens: 3, logit_bias: { '9': 3 }, response_format: { type: 'json_schema', json_schema: { name: 'x', schema } } },
+      body: {
+        model: 'TS',
+        prompt: [5, 6, 7],
+        max_tokens: 3,
+        logit_bias: { '9': 3 },
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
+      },
     });
     expect(r.status, r.text).toBe(200);
     const [call] = await generateCalls(ts);
@@ -133,7 +154,10 @@ describe('string `stop` on the OpenAI routes of a gRPC engine', () => {
 
   beforeAll(async () => {
     fleet = await startTokenFleet({ tokenspeed: [['--model', 'TS', '--token-rate', '0']] });
-    ({ t, ts: [ts] } = fleet);
+    ({
+      t,
+      ts: [ts],
+    } = fleet);
   }, 60_000);
   afterAll(() => fleet?.close());
 
@@ -218,7 +242,10 @@ describe('one retry before the first event on token engines (probes off, so a de
   beforeAll(async () => {
     const args = ['--model', 'MODEL', '--token-rate', '0'];
     fleet = await startTokenFleet({ tokenspeed: [args, args], gateway: { probeIntervalSecs: 0, breakerThreshold: 1000, breakerCooldownSecs: 3600 } });
-    ({ t, ts: [tsA, tsB] } = fleet);
+    ({
+      t,
+      ts: [tsA, tsB],
+    } = fleet);
     [id.a, id.b] = fleet.ids.ts;
   }, 60_000);
   afterAll(() => fleet?.close());
@@ -253,7 +280,12 @@ describe('one retry before the first event on token engines (probes off, so a de
   });
 
   it('only once: both engines UNAVAILABLE → 502 upstream_unreachable after exactly two calls', async () => {
-    await Promise.all([tsA, tsB].map(async (s) => { await s.clearRecords(); await s.setFaults({ rpc: 'Generate', code: 'UNAVAILABLE' }); }));
+    await Promise.all(
+      [tsA, tsB].map(async (s) => {
+        await s.clearRecords();
+        await s.setFaults({ rpc: 'Generate', code: 'UNAVAILABLE' });
+      }),
+    );
     for (const stream of [false, true]) {
       await Promise.all([tsA.clearRecords(), tsB.clearRecords()]);
       const r = await t.http('POST', '/generate', { body: { ...GEN, stream } });
@@ -267,11 +299,21 @@ describe('one retry before the first event on token engines (probes off, so a de
   });
 
   it('a refusal (INVALID_ARGUMENT) or an engine abort after tokens is never retried', async () => {
-    await Promise.all([tsA, tsB].map(async (s) => { await s.clearRecords(); await s.setFaults({ rpc: 'Generate', code: 'INVALID_ARGUMENT', message: 'no' }); }));
+    await Promise.all(
+      [tsA, tsB].map(async (s) => {
+        await s.clearRecords();
+        await s.setFaults({ rpc: 'Generate', code: 'INVALID_ARGUMENT', message: 'no' });
+      }),
+    );
     const r = await t.http('POST', '/generate', { body: GEN });
     expect(r.status).toBe(400);
     expect((await generateCalls(tsA)).length + (await generateCalls(tsB)).length).toBe(1);
-    await Promise.all([tsA, tsB].map(async (s) => { await s.clearRecords(); await s.setFaults({ rpc: 'Generate', abortAfterTokens: 2 }); }));
+    await Promise.all(
+      [tsA, tsB].map(async (s) => {
+        await s.clearRecords();
+        await s.setFaults({ rpc: 'Generate', abortAfterTokens: 2 });
+      }),
+    );
     const p = await t.http('POST', '/generate', { body: { ...GEN, sampling_params: { max_new_tokens: 10 } } });
     expect(p.status).toBe(200);
     expect(p.json.meta_info.finish_reason.type).toBe('abort');
@@ -280,7 +322,12 @@ describe('one retry before the first event on token engines (probes off, so a de
   });
 
   it('an engine abort (ABORTED) before the first event: 200 with the abort partial, buffered and streamed, as SGLang answers', async () => {
-    await Promise.all([tsA, tsB].map(async (s) => { await s.clearRecords(); await s.setFaults({ rpc: 'Generate', code: 'ABORTED', message: 'aborted by the test' }); }));
+    await Promise.all(
+      [tsA, tsB].map(async (s) => {
+        await s.clearRecords();
+        await s.setFaults({ rpc: 'Generate', code: 'ABORTED', message: 'aborted by the test' });
+      }),
+    );
     const b = await t.http('POST', '/generate', { body: GEN });
     expect(b.status, b.text).toBe(200);
     expect(b.json.meta_info.finish_reason.type).toBe('abort');

@@ -22,7 +22,11 @@ const TS_ARGS = ['--model', MODEL, '--token-rate', '0'];
 const PROMPT = 'hello, wörld';
 
 function sseEvents(text: string): { events: any[]; done: boolean } {
-  const datas = text.split('\n\n').map((b) => b.trim()).filter((b) => b.startsWith('data: ')).map((b) => b.slice('data: '.length));
+  const datas = text
+    .split('\n\n')
+    .map((b) => b.trim())
+    .filter((b) => b.startsWith('data: '))
+    .map((b) => b.slice('data: '.length));
   return { events: datas.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d)), done: datas.at(-1) === '[DONE]' };
 }
 
@@ -78,7 +82,10 @@ describe('text on a TokenSpeed engine with its own tokenizer (GetTokenizer)', ()
 
   beforeAll(async () => {
     fleet = await startTokenFleet({ tokenspeed: [TS_ARGS] });
-    ({ t, ts: [sim] } = fleet);
+    ({
+      t,
+      ts: [sim],
+    } = fleet);
   }, 60_000);
   afterAll(() => fleet?.close());
 
@@ -140,7 +147,10 @@ describe('text without an engine tokenizer: --tokenizer-path, else a 400', () =>
   beforeAll(async () => {
     dir = writeTokenizerDir();
     engines = await startTokenEngines({ tokenspeed: [[...TS_ARGS, '--no-tokenizer']], zmq: { model: MODEL } });
-    ({ zmq, ts: [bare] } = engines);
+    ({
+      zmq,
+      ts: [bare],
+    } = engines);
     ipc = zmq!; // the lane's URL, the one the worker is registered under
   }, 60_000);
   afterAll(async () => {

@@ -52,7 +52,10 @@ function compose(args: string[]): { status: number | null; stdout: string; stder
 function normalised(): { services: Record<string, Service>; volumes?: Record<string, unknown> } {
   const yaml = compose(['config']);
   expect(yaml.status, yaml.stderr).toBe(0);
-  const json = execFileSync('/usr/bin/python3', ['-c', 'import json,sys,yaml; print(json.dumps(yaml.safe_load(sys.stdin)))'], { input: yaml.stdout, encoding: 'utf8' });
+  const json = execFileSync('/usr/bin/python3', ['-c', 'import json,sys,yaml; print(json.dumps(yaml.safe_load(sys.stdin)))'], {
+    input: yaml.stdout,
+    encoding: 'utf8',
+  });
   return JSON.parse(json);
 }
 
@@ -77,8 +80,7 @@ describe('docker-compose.yml', () => {
   });
 
   const { services, volumes } = normalised();
-  const byCommand = (...head: string[]) =>
-    Object.entries(services).filter(([, s]) => head.every((h, i) => s.command?.[i] === h));
+  const byCommand = (...head: string[]) => Object.entries(services).filter(([, s]) => head.every((h, i) => s.command?.[i] === h));
 
   it('runs a 3-node NATS 2.9 cluster on deploy/nats/nats.conf, each node with its own name and store', () => {
     const nodes = Object.entries(services).filter(([, s]) => s.image?.startsWith('nats:'));
@@ -89,7 +91,11 @@ describe('docker-compose.yml', () => {
       expect(flag(s.command!, 'server_name')).toBe(name);
       expect(s.volumes).toContain(`${join(REPO_ROOT, 'deploy/nats')}:/etc/nats:ro`);
       expect(s.volumes).toContain(`${name}-data:/data:rw`);
-      expect(Object.keys(s.environment ?? {}).sort()).toEqual(['RLGATE_NATS_GATEWAY_PASSWORD', 'RLGATE_NATS_OPERATOR_PASSWORD', 'RLGATE_NATS_TRAINER_PASSWORD']);
+      expect(Object.keys(s.environment ?? {}).sort()).toEqual([
+        'RLGATE_NATS_GATEWAY_PASSWORD',
+        'RLGATE_NATS_OPERATOR_PASSWORD',
+        'RLGATE_NATS_TRAINER_PASSWORD',
+      ]);
     }
     expect(Object.keys(volumes ?? {}).sort()).toEqual(['nats-1-data', 'nats-2-data', 'nats-3-data']);
   });
@@ -126,7 +132,7 @@ describe('docker-compose.yml', () => {
     expect(zmq![1].network_mode).toBe('service:gateway-1');
   });
 
-  it('runs the trainer simulator over NATS as the trainer user, on every node and the gateways\' root, reachable by the engines', () => {
+  it("runs the trainer simulator over NATS as the trainer user, on every node and the gateways' root, reachable by the engines", () => {
     const [trainer] = byCommand('trainer');
     expect(trainer).toBeDefined();
     const [name, s] = trainer!;
@@ -145,7 +151,7 @@ describe('docker-compose.yml', () => {
     expect(s.environment?.RLGATE_NATS_TRAINER_PASSWORD).toBe(services['nats-1']!.environment!.RLGATE_NATS_TRAINER_PASSWORD);
   });
 
-  it('the trainer\'s entrypoint writes its password to the file its command names, readable by it alone, and runs rlgate', () => {
+  it("the trainer's entrypoint writes its password to the file its command names, readable by it alone, and runs rlgate", () => {
     const [, s] = byCommand('trainer')[0]!;
     const [shell, dashC, script, argv0] = s.entrypoint!;
     expect([shell, dashC]).toEqual(['sh', '-c']);

@@ -106,7 +106,7 @@ describe('deploy/nats/accounts.conf', () => {
     await expect(connect({ servers: nats.url, user: 'trainer', pass: PASSWORDS.gateway })).rejects.toThrow(/authorization/i);
   });
 
-  it('the trainer can request a refit (request/reply); a gateway answers on the trainer\'s inbox', async () => {
+  it("the trainer can request a refit (request/reply); a gateway answers on the trainer's inbox", async () => {
     const answering = gateway.nc.subscribe('rl.refit.request', { callback: (_e, m) => void m.respond(text.encode('{"status":200}')) });
     await gateway.nc.flush();
     const reply = await trainer.nc.request('rl.refit.request', text.encode('{}'), { timeout: 5_000 });
@@ -181,8 +181,12 @@ describe('deploy/nats/accounts.conf', () => {
   });
 
   describe('inboxes', () => {
-    it('each user may read its own inbox prefix only: not _INBOX.>, not another user\'s', async () => {
-      for (const [me, client] of [['gateway', gateway], ['trainer', trainer], ['operator', operator]] as const) {
+    it("each user may read its own inbox prefix only: not _INBOX.>, not another user's", async () => {
+      for (const [me, client] of [
+        ['gateway', gateway],
+        ['trainer', trainer],
+        ['operator', operator],
+      ] as const) {
         for (const other of ['_INBOX', ...(['gateway', 'trainer', 'operator'] as const).filter((u) => u !== me).map(inbox)]) {
           client.nc.subscribe(`${other}.>`);
           await client.violation(`${other}.>`, 'subscription');
@@ -190,17 +194,21 @@ describe('deploy/nats/accounts.conf', () => {
       }
     });
 
-    it('a client that does not give its prefix gets no reply: the shared _INBOX is nobody\'s', async () => {
+    it("a client that does not give its prefix gets no reply: the shared _INBOX is nobody's", async () => {
       const bare = await login('operator', null);
       await expect(bare.nc.request('$JS.API.STREAM.INFO.KV_rlgate_rl_engines', text.encode(''), { timeout: 2_000 })).rejects.toThrow();
       await bare.violation(/^_INBOX\./, 'subscription');
       // rlgate's connection says so at once, naming the setting, instead of failing its first request.
       const settings = { user: 'operator', passwordFile: passwordFile('operator') };
-      await expect(connectBus({ ...natsConnectOptions(nats.url, settings), name: 'perm-bare' })).rejects.toThrow(/may not read replies under `_INBOX`.*--nats-inbox-prefix/);
-      await expect(connectBus({ ...natsConnectOptions(nats.url, { ...settings, inboxPrefix: inbox('gateway') }), name: 'perm-other' })).rejects.toThrow(/under `_INBOX_gateway`/);
+      await expect(connectBus({ ...natsConnectOptions(nats.url, settings), name: 'perm-bare' })).rejects.toThrow(
+        /may not read replies under `_INBOX`.*--nats-inbox-prefix/,
+      );
+      await expect(connectBus({ ...natsConnectOptions(nats.url, { ...settings, inboxPrefix: inbox('gateway') }), name: 'perm-other' })).rejects.toThrow(
+        /under `_INBOX_gateway`/,
+      );
     });
 
-    it('rlgate\'s connection answers under --nats-inbox-prefix: requests, streamed requests and KV reads', async () => {
+    it("rlgate's connection answers under --nats-inbox-prefix: requests, streamed requests and KV reads", async () => {
       const settings = { user: 'gateway', passwordFile: passwordFile('gateway'), inboxPrefix: inbox('gateway') };
       const [a, b] = await Promise.all(['a', 'b'].map((n) => connectBus({ ...natsConnectOptions(nats.url, settings), name: `perm-bus-${n}` })));
       try {
@@ -236,7 +244,7 @@ describe('deploy/nats/accounts.conf', () => {
       await (await kvm.create('rlgate_rl_refits', { history: 1 })).put('step-1', '{"status":"done"}');
     });
 
-    it('the trainer reads and watches the refits bucket (its refit\'s journal)', async () => {
+    it("the trainer reads and watches the refits bucket (its refit's journal)", async () => {
       const kv = await new Kvm(trainer.nc).open('rlgate_rl_refits');
       expect((await kv.get('step-1'))?.string()).toBe('{"status":"done"}');
       const watch = await kv.watch({ key: 'step-1' });

@@ -55,7 +55,11 @@ describe('the operator user while gateways take keyed registrations and run a re
   };
   const admin = { authorization: `Bearer ${ADMIN_KEY}` };
   const http = async (gw: Gateway, method: 'GET' | 'POST', path: string, body?: unknown) => {
-    const res = await request(`${gw.url}${path}`, { method, headers: { ...admin, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const res = await request(`${gw.url}${path}`, {
+      method,
+      headers: { ...admin, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     const text = await res.body.text();
     return { status: res.statusCode, text, json: (text ? JSON.parse(text) : undefined) as any }; // eslint-disable-line @typescript-eslint/no-explicit-any -- assertions read it
   };
@@ -63,7 +67,11 @@ describe('the operator user while gateways take keyed registrations and run a re
   beforeAll(async () => {
     nats = await startSecureNats({
       conf: ACCOUNTS,
-      env: { RLGATE_NATS_GATEWAY_PASSWORD: PASSWORDS.gateway, RLGATE_NATS_TRAINER_PASSWORD: PASSWORDS.trainer, RLGATE_NATS_OPERATOR_PASSWORD: PASSWORDS.operator },
+      env: {
+        RLGATE_NATS_GATEWAY_PASSWORD: PASSWORDS.gateway,
+        RLGATE_NATS_TRAINER_PASSWORD: PASSWORDS.trainer,
+        RLGATE_NATS_OPERATOR_PASSWORD: PASSWORDS.operator,
+      },
     });
     sims = await Promise.all(API_KEYS.map((key) => spawnSglangSim(['--token-rate', '0', '--api-key', key])));
 
@@ -72,7 +80,12 @@ describe('the operator user while gateways take keyed registrations and run a re
     void (async () => {
       for await (const s of operator!.status()) if (s.type === 'error') violations.push(String((s.error as Error & { subject?: string }).subject));
     })();
-    const record = (via: string, m: Msg) => seen.push({ via, subject: m.subject, text: `${m.string()} ${JSON.stringify(m.headers ? [...m.headers.keys()].map((k) => [k, m.headers!.get(k)]) : [])}` });
+    const record = (via: string, m: Msg) =>
+      seen.push({
+        via,
+        subject: m.subject,
+        text: `${m.string()} ${JSON.stringify(m.headers ? [...m.headers.keys()].map((k) => [k, m.headers!.get(k)]) : [])}`,
+      });
     const mayRead = ['_INBOX_operator.>', 'rl.engine.*.state', 'rl.refit.*.events', 'rl.refit.*.report', '$KV.rlgate_rl_engines.>', '$KV.rlgate_rl_refits.>'];
     const mayNot = ['_INBOX.>', '_INBOX_gateway.>', '_INBOX_trainer.>'];
     for (const subject of [...mayRead, ...mayNot]) {
@@ -89,7 +102,10 @@ describe('the operator user while gateways take keyed registrations and run a re
     // `owner` takes no refits: the refit runs on `front`, and its calls to owner's engine cross NATS.
     gateways.push(await startGateway({ ...cfg, replicaId: 'front' }, { log: silentLogger() }));
     gateways.push(await startGateway({ ...cfg, rl: { ...cfg.rl, enabled: false }, replicaId: 'owner' }, { log: silentLogger() }));
-    trainer = await connectBus({ ...natsConnectOptions(nats.url, { user: 'trainer', passwordFile: passwordFile('trainer'), inboxPrefix: '_INBOX_trainer' }), name: 'trainer' });
+    trainer = await connectBus({
+      ...natsConnectOptions(nats.url, { user: 'trainer', passwordFile: passwordFile('trainer'), inboxPrefix: '_INBOX_trainer' }),
+      name: 'trainer',
+    });
   });
   afterAll(async () => {
     await trainer?.close();
@@ -110,7 +126,8 @@ describe('the operator user while gateways take keyed registrations and run a re
     for (;;) {
       const views = gateways.map((g) => g.services.view.rows());
       if (views.every((rows) => rows.length === 2 && rows.every((w) => w.health === 'ready'))) break;
-      if (Date.now() > deadline) throw new Error(`engines not ready on both replicas: ${JSON.stringify(views.map((rows) => rows.map((w) => [w.url, w.state])))}`);
+      if (Date.now() > deadline)
+        throw new Error(`engines not ready on both replicas: ${JSON.stringify(views.map((rows) => rows.map((w) => [w.url, w.state])))}`);
       await new Promise((r) => setTimeout(r, 50));
     }
     expect(new Set(front.services.view.rows().map((w) => w.owner))).toEqual(new Set(['front', 'owner']));
@@ -118,7 +135,11 @@ describe('the operator user while gateways take keyed registrations and run a re
     const kvm = new Kvm(operator!);
     const watches = await Promise.allSettled(['rlgate_rl_engines', 'rlgate_rl_refits'].map(async (b) => (await kvm.open(b)).watch()));
 
-    const answer = await trainer!.request<{ status: number; report: { status: string } }>('rl.refit.request', { refit_id: 'keyed-1', weight_version: 'keyed-1', source: { kind: 'disk', model_path: '/ckpt' } }, 20_000);
+    const answer = await trainer!.request<{ status: number; report: { status: string } }>(
+      'rl.refit.request',
+      { refit_id: 'keyed-1', weight_version: 'keyed-1', source: { kind: 'disk', model_path: '/ckpt' } },
+      20_000,
+    );
     expect(answer.status).toBe(200);
     // Each engine got its calls with its own key: the keys were there to be leaked.
     for (const [i, s] of sims.entries()) {
@@ -145,7 +166,7 @@ describe('the operator user while gateways take keyed registrations and run a re
     expect(seen.filter((m) => /^\$KV\.rlgate_rl_(workers|owners|replicas|owed)\./.test(m.subject)).map((m) => m.subject)).toEqual([]);
   });
 
-  it('may not subscribe to the shared _INBOX.> nor to another user\'s prefix', () => {
+  it("may not subscribe to the shared _INBOX.> nor to another user's prefix", () => {
     expect(violations).toEqual(expect.arrayContaining(['_INBOX.>', '_INBOX_gateway.>', '_INBOX_trainer.>']));
   });
 });

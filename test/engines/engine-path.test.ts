@@ -2,7 +2,6 @@ import { describe, expect, it } from 'vitest';
 import { gatewayError } from '../fixtures/errors.ts';
 import { controlOp, queryWithoutSelector, validateEnginePath } from '../../src/engines/engine-path.ts';
 
-
 describe('validateEnginePath (§8)', () => {
   it.each([
     ['pause_generation', 'pause_generation'],
@@ -76,12 +75,9 @@ describe('controlOp (§15)', () => {
     expect(controlOp(path)).toBe(path);
   });
 
-  it.each(['inference/v1/generate', '../etc', '', 'text_route', 'model_info', 'Flush_cache', 'flush_cache/x'])(
-    'labels %j as other',
-    (path) => {
-      expect(controlOp(path)).toBe('other');
-    },
-  );
+  it.each(['inference/v1/generate', '../etc', '', 'text_route', 'model_info', 'Flush_cache', 'flush_cache/x'])('labels %j as other', (path) => {
+    expect(controlOp(path)).toBe('other');
+  });
 });
 
 describe('queryWithoutSelector (§9.2 + corrections)', () => {

@@ -29,7 +29,8 @@ async function drain(it: AsyncIterable<TokenEvent>, onEvent?: (e: TokenEvent) =>
 }
 
 const chunkIds = (events: TokenEvent[], index = 0): number[] => events.flatMap((e) => (e.kind === 'chunk' && e.index === index ? e.tokenIds : []));
-const complete = (events: TokenEvent[], index = 0) => events.find((e) => e.kind === 'complete' && e.index === index) as Extract<TokenEvent, { kind: 'complete' }>;
+const complete = (events: TokenEvent[], index = 0) =>
+  events.find((e) => e.kind === 'complete' && e.index === index) as Extract<TokenEvent, { kind: 'complete' }>;
 
 interface Rig {
   client: ZmqEngineClient;
@@ -56,7 +57,9 @@ async function rig(args: string[], opts: ConstructorParameters<typeof ZmqEngineC
 
 describe('handshake, discovery and generation', () => {
   let r: Rig;
-  beforeAll(async () => { r = await rig(['--token-rate', '0', '--tp-size', '2', '--context-length', '4096', '--weight-version', 'v1']); });
+  beforeAll(async () => {
+    r = await rig(['--token-rate', '0', '--tp-size', '2', '--context-length', '4096', '--weight-version', 'v1']);
+  });
   afterAll(() => r?.cleanup());
 
   it('discovers facts synthesized from the handshake, with no rl.* keys and no weight version', async () => {
@@ -107,9 +110,17 @@ describe('handshake, discovery and generation', () => {
 
   it('fans n > 1 out as <rid>-<i> with seed + i, and stops on stop_token_ids', async () => {
     const { events } = await drain(r.client.generate(request('fan', {}, { n: 2, sampling_seed: 7 }), AbortSignal.timeout(10_000)));
-    expect(events.filter((e) => e.kind === 'complete').map((e) => e.index).sort()).toEqual([0, 1]);
+    expect(
+      events
+        .filter((e) => e.kind === 'complete')
+        .map((e) => e.index)
+        .sort(),
+    ).toEqual([0, 1]);
     const adds = (await r.sim.requests()).filter((a) => a.rid.startsWith('fan-'));
-    expect(adds.map((a) => [a.rid, a.sampling.seed]).sort()).toEqual([['fan-0', 7], ['fan-1', 8]]);
+    expect(adds.map((a) => [a.rid, a.sampling.seed]).sort()).toEqual([
+      ['fan-0', 7],
+      ['fan-1', 8],
+    ]);
     expect(complete(events, 0).outputIds).not.toEqual(complete(events, 1).outputIds);
 
     const stopAt = complete(events, 0).outputIds[3];
@@ -120,7 +131,8 @@ describe('handshake, discovery and generation', () => {
   });
 
   it('generates other tokens after the engine changes weight version (control app)', async () => {
-    const run = async (rid: string) => complete((await drain(r.client.generate(request(rid, {}, { sampling_seed: 3 }), AbortSignal.timeout(10_000)))).events).outputIds;
+    const run = async (rid: string) =>
+      complete((await drain(r.client.generate(request(rid, {}, { sampling_seed: 3 }), AbortSignal.timeout(10_000)))).events).outputIds;
     const before = await run('wv-a');
     expect(await run('wv-b')).toEqual(before);
     const set = await r.sim.control('POST', '/update_weight_version', { new_version: 'v2' });
@@ -146,7 +158,9 @@ describe('handshake, discovery and generation', () => {
 
 describe('multiplexing', () => {
   let r: Rig;
-  beforeAll(async () => { r = await rig(['--token-rate', '400']); });
+  beforeAll(async () => {
+    r = await rig(['--token-rate', '400']);
+  });
   afterAll(() => r?.cleanup());
 
   it('keeps 24 concurrent requests apart by rid', async () => {
@@ -179,7 +193,9 @@ describe('multiplexing', () => {
 
 describe('aborts', () => {
   let r: Rig;
-  beforeAll(async () => { r = await rig(['--token-rate', '50']); });
+  beforeAll(async () => {
+    r = await rig(['--token-rate', '50']);
+  });
   afterAll(() => r?.cleanup());
   const long = (rid: string) => request(rid, {}, { max_new_tokens: 100_000 });
 
@@ -222,7 +238,9 @@ describe('aborts', () => {
 describe('liveness', () => {
   let r: Rig;
   // A silence window far beyond the test timeout: a kill must be noticed by the disconnect.
-  beforeAll(async () => { r = await rig(['--token-rate', '50'], { silenceMs: 120_000 }); });
+  beforeAll(async () => {
+    r = await rig(['--token-rate', '50'], { silenceMs: 120_000 });
+  });
   afterAll(() => r?.cleanup());
   const long = (rid: string) => request(rid, {}, { max_new_tokens: 100_000 });
 
@@ -281,13 +299,18 @@ describe('liveness', () => {
 
 describe('output silence', () => {
   let r: Rig;
-  beforeAll(async () => { r = await rig(['--token-rate', '50'], { silenceMs: 800 }); });
+  beforeAll(async () => {
+    r = await rig(['--token-rate', '50'], { silenceMs: 800 });
+  });
   afterAll(() => r?.cleanup());
 
   it('fails requests when a connected engine stays silent past the window', async () => {
     let stalled = false;
     const { events, error } = await drain(r.client.generate(request('quiet', {}, { max_new_tokens: 100_000 }), AbortSignal.timeout(20_000)), () => {
-      if (!stalled) { stalled = true; void r.sim.fault({ kind: 'stall' }); }
+      if (!stalled) {
+        stalled = true;
+        void r.sim.fault({ kind: 'stall' });
+      }
     });
     expect(events.length).toBeGreaterThan(0);
     expect(error).toMatchObject({ code: 'unavailable', beforeFirstEvent: false });
@@ -304,7 +327,9 @@ describe('DP ranks share one socket set; tcp:// worker URLs', () => {
     const any = new ZmqEngineClient(tmp.url, opts);
     const { handshake } = await c0.open();
     expect((await c1.open()).handshake).toBe(handshake); // one socket set for the three clients
-    const sims = await Promise.all([0, 1].map((rank) => spawnZmqSim({ url: tmp.url, handshake, args: ['--token-rate', '0', '--dp-rank', String(rank), '--dp-size', '2'] })));
+    const sims = await Promise.all(
+      [0, 1].map((rank) => spawnZmqSim({ url: tmp.url, handshake, args: ['--token-rate', '0', '--dp-rank', String(rank), '--dp-size', '2'] })),
+    );
     try {
       expect((await c1.discover(AbortSignal.timeout(15_000))).serverInfo).toMatchObject({ dp_size: 2, zmq: { engine_index: 1 } });
       await c0.discover(AbortSignal.timeout(15_000));

@@ -35,7 +35,10 @@ describe('one connection per HTTP engine', () => {
     expect(controlPorts).toHaveLength(5);
     // A probe may be in flight when a call goes out (a second connection then opens), but the
     // calls must ride the probes' connection, not one of their own.
-    expect(controlPorts.filter((p) => probePorts.has(p)).length, `control ports ${controlPorts.join(',')}, probe ports ${[...probePorts].join(',')}`).toBeGreaterThan(0);
+    expect(
+      controlPorts.filter((p) => probePorts.has(p)).length,
+      `control ports ${controlPorts.join(',')}, probe ports ${[...probePorts].join(',')}`,
+    ).toBeGreaterThan(0);
   });
 
   it('a control call that holds the connection for several probe intervals does not make the engine unreachable', async () => {

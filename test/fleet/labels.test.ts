@@ -1,11 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import {
-  DISCOVERED_KEYS,
-  flattenModelInfo,
-  foldParallelism,
-  labelsFromServerInfo,
-  sizeLabel,
-} from '../../src/fleet/labels.ts';
+import { DISCOVERED_KEYS, flattenModelInfo, foldParallelism, labelsFromServerInfo, sizeLabel } from '../../src/fleet/labels.ts';
 
 describe('DISCOVERED_KEYS (§6.4)', () => {
   it('is the TokenSpeed gRPC key list, newer builds included', () => {
@@ -122,9 +116,15 @@ describe('labelsFromServerInfo (§6.4, SGLang HTTP)', () => {
 describe('foldParallelism', () => {
   it.each<[Record<string, string>, Record<string, string>]>([
     [{ attn_tp_size: '2' }, { attn_tp_size: '2', tp_size: '2' }],
-    [{ attn_tp_size: '2', tp_size: '1' }, { attn_tp_size: '2', tp_size: '1' }],
+    [
+      { attn_tp_size: '2', tp_size: '1' },
+      { attn_tp_size: '2', tp_size: '1' },
+    ],
     [{ pipeline_parallel_size: '3' }, { pipeline_parallel_size: '3', pp_size: '3' }],
-    [{ data_parallel_size: '4', dp_size: '2' }, { data_parallel_size: '4', dp_size: '2' }],
+    [
+      { data_parallel_size: '4', dp_size: '2' },
+      { data_parallel_size: '4', dp_size: '2' },
+    ],
     [{}, {}],
   ])('%j → %j', (labels, expected) => {
     const before = { ...labels };

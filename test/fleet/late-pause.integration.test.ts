@@ -16,7 +16,6 @@ import { httpJson } from '../fixtures/http-json.ts';
 
 const LEASE_MS = 2_000;
 
-
 describe('a pause that lands after its sender lost the engine', () => {
   let nats: TestNats;
   let proxy: StallProxy;
@@ -40,7 +39,8 @@ describe('a pause that lands after its sender lost the engine', () => {
     await nats?.stop();
   });
 
-  const rows = async (g: Gateway) => (await httpJson(g.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ id: string; url: string; owner: string | null; state: string }>;
+  const rows = async (g: Gateway) =>
+    (await httpJson(g.url, 'GET', '/v1/rl/workers')).json.workers as Array<{ id: string; url: string; owner: string | null; state: string }>;
 
   it('is resumed by the new owner, while an operator pause through it is kept', async () => {
     for (const s of sims) expect((await httpJson(a.url, 'POST', '/workers', { url: s.url })).status).toBe(202);

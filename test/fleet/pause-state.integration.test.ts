@@ -33,7 +33,7 @@ describe('the pause state read from the engine', () => {
     }
   };
 
-  it('a pause undone behind the gateway\'s back is noticed, and the engine serves again', async () => {
+  it("a pause undone behind the gateway's back is noticed, and the engine serves again", async () => {
     const p = await t.http('POST', `/v1/rl/workers/${id}/engine/pause_generation`, { body: {} });
     expect(p.status, p.text).toBe(200);
     await eventually('paused in the gateway', (r) => r.state === 'paused' && r.control === 'paused');

@@ -11,8 +11,7 @@ describe('routing table: a change is seen by the next pick', () => {
   let sims: SimProcess[];
   let t: TestGateway;
   let ids: string[];
-  const picks = (n: number, policy = parseVersionPolicy('any')) =>
-    new Set(Array.from({ length: n }, () => t.gw.services.router.pick({ policy })?.id));
+  const picks = (n: number, policy = parseVersionPolicy('any')) => new Set(Array.from({ length: n }, () => t.gw.services.router.pick({ policy })?.id));
 
   beforeAll(async () => {
     sims = await Promise.all([0, 1, 2].map(() => spawnSglangSim(['--token-rate', '0'])));

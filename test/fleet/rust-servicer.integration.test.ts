@@ -29,8 +29,7 @@ describe('rust servicer profile behind the gateway', () => {
   let bareId: string;
   let sgId: string;
 
-  const generate = (stream = false) =>
-    t.http('POST', '/generate', { body: { input_ids: [4, 5, 6], sampling_params: { max_new_tokens: 3 }, stream } });
+  const generate = (stream = false) => t.http('POST', '/generate', { body: { input_ids: [4, 5, 6], sampling_params: { max_new_tokens: 3 }, stream } });
 
   beforeAll(async () => {
     [rust, bare, sg] = await Promise.all([
@@ -115,9 +114,7 @@ describe('rust servicer profile behind the gateway', () => {
     const r = await t.http('POST', '/v1/rl/engine/flush_cache?selector=worker_type%3Dregular', { body: {} });
     expect(r.status).toBe(207);
     expect(r.json).toMatchObject({ total: 3, succeeded: 2 });
-    expect(r.json.failed).toEqual([
-      expect.objectContaining({ worker_id: bareId, url: bare.url, error: 'no_control_endpoint', connection_mode: 'grpc' }),
-    ]);
+    expect(r.json.failed).toEqual([expect.objectContaining({ worker_id: bareId, url: bare.url, error: 'no_control_endpoint', connection_mode: 'grpc' })]);
     expect(Object.keys(r.json.results).sort()).toEqual([rustId, sgId].sort());
   });
 
@@ -158,8 +155,14 @@ describe('rust servicer profile behind the gateway', () => {
   it('a distributed refit of the rust worker: its /generate then reports the refit version the gateway recorded', async () => {
     const chunks = makeChunks({ params: 3, perChunk: 2, shape: [8, 8], dtype: 'float32' });
     const res = await runDistributedRefit({
-      gateway: t.url, version: '9', chunks, selector: `id=${rustId}`, pick: (rows) => rows.filter((x) => x.id === rustId),
-      rendezvousTimeoutMs: 15_000, chunkTimeoutMs: 15_000, httpTimeoutMs: 30_000,
+      gateway: t.url,
+      version: '9',
+      chunks,
+      selector: `id=${rustId}`,
+      pick: (rows) => rows.filter((x) => x.id === rustId),
+      rendezvousTimeoutMs: 15_000,
+      chunkTimeoutMs: 15_000,
+      httpTimeoutMs: 30_000,
     });
     expect(res.transferError).toBeNull();
     expect(res.status).toBe(200);

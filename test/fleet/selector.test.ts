@@ -1,12 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { gatewayError } from '../fixtures/errors.ts';
-import {
-  SelectorSyntaxError,
-  matchesSelector,
-  parseSelector,
-  selectorFromQuery,
-} from '../../src/fleet/selector.ts';
-
+import { SelectorSyntaxError, matchesSelector, parseSelector, selectorFromQuery } from '../../src/fleet/selector.ts';
 
 function syntaxError(text: string): SelectorSyntaxError {
   try {
@@ -49,10 +43,13 @@ describe('parseSelector', () => {
         { key: 'role', op: '=', values: ['policy'] },
       ],
     ],
-    ['model=Qwen/Qwen3-8B, tp_size=1', [
-      { key: 'model', op: '=', values: ['Qwen/Qwen3-8B'] },
-      { key: 'tp_size', op: '=', values: ['1'] },
-    ]],
+    [
+      'model=Qwen/Qwen3-8B, tp_size=1',
+      [
+        { key: 'model', op: '=', values: ['Qwen/Qwen3-8B'] },
+        { key: 'tp_size', op: '=', values: ['1'] },
+      ],
+    ],
     ['url=http://rollout:30000', [{ key: 'url', op: '=', values: ['http://rollout:30000'] }]],
     ['q="say \\"hi\\" \\\\ ok"', [{ key: 'q', op: '=', values: ['say "hi" \\ ok'] }]],
     ['model_path="/models/a,b"', [{ key: 'model_path', op: '=', values: ['/models/a,b'] }]],

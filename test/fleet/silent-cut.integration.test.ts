@@ -18,7 +18,6 @@ import { httpJson } from '../fixtures/http-json.ts';
 
 const LEASE_MS = 2_000;
 
-
 describe('a replica cut off from NATS without a reset', () => {
   let nats: TestNats;
   let proxy: StallProxy;
@@ -84,10 +83,16 @@ describe('a replica cut off from NATS without a reset', () => {
 
     const records = await sim.requests();
     const control = records.filter((r) => r.method === 'POST');
-    expect(control.some((r) => r.path === '/pause_generation'), 'the refused pause reached the engine').toBe(false);
+    expect(
+      control.some((r) => r.path === '/pause_generation'),
+      'the refused pause reached the engine',
+    ).toBe(false);
     // Nothing from cut-a after its lease could have lapsed; cut-b's calls carry a newer epoch.
     const fromA = control.filter((r) => r.headers[REPLICA_HEADER] === 'cut-a');
-    expect(fromA.every((r) => Date.parse(r.time) < cutAt + LEASE_MS), JSON.stringify(fromA.map((r) => [r.path, r.time]))).toBe(true);
+    expect(
+      fromA.every((r) => Date.parse(r.time) < cutAt + LEASE_MS),
+      JSON.stringify(fromA.map((r) => [r.path, r.time])),
+    ).toBe(true);
     const fromB = control.filter((r) => r.headers[REPLICA_HEADER] === 'cut-b');
     expect(fromB.length).toBeGreaterThan(0);
     for (const r of fromB) expect(Number(r.headers[LEASE_EPOCH_HEADER])).toBeGreaterThan(Number(before[0]!.headers[LEASE_EPOCH_HEADER]));

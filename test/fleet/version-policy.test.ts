@@ -1,13 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { gatewayError } from '../fixtures/errors.ts';
-import {
-  admit,
-  formatVersionPolicy,
-  parseVersionPolicy,
-  policyFromHeader,
-} from '../../src/fleet/version-policy.ts';
+import { admit, formatVersionPolicy, parseVersionPolicy, policyFromHeader } from '../../src/fleet/version-policy.ts';
 import type { Candidate, VersionPolicy } from '../../src/fleet/version-policy.ts';
-
 
 describe('parseVersionPolicy (§13.1)', () => {
   it.each<[string, VersionPolicy]>([
@@ -50,9 +44,7 @@ describe('parseVersionPolicy (§13.1)', () => {
 
   it('trims header values first', () => {
     expect(policyFromHeader(' latest-only ')).toEqual({ kind: 'latest-only' });
-    expect(gatewayError(() => policyFromHeader(' bogus ')).message.startsWith('invalid version policy `bogus`')).toBe(
-      true,
-    );
+    expect(gatewayError(() => policyFromHeader(' bogus ')).message.startsWith('invalid version policy `bogus`')).toBe(true);
   });
 });
 

@@ -12,7 +12,6 @@ import {
   versionFromBodyField,
 } from '../../src/fleet/versions.ts';
 
-
 const EMPTY = 'weight_version is empty';
 const TOO_LONG = 'weight_version exceeds 128 bytes';
 const NOT_ASCII = 'weight_version contains a byte outside printable ASCII';

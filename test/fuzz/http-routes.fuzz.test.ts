@@ -40,7 +40,10 @@ const hostileJson = fc.oneof(
   fc.constant({ nested: JSON.parse('['.repeat(200) + ']'.repeat(200)) as unknown }),
   fc.dictionary(fc.string({ maxLength: 30 }), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 30 }),
   fc.record({ url: fc.oneof(fc.webUrl(), fc.string()), labels: fc.jsonValue({ maxDepth: 2 }), api_key: fc.jsonValue({ maxDepth: 1 }) }, { requiredKeys: [] }),
-  fc.record({ weight_version: fc.jsonValue({ maxDepth: 1 }), source: fc.jsonValue({ maxDepth: 2 }), selector: fc.jsonValue({ maxDepth: 1 }), dry_run: fc.boolean() }, { requiredKeys: [] }),
+  fc.record(
+    { weight_version: fc.jsonValue({ maxDepth: 1 }), source: fc.jsonValue({ maxDepth: 2 }), selector: fc.jsonValue({ maxDepth: 1 }), dry_run: fc.boolean() },
+    { requiredKeys: [] },
+  ),
   fc.record({ control: fc.jsonValue({ maxDepth: 1 }), weight_version: fc.jsonValue({ maxDepth: 1 }) }, { requiredKeys: [] }),
 );
 const body = fc.oneof(
@@ -48,7 +51,17 @@ const body = fc.oneof(
   { weight: 2, arbitrary: fc.uint8Array({ maxLength: 300 }).map((b) => b as string | Uint8Array | undefined) },
   { weight: 2, arbitrary: fc.constant(undefined) },
 );
-const contentType = fc.constantFrom(undefined, 'application/json', 'application/json; charset=utf-8', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/merge-patch+json', 'application/json; charset=latin1', '*/*');
+const contentType = fc.constantFrom(
+  undefined,
+  'application/json',
+  'application/json; charset=utf-8',
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data; boundary=x',
+  'application/merge-patch+json',
+  'application/json; charset=latin1',
+  '*/*',
+);
 const token = fc.oneof(fc.string({ maxLength: 40 }), fc.constantFrom('', '..', '%00', '%2e%2e', 'role=actor', 'a&b=c', '\u2028', 'x'.repeat(3_000)));
 
 /** Every route of the gateway's own API document, plus a preflight and a route that does not exist. */
@@ -56,11 +69,13 @@ async function routesOf(t: TestGateway): Promise<Route[]> {
   const doc = (await t.http('GET', '/openapi.json')).json as { paths: Record<string, Record<string, { parameters?: Array<{ name: string; in: string }> }>> };
   // The fleet's event stream never ends by design (test/refit/refit-events covers it).
   const endless = new Set(['/v1/rl/events']);
-  const routes = Object.entries(doc.paths).filter(([path]) => !endless.has(path)).flatMap(([path, ops]) =>
-    Object.entries(ops)
-      .filter(([m]) => ['get', 'head', 'post', 'put', 'patch', 'delete'].includes(m))
-      .map(([m, op]) => ({ method: m.toUpperCase() as Method, path, query: (op.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name) })),
-  );
+  const routes = Object.entries(doc.paths)
+    .filter(([path]) => !endless.has(path))
+    .flatMap(([path, ops]) =>
+      Object.entries(ops)
+        .filter(([m]) => ['get', 'head', 'post', 'put', 'patch', 'delete'].includes(m))
+        .map(([m, op]) => ({ method: m.toUpperCase() as Method, path, query: (op.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name) })),
+    );
   routes.push({ method: 'OPTIONS', path: '/v1/rl/refits', query: [] }, { method: 'POST', path: '/no/such/{route}', query: [] });
   return routes;
 }
@@ -98,7 +113,7 @@ describe('HTTP routes under random requests', () => {
     await sim?.stop();
   });
 
-  it('no 5xx of the gateway\'s own, and refused input changes nothing', async () => {
+  it("no 5xx of the gateway's own, and refused input changes nothing", async () => {
     const before = await fleetFacts(t, sim);
     await sim.clearRequests();
     const cases = fc.record({
@@ -123,14 +138,18 @@ describe('HTTP routes under random requests', () => {
         if (c.contentType) headers['content-type'] = c.contentType;
         const sendsBody = c.body !== undefined && !['GET', 'HEAD'].includes(c.route.method);
         const started = Date.now();
-        if (process.env.RLGATE_FUZZ_TRACE) process.stderr.write(`[fuzz] > ${c.route.method} ${url.slice(0, 200)} ct=${c.contentType} body=${sendsBody ? (typeof c.body === 'string' ? c.body.length : c.body!.length) : '-'}\n`);
+        if (process.env.RLGATE_FUZZ_TRACE)
+          process.stderr.write(
+            `[fuzz] > ${c.route.method} ${url.slice(0, 200)} ct=${c.contentType} body=${sendsBody ? (typeof c.body === 'string' ? c.body.length : c.body!.length) : '-'}\n`,
+          );
         const res = await request(url, { method: c.route.method, headers, body: sendsBody ? c.body : undefined, headersTimeout: 15_000, bodyTimeout: 15_000 });
         // An event stream (a path that normalises to /v1/rl/events, a refit's events) does not end
         // by itself: its 200 and headers are the answer.
         const streaming = String(res.headers['content-type'] ?? '').startsWith('text/event-stream');
         if (streaming) res.body.destroy();
         const text = streaming ? '' : await res.body.text();
-        if (process.env.RLGATE_FUZZ_TRACE) process.stderr.write(`[fuzz] ${Date.now() - started} ms ${c.route.method} ${url.slice(0, 200)} → ${res.statusCode}\n`);
+        if (process.env.RLGATE_FUZZ_TRACE)
+          process.stderr.write(`[fuzz] ${Date.now() - started} ms ${c.route.method} ${url.slice(0, 200)} → ${res.statusCode}\n`);
         seen.push(`${c.route.method} ${c.route.path} → ${res.statusCode}`);
         if (res.statusCode >= 500) {
           const fromEngine = res.headers['x-smg-routed-worker-id'] !== undefined;
@@ -140,7 +159,10 @@ describe('HTTP routes under random requests', () => {
           } catch {
             code = undefined;
           }
-          expect(fromEngine || UPSTREAM_CODES.has(code ?? ''), `${c.route.method} ${url.slice(0, 300)} (${c.contentType}) → ${res.statusCode} ${text.slice(0, 300)}`).toBe(true);
+          expect(
+            fromEngine || UPSTREAM_CODES.has(code ?? ''),
+            `${c.route.method} ${url.slice(0, 300)} (${c.contentType}) → ${res.statusCode} ${text.slice(0, 300)}`,
+          ).toBe(true);
         }
       }),
       fuzzParams('HTTP routes', routes.length),
@@ -149,7 +171,10 @@ describe('HTTP routes under random requests', () => {
     // is random, and no random body is a valid registration, write or refit.
     expect(await fleetFacts(t, sim)).toEqual(before);
     const control = (await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path) && !DATA_PLANE.has(r.path));
-    expect(control.map((r) => `${r.method} ${r.path}`), 'control calls reached the engine').toEqual([]);
+    expect(
+      control.map((r) => `${r.method} ${r.path}`),
+      'control calls reached the engine',
+    ).toEqual([]);
     expect((await t.http('GET', '/health')).status).toBe(200);
     // Most routes were tried (each case picks one at random).
     expect(new Set(seen.map((s) => s.split(' → ')[0])).size).toBeGreaterThan(routes.length / 2);
@@ -298,7 +323,10 @@ describe('HTTP write routes under slow bodies', () => {
         { weight: 1, arbitrary: fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)) },
       ),
       // Mostly JSON, which the write guard lets through to the body read; the rest are refused earlier.
-      contentType: fc.oneof({ weight: 4, arbitrary: fc.constantFrom('application/json', 'application/json; charset=utf-8') }, { weight: 1, arbitrary: contentType }),
+      contentType: fc.oneof(
+        { weight: 4, arbitrary: fc.constantFrom('application/json', 'application/json; charset=utf-8') },
+        { weight: 1, arbitrary: contentType },
+      ),
       origin: fc.oneof({ weight: 6, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom('https://elsewhere.example', 'null') }),
       mode: fc.constantFrom<SlowMode>('stall', 'trickle', 'chunked'),
       cut: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
@@ -306,7 +334,9 @@ describe('HTTP write routes under slow bodies', () => {
     });
     const total = Math.min(SLOW_BODY_CAP, Math.max(1, Math.ceil(FUZZ_RUNS / SLOW_BODY_SHARE)) * writes.length);
     const numRuns = Math.ceil(total / SLOW_BATCH);
-    process.stdout.write(`[fuzz] HTTP slow bodies: ${numRuns * SLOW_BATCH} cases in ${numRuns} runs of ${SLOW_BATCH} at once (${writes.length} write routes), seed ${FUZZ_SEED} (RLGATE_FUZZ_SEED to replay)\n`);
+    process.stdout.write(
+      `[fuzz] HTTP slow bodies: ${numRuns * SLOW_BATCH} cases in ${numRuns} runs of ${SLOW_BATCH} at once (${writes.length} write routes), seed ${FUZZ_SEED} (RLGATE_FUZZ_SEED to replay)\n`,
+    );
     const bound = SLOW_TIMEOUT_MS + CHECK_INTERVAL_MS + SLOW_SLACK_MS;
     const statuses = new Map<number | null, number>();
     await fc.assert(
@@ -334,7 +364,10 @@ describe('HTTP write routes under slow bodies', () => {
     // No body was ever complete: nothing reached the engine, data plane included, and nothing changed.
     expect(await fleetFacts(t, sim)).toEqual(before);
     const reached = (await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path));
-    expect(reached.map((r) => `${r.method} ${r.path}`), 'slow requests reached the engine').toEqual([]);
+    expect(
+      reached.map((r) => `${r.method} ${r.path}`),
+      'slow requests reached the engine',
+    ).toEqual([]);
     expect((await t.http('GET', '/health')).status).toBe(200);
     // Both kinds of answer were seen: the 408 and an earlier refusal.
     expect(statuses.get(408) ?? 0).toBeGreaterThan(0);

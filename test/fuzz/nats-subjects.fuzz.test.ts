@@ -25,7 +25,12 @@ const hostileJson = fc.oneof(
   fc.dictionary(fc.string({ maxLength: 20 }), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 20 }),
   // The right keys with the wrong values: closest to a real command, most likely to slip through.
   fc.record({ call: fc.jsonValue({ maxDepth: 3 }), requestId: fc.jsonValue({ maxDepth: 1 }) }),
-  fc.record({ requestId: fc.string(), calls: fc.array(fc.jsonValue({ maxDepth: 2 }), { maxLength: 3 }), legs: fc.jsonValue({ maxDepth: 2 }), concurrency: fc.jsonValue({ maxDepth: 1 }) }),
+  fc.record({
+    requestId: fc.string(),
+    calls: fc.array(fc.jsonValue({ maxDepth: 2 }), { maxLength: 3 }),
+    legs: fc.jsonValue({ maxDepth: 2 }),
+    concurrency: fc.jsonValue({ maxDepth: 1 }),
+  }),
   fc.record({ weight_version: fc.jsonValue({ maxDepth: 1 }), source: fc.jsonValue({ maxDepth: 2 }), selector: fc.jsonValue({ maxDepth: 1 }) }),
 );
 const payload = fc.oneof(

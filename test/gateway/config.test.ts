@@ -93,7 +93,9 @@ describe('startup errors (line 6)', () => {
 describe('upper bounds: a deadline no Node timer can hold is refused at startup', () => {
   it('request_timeout_secs and rl.control_timeout_secs above 2147483 s are errors; at the bound they are accepted', () => {
     expect(configError(() => loadConfig(['--request-timeout-secs', '2147484'], {})).message).toMatch(/^request_timeout_secs must be <= 2147483/);
-    expect(configError(() => loadConfig(['--enable-rl', '--rl-control-timeout-secs', '2147484'], {})).message).toMatch(/^rl\.control_timeout_secs must be <= 2147483/);
+    expect(configError(() => loadConfig(['--enable-rl', '--rl-control-timeout-secs', '2147484'], {})).message).toMatch(
+      /^rl\.control_timeout_secs must be <= 2147483/,
+    );
     expect(loadConfig(['--request-timeout-secs', '2147483', '--enable-rl', '--rl-control-timeout-secs', '2147483'], {}).requestTimeoutSecs).toBe(2147483);
   });
 });

@@ -43,7 +43,7 @@ describe('the NATS URL', () => {
 });
 
 describe('credential and TLS settings', () => {
-  it('each flag has the gateway\'s environment name, and --help lists both', () => {
+  it("each flag has the gateway's environment name, and --help lists both", () => {
     const help = helpText();
     for (const f of NATS_CLIENT_FLAGS) {
       expect(f.env).toBe(envName(f.flag));
@@ -68,7 +68,13 @@ describe('credential and TLS settings', () => {
         const nested = loadConfig(['--config', configFile({ nats_url: 'nats://n1:4222', nats: { [key]: val('/x/cfg'), ...extra } })], {});
         expect(nested.nats[f.key], `nats.${key}`).toBe(val('/x/cfg'));
       }
-      const dotted = loadConfig(['--config', configFile({ natsUrl: 'nats://n1:4222', [`nats.${f.fileKey}`]: val('/x/dot'), ...(f.key === 'passwordFile' ? { 'nats.user': 'u' } : {}) })], {});
+      const dotted = loadConfig(
+        [
+          '--config',
+          configFile({ natsUrl: 'nats://n1:4222', [`nats.${f.fileKey}`]: val('/x/dot'), ...(f.key === 'passwordFile' ? { 'nats.user': 'u' } : {}) }),
+        ],
+        {},
+      );
       expect(dotted.nats[f.key]).toBe(val('/x/dot'));
     }
     const tls = loadConfig([...url, '--nats-tls-ca', 'ca.pem', '--nats-tls-cert=c.pem'], { RLGATE_NATS_TLS_KEY: 'c.key' });
@@ -83,14 +89,18 @@ describe('credential and TLS settings', () => {
   });
 
   it('credentials without --nats-url are a startup error (the embedded server has no users)', () => {
-    expect(configError(() => loadConfig(['--nats-creds', '/x.creds'], {})).message).toBe('--nats-creds needs --nats-url: the embedded nats-server has no users and no TLS');
+    expect(configError(() => loadConfig(['--nats-creds', '/x.creds'], {})).message).toBe(
+      '--nats-creds needs --nats-url: the embedded nats-server has no users and no TLS',
+    );
   });
 
   it('two kinds of credential, or a password file without a user, are startup errors that show no secret', () => {
     const both = configError(() => loadConfig(['--nats-url', 'nats://gw:hidden-pw@n1:4222', '--nats-token-file', '/t'], {}));
     expect(both.message).toContain('give one kind of NATS credential');
     expect(both.message).not.toContain('hidden-pw');
-    expect(configError(() => loadConfig(['--nats-url', 'nats://n1:4222', '--nats-password-file', '/p'], {})).message).toBe('--nats-password-file needs --nats-user');
+    expect(configError(() => loadConfig(['--nats-url', 'nats://n1:4222', '--nats-password-file', '/p'], {})).message).toBe(
+      '--nats-password-file needs --nats-user',
+    );
     expect(configError(() => loadConfig(['--nats-url', 'nats://n1:4222', '--nats-tls-key', '/k'], {})).message).toContain('go together');
   });
 });
@@ -100,7 +110,10 @@ describe('the NATS-only commands (refit, watch)', () => {
     expect(readNatsClientFlags([], {})).toEqual({ url: 'nats://127.0.0.1:4222', auth: {} });
     expect(readNatsClientFlags([], { NATS_URL: 'nats://a:4222' }).url).toBe('nats://a:4222');
     expect(readNatsClientFlags(['--nats-url=nats://c:4222'], { RLGATE_NATS_URL: 'nats://b:4222' }).url).toBe('nats://c:4222');
-    const r = readNatsClientFlags(['--version', '3', '--nats-user', 'trainer', '--nats-password-file=/pw'], { RLGATE_NATS_TLS_CA: '/ca.pem', RLGATE_NATS_USER: 'other' });
+    const r = readNatsClientFlags(['--version', '3', '--nats-user', 'trainer', '--nats-password-file=/pw'], {
+      RLGATE_NATS_TLS_CA: '/ca.pem',
+      RLGATE_NATS_USER: 'other',
+    });
     expect(r.auth).toEqual({ user: 'trainer', passwordFile: '/pw', tlsCa: '/ca.pem' });
   });
 });

@@ -267,14 +267,9 @@ describe('.creds file (operator mode)', () => {
 describe('TLS with a client certificate', () => {
   let nats: SecureNats;
   beforeAll(async () => {
-    nats = await server([
-      'tls {',
-      `  cert_file: "${certs.serverCert}"`,
-      `  key_file: "${certs.serverKey}"`,
-      `  ca_file: "${certs.caFile}"`,
-      '  verify: true',
-      '}',
-    ].join('\n'));
+    nats = await server(
+      ['tls {', `  cert_file: "${certs.serverCert}"`, `  key_file: "${certs.serverKey}"`, `  ca_file: "${certs.caFile}"`, '  verify: true', '}'].join('\n'),
+    );
   });
 
   it('with --nats-tls-ca, --nats-tls-cert and --nats-tls-key', async () => {

@@ -27,13 +27,16 @@ type LogLine = { msg: string; [k: string]: any };
 /** A logger whose lines the test reads; `onLine` sees each one as it is written. */
 function captureLog(onLine?: (l: LogLine) => void): { log: Logger; lines: LogLine[] } {
   const lines: LogLine[] = [];
-  const log = pino({ level: 'info' }, {
-    write(s: string) {
-      const l = JSON.parse(s) as LogLine;
-      lines.push(l);
-      onLine?.(l);
+  const log = pino(
+    { level: 'info' },
+    {
+      write(s: string) {
+        const l = JSON.parse(s) as LogLine;
+        lines.push(l);
+        onLine?.(l);
+      },
     },
-  });
+  );
   return { log, lines };
 }
 
@@ -114,9 +117,7 @@ describe('the embedded nats-server dies', () => {
     expect((await sim.requests()).filter((r) => r.path === '/pause_generation')).toEqual([]);
 
     // A restart on a taken port fails and is tried again; once the port is free, it comes back.
-    await until('a restart to fail on the held port', 10_000, async () =>
-      lines.some((l) => l.msg.startsWith('embedded nats-server could not be restarted')),
-    );
+    await until('a restart to fail on the held port', 10_000, async () => lines.some((l) => l.msg.startsWith('embedded nats-server could not be restarted')));
     await squatter!.release();
     await until('/health to say 200 again', 20_000, async () => (await http(gw, 'GET', '/health')).status === 200);
     const restarted = lines.find((l) => l.msg === 'embedded nats-server restarted');
@@ -158,9 +159,7 @@ describe('an external nats-server stops for a few seconds', () => {
 
     // A refit while the bus is away says so at once and pauses nothing: refused whole (503) when
     // its pauses cannot be recorded first, or (207) with every leg bus_unavailable.
-    const during = await fast('a refit', () =>
-      http(gw, 'POST', '/v1/rl/refits', { weight_version: '7', source: { kind: 'disk', model_path: '/m' } }),
-    );
+    const during = await fast('a refit', () => http(gw, 'POST', '/v1/rl/refits', { weight_version: '7', source: { kind: 'disk', model_path: '/m' } }));
     expect([503, 207], JSON.stringify(during.json)).toContain(during.status);
     expect(JSON.stringify(during.json)).toContain('bus_unavailable');
     expect((await sim.state()).paused).toBeNull();

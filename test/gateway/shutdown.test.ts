@@ -29,7 +29,15 @@ describe('runCleanups', () => {
   it('logs a step that throws and goes on', async () => {
     const ran: string[] = [];
     const { log, lines } = captureLog();
-    await runCleanups([() => void ran.push('first pushed'), () => { throw new Error('drain failed'); }], { timeoutMs: 5_000, log });
+    await runCleanups(
+      [
+        () => void ran.push('first pushed'),
+        () => {
+          throw new Error('drain failed');
+        },
+      ],
+      { timeoutMs: 5_000, log },
+    );
     expect(ran).toEqual(['first pushed']);
     expect(lines.find((l) => l.msg === 'error during shutdown')).toMatchObject({ err: { message: 'drain failed' } });
   });

@@ -58,7 +58,17 @@ describe('bounds', () => {
     await sim.clearRequests();
     const cases: Array<[string, unknown, string]> = [
       ['/generate', { text: 'hi', sampling_params: { max_new_tokens: 3e9 } }, '/sampling_params/max_new_tokens'],
-      ['/generate', { input_ids: [[1, 2], [3, 4]], sampling_params: [{ max_new_tokens: 4 }, { max_new_tokens: CONTEXT + 1 }] }, '/sampling_params/1/max_new_tokens'],
+      [
+        '/generate',
+        {
+          input_ids: [
+            [1, 2],
+            [3, 4],
+          ],
+          sampling_params: [{ max_new_tokens: 4 }, { max_new_tokens: CONTEXT + 1 }],
+        },
+        '/sampling_params/1/max_new_tokens',
+      ],
       ['/v1/completions', { prompt: 'hi', max_tokens: 1e308 }, '/max_tokens'],
       ['/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], max_completion_tokens: CONTEXT + 1 }, '/max_completion_tokens'],
       ['/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], max_tokens: CONTEXT * 2 }, '/max_tokens'],
@@ -128,7 +138,10 @@ describe('bounds', () => {
     const text = await res.body.text();
     const elapsed = Date.now() - started;
     expect(res.statusCode).toBe(200);
-    const events = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+    const events = text
+      .split('\n\n')
+      .filter((e) => e.startsWith('data: '))
+      .map((e) => e.slice(6));
     expect(events.at(-1)).toBe('[DONE]');
     const last = JSON.parse(events.at(-2)!);
     expect(last.meta_info).toMatchObject({ completion_tokens: tokens, finish_reason: { type: 'length' } });

@@ -30,7 +30,10 @@ function resolveRefs(schema: Json, doc: Json, depth = 0): Json {
   if (schema === null || typeof schema !== 'object') return schema;
   if (typeof schema.$ref === 'string') {
     expect(schema.$ref, 'only local references').toMatch(/^#\//);
-    const target = schema.$ref.slice(2).split('/').reduce((node: Json, key: string) => node?.[key], doc);
+    const target = schema.$ref
+      .slice(2)
+      .split('/')
+      .reduce((node: Json, key: string) => node?.[key], doc);
     expect(target, `reference ${schema.$ref}`).toBeDefined();
     return resolveRefs(target, doc, depth + 1);
   }
@@ -94,7 +97,9 @@ describe('API document', () => {
     const responses = op.responses;
     const response = responses[String(res.status)] ?? responses[`${String(res.status)[0]}XX`] ?? responses.default;
     expect(response, `${method} ${path} answered ${res.status}, which ${method} ${template} does not document`).toBeDefined();
-    const media = String(res.headers['content-type'] ?? '').split(';')[0]!.trim();
+    const media = String(res.headers['content-type'] ?? '')
+      .split(';')[0]!
+      .trim();
     const content = response.content?.[media];
     expect(content, `${method} ${path} ${res.status}: content type ${media} not documented`).toBeDefined();
     const validate = ajv.compile(resolveRefs(content.schema, doc));
@@ -134,8 +139,12 @@ describe('API document', () => {
         if (answers.every((a) => !a.content && a.description === 'Default Response')) missing.push(`${method} ${route.url}: answers not declared`);
         // The write guard refuses a browser origin not allowed (403) and a body not JSON (415) on every write.
         if (['POST', 'PUT', 'PATCH', 'DELETE'].includes(method)) {
-          for (const [status, code] of [['403', 'origin_not_allowed'], ['415', 'unsupported_media_type']]) {
-            if (!String(op.responses?.[status]?.description ?? '').includes(`\`${code}\``)) missing.push(`${method} ${route.url}: ${status} ${code} not documented`);
+          for (const [status, code] of [
+            ['403', 'origin_not_allowed'],
+            ['415', 'unsupported_media_type'],
+          ]) {
+            if (!String(op.responses?.[status]?.description ?? '').includes(`\`${code}\``))
+              missing.push(`${method} ${route.url}: ${status} ${code} not documented`);
           }
         }
       }
@@ -161,7 +170,9 @@ describe('API document', () => {
     const gen = await documented('POST', '/generate', '/generate', { body: { text: 'Hello', sampling_params: { max_new_tokens: 4 } } });
     expect(gen.status).toBe(200);
     expect(gen.json.meta_info).toBeDefined();
-    const chat = await documented('POST', '/v1/chat/completions', '/v1/chat/completions', { body: { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 } });
+    const chat = await documented('POST', '/v1/chat/completions', '/v1/chat/completions', {
+      body: { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 },
+    });
     expect(chat.status).toBe(200);
   });
 
@@ -232,7 +243,11 @@ describe('API document', () => {
     expect(page.headers['content-type']).toMatch(/^text\/html/);
 
     expect(existsSync(CHROMIUM), `no browser at ${CHROMIUM} (Debian package chromium)`).toBe(true);
-    const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--disable-background-networking', '--disable-component-update', '--no-first-run'] });
+    const browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      args: ['--disable-background-networking', '--disable-component-update', '--no-first-run'],
+    });
     try {
       const context = await browser.newContext();
       const outside: string[] = [];

@@ -44,10 +44,12 @@ describe('query parameters (2 sglang engines, one spare)', () => {
   async function snapshot() {
     const rows = (await t.http('GET', '/v1/rl/workers')).json.workers.map((r: Record<string, unknown>) => [r.id, r.url, r.control, r.weight_version, r.labels]);
     const workers = (await t.http('GET', '/list_workers')).json.urls;
-    const engines = await Promise.all([spare, ...sims].map(async (s) => {
-      const st = await s.state();
-      return [st.paused, st.weightVersion];
-    }));
+    const engines = await Promise.all(
+      [spare, ...sims].map(async (s) => {
+        const st = await s.state();
+        return [st.paused, st.weightVersion];
+      }),
+    );
     return { rows, workers, engines };
   }
 
@@ -131,14 +133,17 @@ describe('query parameters (2 sglang engines, one spare)', () => {
     expect(await snapshot()).toEqual(before);
   });
 
-  it('the pass-through forwards the parameters that are not the gateway\'s, repeated ones included', async () => {
+  it("the pass-through forwards the parameters that are not the gateway's, repeated ones included", async () => {
     await Promise.all(sims.map((s) => s.clearRequests()));
     const fan = await t.http('GET', '/v1/rl/engine/get_load?selector=engine%3Dsglang&a=1&a=2&b=x');
     expect(fan.status).toBe(200);
     expect(fan.json).toMatchObject({ total: 2, succeeded: 2 });
     for (const s of sims) {
       const calls = await engineCalls(s);
-      expect(calls.map((c) => [c.path, c.query]), s.url).toEqual([['/get_load', 'a=1&a=2&b=x']]);
+      expect(
+        calls.map((c) => [c.path, c.query]),
+        s.url,
+      ).toEqual([['/get_load', 'a=1&a=2&b=x']]);
     }
 
     // One worker's route reads no parameter (a `selector` there is dropped, never forwarded): the

@@ -101,9 +101,14 @@ describe('worker URL rules', () => {
   });
 
   it('--allowed-worker-hosts is a flag, an environment variable and a config key, and a bad entry stops the start', () => {
-    expect(loadConfig(['--allowed-worker-hosts', '10.0.0.0/8', '169.254.169.254', '--worker-urls', 'http://169.254.169.254:80'], {}).allowedWorkerHosts).toEqual(['10.0.0.0/8', '169.254.169.254']);
+    expect(
+      loadConfig(['--allowed-worker-hosts', '10.0.0.0/8', '169.254.169.254', '--worker-urls', 'http://169.254.169.254:80'], {}).allowedWorkerHosts,
+    ).toEqual(['10.0.0.0/8', '169.254.169.254']);
     expect(() => loadConfig(['--allowed-worker-hosts', '10.0.0.0/8', '--worker-urls', 'http://127.0.0.1:1'], {})).toThrow(/not in --allowed-worker-hosts/);
-    expect(loadConfig([], { RLGATE_ALLOWED_WORKER_HOSTS: 'engines.internal,*.gpu.internal' }).allowedWorkerHosts).toEqual(['engines.internal', '*.gpu.internal']);
+    expect(loadConfig([], { RLGATE_ALLOWED_WORKER_HOSTS: 'engines.internal,*.gpu.internal' }).allowedWorkerHosts).toEqual([
+      'engines.internal',
+      '*.gpu.internal',
+    ]);
     expect(() => loadConfig(['--allowed-worker-hosts', '10.0.0.0/33'], {})).toThrow(/not a valid CIDR/);
     expect(() => loadConfig(['--allowed-worker-hosts', 'bad host!'], {})).toThrow(/allowed-worker-hosts/);
   });
@@ -286,7 +291,11 @@ describe('re-registration without the admin key', () => {
 
   it('a key, an rl.* label or a weight_version label without the admin bearer is still 401 and changes nothing', async () => {
     const before = (await t.http('GET', `/workers/${id}`)).json;
-    for (const body of [{ url: sim.url, api_key: '' }, { url: sim.url, labels: { 'rl.control_url': 'http://127.0.0.1:1' } }, { url: sim.url, labels: { weight_version: '0' } }]) {
+    for (const body of [
+      { url: sim.url, api_key: '' },
+      { url: sim.url, labels: { 'rl.control_url': 'http://127.0.0.1:1' } },
+      { url: sim.url, labels: { weight_version: '0' } },
+    ]) {
       const res = await t.http('POST', '/workers', { body });
       expect(res.status).toBe(401);
       expect(res.json.error).toBe('unauthorized');
@@ -312,7 +321,13 @@ describe('re-registration without the admin key', () => {
 
   it('another spelling of the known URL is the same worker: same id, one row, nothing changed', async () => {
     const before = (await t.http('GET', `/workers/${id}`)).json;
-    for (const url of [`HTTP://127.0.0.1:${sim.port}`, `http://127.1:${sim.port}`, `http://0x7f000001:${sim.port}`, `http://[::ffff:127.0.0.1]:${sim.port}/`, `http://127.0.0.1.:${sim.port}//`]) {
+    for (const url of [
+      `HTTP://127.0.0.1:${sim.port}`,
+      `http://127.1:${sim.port}`,
+      `http://0x7f000001:${sim.port}`,
+      `http://[::ffff:127.0.0.1]:${sim.port}/`,
+      `http://127.0.0.1.:${sim.port}//`,
+    ]) {
       const res = await t.http('POST', '/workers', { body: { url } });
       expect(res.status, url).toBe(202);
       expect(res.json.id, url).toBe(id);

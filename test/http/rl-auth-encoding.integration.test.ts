@@ -63,7 +63,12 @@ describe('worker changes with an admin key configured', () => {
       expect(r.status, `${method} ${path}`).toBe(401);
       expect(r.json.error).toBe('unauthorized');
     }
-    expect(t.gw.services.registry.all().map((w) => w.url).sort()).toEqual(['http://127.0.0.1:1', 'http://127.0.0.1:2']);
+    expect(
+      t.gw.services.registry
+        .all()
+        .map((w) => w.url)
+        .sort(),
+    ).toEqual(['http://127.0.0.1:1', 'http://127.0.0.1:2']);
     const ok = await t.http('DELETE', `/workers/${id}`, { headers: { authorization: 'Bearer admin-secret' } });
     expect(ok.status).toBe(200);
   });

@@ -8,9 +8,26 @@ import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 // Spec §6.3: the fields of RlWorkerEntry, in this order (rlgate may append its own after them).
 const ROW_FIELDS = [
-  'id', 'url', 'base_url', 'engine', 'engine_version', 'model_id', 'worker_type', 'connection_mode',
-  'control_url', 'tp_size', 'dp_size', 'pp_size', 'dp_ranks', 'role', 'health', 'weight_version',
-  'version_source', 'control', 'labels', 'capabilities',
+  'id',
+  'url',
+  'base_url',
+  'engine',
+  'engine_version',
+  'model_id',
+  'worker_type',
+  'connection_mode',
+  'control_url',
+  'tp_size',
+  'dp_size',
+  'pp_size',
+  'dp_ranks',
+  'role',
+  'health',
+  'weight_version',
+  'version_source',
+  'control',
+  'labels',
+  'capabilities',
 ];
 
 const PROBE_PATHS = new Set(['/health', '/health_generate', '/server_info', '/get_server_info', '/model_info', '/get_model_info']);
@@ -160,10 +177,7 @@ describe('discovery with real simulators', () => {
       const [a, b] = sims;
       // Rank 1 first: the row must still be represented by the lowest rank.
       [dp1, dp0, plain] = await t.register([`${a!.url}@1`, `${a!.url}@0`, a!.url], { ready: 2 });
-      [labelled] = await t.register(
-        [{ url: b!.url, labels: { tp_size: 'garbage', version: '0.5.15', engine: 'spoofed', role: 'rollout' } }],
-        { ready: 3 },
-      );
+      [labelled] = await t.register([{ url: b!.url, labels: { tp_size: 'garbage', version: '0.5.15', engine: 'spoofed', role: 'rollout' } }], { ready: 3 });
     });
     afterAll(async () => {
       await t?.close();

@@ -23,7 +23,11 @@ describe('E2E TokenSpeed-shaped lane', () => {
   beforeAll(async () => {
     // Live stamping (python personality, no fixed stamp) so a refit shows in /generate. The second
     // engine spans two simulated GPUs, so rank offsets are not simply 1, 2.
-    sims = await Promise.all([1, 2].map((tp) => spawnTokenspeedSim(['--model', 'MODEL', '--token-rate', '0', '--rl-control-port', '0', '--attn-tp-size', String(tp), '--group-timeout', '20000'])));
+    sims = await Promise.all(
+      [1, 2].map((tp) =>
+        spawnTokenspeedSim(['--model', 'MODEL', '--token-rate', '0', '--rl-control-port', '0', '--attn-tp-size', String(tp), '--group-timeout', '20000']),
+      ),
+    );
     t = await startTestGateway({ rl: { controlTimeoutSecs: 20 } });
     ids = await t.register(sims.map((s) => ({ url: s.url, runtime_type: 'tokenspeed' })));
   }, 60_000);
@@ -98,7 +102,10 @@ describe('E2E TokenSpeed-shaped lane', () => {
         // The fan-out answers only after the engines received the chunk: broadcast while it is out.
         const [update, got] = await Promise.all([
           fanout('update_weights_from_distributed', body),
-          master.broadcast(chunk.names.map((name, j) => ({ name, dtype: chunk.dtypes[j]!, shape: chunk.shapes[j]! })), { version: '1', timeoutMs: 20_000 }),
+          master.broadcast(
+            chunk.names.map((name, j) => ({ name, dtype: chunk.dtypes[j]!, shape: chunk.shapes[j]! })),
+            { version: '1', timeoutMs: 20_000 },
+          ),
         ]);
         expect(update.status).toBe(200);
         expect(update.json).toMatchObject({ total: 2, succeeded: 2, failed: [] });

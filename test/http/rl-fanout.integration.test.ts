@@ -92,9 +92,7 @@ describe('fan-out by selector (2 sglang + 1 vllm)', () => {
     expect(res.json).toMatchObject({ total: 2, succeeded: 2, failed: [] });
     expect(res.json.results[sgIds[0]!].body).toEqual({ success: false, message: 'busy' });
 
-    const together = await Promise.all(
-      [0, 1, 2, 3].map(() => t.http('POST', '/v1/rl/engine/flush_cache?selector=engine%3Dsglang')),
-    );
+    const together = await Promise.all([0, 1, 2, 3].map(() => t.http('POST', '/v1/rl/engine/flush_cache?selector=engine%3Dsglang')));
     for (const r of together) {
       expect(r.status).toBe(200);
       expect(r.json.succeeded).toBe(2);
@@ -174,10 +172,7 @@ describe('partial fan-out (good, bad, dead, gRPC without rl.control_url)', () =>
   let grpcUrl: string;
 
   beforeAll(async () => {
-    [good, bad] = await Promise.all([
-      spawnSglangSim(['--token-rate', '0', '--api-key', 'good-secret']),
-      spawnSglangSim(['--token-rate', '0']),
-    ]);
+    [good, bad] = await Promise.all([spawnSglangSim(['--token-rate', '0', '--api-key', 'good-secret']), spawnSglangSim(['--token-rate', '0'])]);
     await bad.setFaults({ route: 'flush_cache', status: 500, body: { success: false, message: 'boom' } });
     t = await startTestGateway();
     [ids.good, ids.bad] = await t.register([
@@ -254,7 +249,10 @@ describe('DP engine with 3 ranks', () => {
   beforeAll(async () => {
     sim = await spawnSglangSim(['--token-rate', '0', '--dp-size', '3']);
     t = await startTestGateway();
-    [rank0, , rank2] = await t.register([0, 1, 2].map((r) => `${sim.url}@${r}`), { ready: 1 });
+    [rank0, , rank2] = await t.register(
+      [0, 1, 2].map((r) => `${sim.url}@${r}`),
+      { ready: 1 },
+    );
   });
   afterAll(async () => {
     await t?.close();

@@ -115,9 +115,7 @@ describe('RL metrics', () => {
       expect(partial.status).toBe(207);
       expect(partial.json.total).toBe(2);
       expect(partial.json.succeeded).toBe(1);
-      expect(partial.json.failed).toEqual([
-        expect.objectContaining({ worker_id: dead, url: deadUrl, error: 'upstream_unreachable' }),
-      ]);
+      expect(partial.json.failed).toEqual([expect.objectContaining({ worker_id: dead, url: deadUrl, error: 'upstream_unreachable' })]);
 
       text = await metrics();
       expect(sample(text, 'rlgate_rl_control_calls_total', { op: 'flush_cache', result: 'ok' })).toBe(2);

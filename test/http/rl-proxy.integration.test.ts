@@ -45,10 +45,7 @@ describe('per-worker proxy (fixture H)', () => {
   let deadUrl: string;
 
   beforeAll(async () => {
-    [keyed, plain] = await Promise.all([
-      spawnSglangSim(['--token-rate', '0', '--api-key', 'engine-secret']),
-      spawnSglangSim(['--token-rate', '0']),
-    ]);
+    [keyed, plain] = await Promise.all([spawnSglangSim(['--token-rate', '0', '--api-key', 'engine-secret']), spawnSglangSim(['--token-rate', '0'])]);
     t = await startTestGateway();
     [keyedId, plainId] = await t.register([{ url: keyed.url, api_key: 'engine-secret' }, plain.url]);
     deadUrl = `http://127.0.0.1:${await closedPort()}`;

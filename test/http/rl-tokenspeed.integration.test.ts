@@ -14,9 +14,26 @@ import { spawnTokenspeedSim, type ControlRequest, type TokenspeedSimProcess } fr
 
 /** §6.3: the row's fields, in this order (rlgate's own extras may follow). */
 const ROW_FIELDS = [
-  'id', 'url', 'base_url', 'engine', 'engine_version', 'model_id', 'worker_type', 'connection_mode', 'control_url',
-  'tp_size', 'dp_size', 'pp_size', 'dp_ranks', 'role', 'health', 'weight_version', 'version_source', 'control',
-  'labels', 'capabilities',
+  'id',
+  'url',
+  'base_url',
+  'engine',
+  'engine_version',
+  'model_id',
+  'worker_type',
+  'connection_mode',
+  'control_url',
+  'tp_size',
+  'dp_size',
+  'pp_size',
+  'dp_ranks',
+  'role',
+  'health',
+  'weight_version',
+  'version_source',
+  'control',
+  'labels',
+  'capabilities',
 ];
 
 async function sgCalls(sim: SimProcess, path: string): Promise<SimRequest[]> {
@@ -288,12 +305,15 @@ describe('line 35: where rl.control_url points, resolved against the worker URL'
       dp: `grpc://127.0.0.7:${p}@2`,
       http: `http://127.0.0.8:${p}`,
     };
-    const [wildcard, blank, dp, http] = await t.register([
-      { url: workers.wildcard, runtime_type: 'tokenspeed', labels: { 'rl.control_url': 'http://0.0.0.0:40100' } },
-      { url: workers.blank, runtime_type: 'tokenspeed', labels: { 'rl.control_url': '  ' } },
-      { url: workers.dp, runtime_type: 'tokenspeed', labels: { 'rl.control_url': 'http://:40100/' } },
-      { url: workers.http, labels: { 'rl.control_url': 'http://elsewhere:1' } },
-    ], { ready: 0 });
+    const [wildcard, blank, dp, http] = await t.register(
+      [
+        { url: workers.wildcard, runtime_type: 'tokenspeed', labels: { 'rl.control_url': 'http://0.0.0.0:40100' } },
+        { url: workers.blank, runtime_type: 'tokenspeed', labels: { 'rl.control_url': '  ' } },
+        { url: workers.dp, runtime_type: 'tokenspeed', labels: { 'rl.control_url': 'http://:40100/' } },
+        { url: workers.http, labels: { 'rl.control_url': 'http://elsewhere:1' } },
+      ],
+      { ready: 0 },
+    );
     const rows = new Map<string, Record<string, any>>(
       ((await t.http('GET', '/v1/rl/workers')).json.workers as Array<Record<string, any>>).map((r) => [r.id, r]),
     );
@@ -331,9 +351,7 @@ describe('line 36: a gRPC worker whose control client cannot be built', () => {
 
   it('keeps its control_url, and every call is 422 no_control_endpoint naming the cause', async () => {
     // The pool configuration SMG takes at registration (`http_pool`), with an unusable CA bundle.
-    const [wid] = await t.register([
-      { url: tsAdv.url, runtime_type: 'tokenspeed', http_pool: { ca_cert_path: caPath } },
-    ]);
+    const [wid] = await t.register([{ url: tsAdv.url, runtime_type: 'tokenspeed', http_pool: { ca_cert_path: caPath } }]);
     const r = (await t.http('GET', `/v1/rl/workers/${wid}`)).json;
     expect(r.control_url).toBe(tsAdv.controlUrl);
 

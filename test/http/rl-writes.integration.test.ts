@@ -190,7 +190,10 @@ describe('version and state writes', () => {
         expect(after.version_source, JSON.stringify(weight_version)).toBe('passthrough');
       }
       for (const rawBody of ['not json', '']) {
-        const r = await t.http('POST', `/v1/rl/workers/${id}/engine/update_weights_from_disk`, { raw: rawBody, headers: { 'content-type': 'application/json' } });
+        const r = await t.http('POST', `/v1/rl/workers/${id}/engine/update_weights_from_disk`, {
+          raw: rawBody,
+          headers: { 'content-type': 'application/json' },
+        });
         expect(r.status, JSON.stringify(rawBody)).toBe(200);
         expect((await row(id)).weight_version, JSON.stringify(rawBody)).toBe('43');
       }

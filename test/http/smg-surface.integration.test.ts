@@ -51,7 +51,10 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
   });
 
   it('SMG probes on an empty registry: /readiness 503 not_ready, /liveness 200 alive', async () => {
-    expect(await t.http('GET', '/readiness')).toMatchObject({ status: 503, json: { status: 'not_ready', healthy_workers: 0, total_workers: 0, reason: 'no workers are registered' } });
+    expect(await t.http('GET', '/readiness')).toMatchObject({
+      status: 503,
+      json: { status: 'not_ready', healthy_workers: 0, total_workers: 0, reason: 'no workers are registered' },
+    });
     expect(await t.http('GET', '/liveness')).toMatchObject({ status: 200, json: { status: 'alive' } });
   });
 

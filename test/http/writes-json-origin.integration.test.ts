@@ -17,7 +17,10 @@ const disk = (v: string) => ({ weight_version: v, source: { kind: 'disk', model_
 /** Engine calls the simulators received (discovery and probes left out). */
 async function engineCalls(sims: SimProcess[]): Promise<string[]> {
   const all = await Promise.all(sims.map((s) => s.requests()));
-  return all.flat().filter((r) => !GATEWAY_OWN_PATHS.has(r.path)).map((r) => `${r.method} ${r.path}`);
+  return all
+    .flat()
+    .filter((r) => !GATEWAY_OWN_PATHS.has(r.path))
+    .map((r) => `${r.method} ${r.path}`);
 }
 
 /** Resumes every engine and checks each one answered. */
@@ -68,9 +71,27 @@ describe('write routes take JSON only, and refuse browser origins not allowed', 
     const reg = await refused('POST', '/workers', textPlain({ url: 'http://127.0.0.1:9' }), 415, 'unsupported_media_type');
     expect(reg.json.content_type).toBe('text/plain');
     // Other non-JSON types a page (or a confused client) could send.
-    await refused('POST', '/v1/rl/refits', { raw: 'weight_version=9', headers: { 'content-type': 'application/x-www-form-urlencoded' } }, 415, 'unsupported_media_type');
-    await refused('POST', PAUSE, { raw: '--b\r\n\r\n{}\r\n--b--', headers: { 'content-type': 'multipart/form-data; boundary=b' } }, 415, 'unsupported_media_type');
-    await refused('POST', '/v1/rl/refits', { raw: JSON.stringify(disk('9')), headers: { 'content-type': 'application/json; charset=latin1' } }, 415, 'unsupported_media_type');
+    await refused(
+      'POST',
+      '/v1/rl/refits',
+      { raw: 'weight_version=9', headers: { 'content-type': 'application/x-www-form-urlencoded' } },
+      415,
+      'unsupported_media_type',
+    );
+    await refused(
+      'POST',
+      PAUSE,
+      { raw: '--b\r\n\r\n{}\r\n--b--', headers: { 'content-type': 'multipart/form-data; boundary=b' } },
+      415,
+      'unsupported_media_type',
+    );
+    await refused(
+      'POST',
+      '/v1/rl/refits',
+      { raw: JSON.stringify(disk('9')), headers: { 'content-type': 'application/json; charset=latin1' } },
+      415,
+      'unsupported_media_type',
+    );
     // A body without any content type, outside the pass-through routes.
     const none = await refused('POST', '/v1/rl/refits', { raw: JSON.stringify(disk('9')) }, 415, 'unsupported_media_type');
     expect(none.json.content_type).toBeNull();
@@ -80,7 +101,10 @@ describe('write routes take JSON only, and refuse browser origins not allowed', 
 
   it('JSON bodies pass: application/json with a charset, and application/*+json', async () => {
     const id = (await t.http('GET', '/v1/rl/workers')).json.workers[0].id as string;
-    const version = await t.http('POST', `/v1/rl/workers/${id}/version`, { raw: '{"weight_version":"7"}', headers: { 'content-type': 'application/json; charset=utf-8' } });
+    const version = await t.http('POST', `/v1/rl/workers/${id}/version`, {
+      raw: '{"weight_version":"7"}',
+      headers: { 'content-type': 'application/json; charset=utf-8' },
+    });
     expect(version.status, version.text).toBe(200);
     const reg = await t.http('POST', '/workers', { raw: JSON.stringify({ url: sims[0]!.url }), headers: { 'content-type': 'application/merge-patch+json' } });
     expect(reg.status, reg.text).toBe(202);
@@ -191,7 +215,9 @@ describe('--allowed-origins * and the admin key', () => {
 
   it('any origin may write with the key; a preflight needs no key; the body rule still holds', async () => {
     const auth = { authorization: `Bearer ${KEY}` };
-    const pre = await t.http('OPTIONS', PAUSE, { headers: { origin: EVIL, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization' } });
+    const pre = await t.http('OPTIONS', PAUSE, {
+      headers: { origin: EVIL, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization' },
+    });
     expect(pre.status).toBe(204);
     expect(pre.headers['access-control-allow-origin']).toBe('*');
     expect(pre.headers['access-control-allow-headers']).toBe('authorization');

@@ -27,7 +27,13 @@ async function until(t: TestGateway, what: string, check: (text: string) => bool
   for (;;) {
     const text = (await t.http('GET', '/metrics')).text;
     if (check(text)) return text;
-    if (Date.now() > deadline) throw new Error(`${what}: not reached; /metrics had:\n${text.split('\n').filter((l) => l.startsWith('rlgate_') && !l.includes('_bucket')).join('\n')}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `${what}: not reached; /metrics had:\n${text
+          .split('\n')
+          .filter((l) => l.startsWith('rlgate_') && !l.includes('_bucket'))
+          .join('\n')}`,
+      );
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -56,7 +62,8 @@ describe('data-plane, worker and refit series', () => {
 
   it('the new families have their types: histograms, a counter and two gauges', async () => {
     const ty = types(await metrics());
-    for (const h of ['rlgate_router_request_duration_seconds', 'rlgate_router_ttft_seconds', 'rlgate_router_inter_token_latency_seconds']) expect(ty.get(h), h).toBe('histogram');
+    for (const h of ['rlgate_router_request_duration_seconds', 'rlgate_router_ttft_seconds', 'rlgate_router_inter_token_latency_seconds'])
+      expect(ty.get(h), h).toBe('histogram');
     expect(ty.get(ATTEMPTS)).toBe('counter');
     expect(ty.get(ACTIVE)).toBe('gauge');
     expect(ty.get(BREAKER)).toBe('gauge');
@@ -95,7 +102,10 @@ describe('data-plane, worker and refit series', () => {
     expect(total(text, TTFT)).toBe(2);
     // A gap between events that bring tokens: fewer than the 4 tokens (events may share tokens;
     // the completion and the `[DONE]` terminator are no gap).
-    for (const [route, model, worker] of [['/generate', HTTP_MODEL, streamedOn], ['/v1/completions', TOKEN_MODEL, ts.url]] as const) {
+    for (const [route, model, worker] of [
+      ['/generate', HTTP_MODEL, streamedOn],
+      ['/v1/completions', TOKEN_MODEL, ts.url],
+    ] as const) {
       expect(sample(text, ITL, { route, model, worker }), route).toBeGreaterThanOrEqual(1);
       expect(sample(text, ITL, { route, model, worker }), route).toBeLessThanOrEqual(3);
     }
@@ -164,7 +174,9 @@ describe('data-plane, worker and refit series', () => {
   it('refits in flight reads 1 while a refit runs and 0 after; each phase it ran is observed once', async () => {
     let text = await metrics();
     expect(sample(text, 'rlgate_rl_refits_in_flight')).toBe(0);
-    const phasesBefore = Object.fromEntries(['pause', 'refit', 'verify', 'resume'].map((p) => [p, sample(text, 'rlgate_rl_refit_phase_duration_seconds_count', { phase: p }) ?? 0]));
+    const phasesBefore = Object.fromEntries(
+      ['pause', 'refit', 'verify', 'resume'].map((p) => [p, sample(text, 'rlgate_rl_refit_phase_duration_seconds_count', { phase: p }) ?? 0]),
+    );
     await sims[0]!.setFaults({ route: 'pause_generation', delayMs: 1500, times: 1 });
     const refit = t.http('POST', '/v1/rl/refits', { body: { weight_version: '5', selector: 'engine=sglang', source: { kind: 'disk', model_path: '/m/5' } } });
     await until(t, 'a refit in flight', (x) => sample(x, 'rlgate_rl_refits_in_flight') === 1);
@@ -182,7 +194,12 @@ describe('data-plane, worker and refit series', () => {
   it('breaker state per worker: 1 once 5xx answers open it, 2 half-open after the cool-down, 0 closed again after a success', async () => {
     const [a, b] = sims as [SimProcess, SimProcess];
     let text = await metrics();
-    for (const [url, id] of [[a.url, ids[0]], [b.url, ids[1]], [ts.url, ids[2]]]) expect(sample(text, BREAKER, { worker: url! }), id).toBe(0);
+    for (const [url, id] of [
+      [a.url, ids[0]],
+      [b.url, ids[1]],
+      [ts.url, ids[2]],
+    ])
+      expect(sample(text, BREAKER, { worker: url! }), id).toBe(0);
     // Only `a` serves while `b` is paused, so both 500s land on it.
     expect((await t.http('POST', `/v1/rl/engine/pause_generation?selector=id%3D${ids[1]}`, { body: {} })).status).toBe(200);
     try {

@@ -44,7 +44,14 @@ function metricNames(expr: string): string[] {
     .replace(/\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, '');
   const names: string[] = [];
   for (const m of e.matchAll(/[a-zA-Z_:][a-zA-Z0-9_:]*/g)) {
-    if (WORDS.has(m[0]) || e.slice(m.index! + m[0].length).trimStart().startsWith('(')) continue;
+    if (
+      WORDS.has(m[0]) ||
+      e
+        .slice(m.index! + m[0].length)
+        .trimStart()
+        .startsWith('(')
+    )
+      continue;
     names.push(m[0]);
   }
   return names;
@@ -135,7 +142,10 @@ describe('every metric the dashboard queries is exported by a real gateway', () 
       const exported = sampledNames((await t.http('GET', '/metrics')).text);
       const wanted = [...new Set(exprs.flatMap((e) => metricNames(withPrefix(e, prefix))))].sort();
       expect(wanted.length).toBeGreaterThan(20);
-      expect(wanted.filter((n) => !exported.has(n)), 'names the dashboard queries that /metrics lacks').toEqual([]);
+      expect(
+        wanted.filter((n) => !exported.has(n)),
+        'names the dashboard queries that /metrics lacks',
+      ).toEqual([]);
     }, 90_000);
   });
 });

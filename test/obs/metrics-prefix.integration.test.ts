@@ -50,7 +50,9 @@ describe('the setting', () => {
   });
 
   it('--help lists the flag and its variable', () => {
-    const line = helpText().split('\n').find((l) => l.includes('--metrics-prefix'));
+    const line = helpText()
+      .split('\n')
+      .find((l) => l.includes('--metrics-prefix'));
     expect(line).toContain('RLGATE_METRICS_PREFIX');
     expect(line).toContain('smg');
   });
@@ -102,7 +104,7 @@ describe('--metrics-prefix smg on a real gateway', () => {
     for (const s of found) expect(Object.keys(s.labels).sort()).toEqual(labels);
   });
 
-  it('the breaker and in-flight gauges use SMG\'s codes and worker URLs', () => {
+  it("the breaker and in-flight gauges use SMG's codes and worker URLs", () => {
     const workers = [...engines.http.map((s) => s.url), engines.token.url].sort();
     const cb = samples(text).filter((s) => s.name === 'smg_worker_cb_state');
     expect(cb.map((s) => s.labels.worker).sort()).toEqual(workers);

@@ -42,7 +42,10 @@ type StreamDetail = {
   cluster?: { leader?: string; replicas?: Array<{ name: string; current: boolean }> };
   consumer_detail?: ConsumerDetail[];
 };
-type Jsz = { meta_cluster?: { leader?: string; replicas?: Array<{ name: string; current: boolean }> }; account_details?: Array<{ stream_detail?: StreamDetail[] }> };
+type Jsz = {
+  meta_cluster?: { leader?: string; replicas?: Array<{ name: string; current: boolean }> };
+  account_details?: Array<{ stream_detail?: StreamDetail[] }>;
+};
 
 /** Which node a trial kills, chosen once the refit is loading weights. */
 type Victim = 'meta leader' | 'journal stream leader' | "runner's node" | "node of the front's journal watch" | 'follower';
@@ -79,16 +82,17 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
     let seen = '';
     try {
       await until('the NATS cluster whole', 60_000, async () => {
-        if (up().length !== 3) return (seen = 'a node is down'), false;
+        if (up().length !== 3) return ((seen = 'a node is down'), false);
         const meta = indexOf(await cluster.waitForMetaLeader(10_000));
         const mz = await jsz(meta);
-        if (mz.meta_cluster?.replicas?.length !== 2 || mz.meta_cluster.replicas.some((r) => !r.current)) return (seen = `meta: ${JSON.stringify(mz.meta_cluster)}`), false;
+        if (mz.meta_cluster?.replicas?.length !== 2 || mz.meta_cluster.replicas.some((r) => !r.current))
+          return ((seen = `meta: ${JSON.stringify(mz.meta_cluster)}`), false);
         const byNode = await Promise.all([0, 1, 2].map(streamsOn));
         for (const name of STREAMS) {
           const leader = indexOf(byNode.find((m) => m.get(name)?.cluster?.leader)?.get(name)?.cluster?.leader);
           const s = leader >= 0 ? byNode[leader]!.get(name) : undefined;
           const ok = s?.cluster?.leader === cluster.names[leader] && s.cluster.replicas?.length === 2 && s.cluster.replicas.every((r) => r.current);
-          if (!ok) return (seen = `${name}: ${JSON.stringify(s?.cluster ?? null)}`), false;
+          if (!ok) return ((seen = `${name}: ${JSON.stringify(s?.cluster ?? null)}`), false);
         }
         return true;
       });
@@ -131,8 +135,18 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
 
   const startReplicas = async () => {
     const flags = (id: string) => [
-      '--nats-url', cluster.url, '--replica-id', id, '--lease-secs', String(LEASE_SECS),
-      '--health-check-interval-secs', '2', '--retry-interval-secs', '1', '--rl-control-timeout-secs', '20',
+      '--nats-url',
+      cluster.url,
+      '--replica-id',
+      id,
+      '--lease-secs',
+      String(LEASE_SECS),
+      '--health-check-interval-secs',
+      '2',
+      '--retry-interval-secs',
+      '1',
+      '--rl-control-timeout-secs',
+      '20',
     ];
     // One after the other: the first creates the buckets and the stream, the second joins them.
     gateways = [await startGatewayProcess(flags('ga'))];
@@ -176,98 +190,127 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
     }
   }, 90_000);
 
-  it.each(TRIALS.map((v, i) => [v, i] as const))('SIGKILL of the %s while the weights load (trial %i): 200, every engine on the new version, nothing paused, no step twice', async (victimKind, trial) => {
-    if (trial > 0) {
-      await stopReplicas();
-      await clusterWhole();
-      await startReplicas();
-    } else {
-      await clusterWhole();
-    }
-    await fleetReady();
-    const version = `cluster-${trial}`;
-    const refitId = `cluster-kill-${trial}`;
-    const loadsBefore = new Map<string, number>();
-    for (const s of sims) {
-      await s.clearRequests();
-      await s.setFaults({ route: 'update_weights_from_disk', delayMs: SLOW_LOAD_MS, times: 1 });
-      loadsBefore.set(s.url, (await s.state()).weights.loads);
-    }
-    const front = gateways[trial % 2]!;
-    const body = { refit_id: refitId, weight_version: version, source: { kind: 'disk', model_path: `/m/${version}` } };
-    const answer = front.http('POST', '/v1/rl/refits', body).then(
-      (r) => ({ kind: 'answer' as const, ...r }),
-      (err: unknown) => ({ kind: 'error' as const, err: String(err) }),
-    );
-    const runner = await until('the refit loading weights', 20_000, async () => {
-      const r = await front.http('GET', `/v1/rl/refits/${refitId}`);
-      return r.status === 200 && r.json.status === 'running' && r.json.phase === 'refit' ? (r.json.replica as string) : null;
-    });
+  it.each(TRIALS.map((v, i) => [v, i] as const))(
+    'SIGKILL of the %s while the weights load (trial %i): 200, every engine on the new version, nothing paused, no step twice',
+    async (victimKind, trial) => {
+      if (trial > 0) {
+        await stopReplicas();
+        await clusterWhole();
+        await startReplicas();
+      } else {
+        await clusterWhole();
+      }
+      await fleetReady();
+      const version = `cluster-${trial}`;
+      const refitId = `cluster-kill-${trial}`;
+      const loadsBefore = new Map<string, number>();
+      for (const s of sims) {
+        await s.clearRequests();
+        await s.setFaults({ route: 'update_weights_from_disk', delayMs: SLOW_LOAD_MS, times: 1 });
+        loadsBefore.set(s.url, (await s.state()).weights.loads);
+      }
+      const front = gateways[trial % 2]!;
+      const body = { refit_id: refitId, weight_version: version, source: { kind: 'disk', model_path: `/m/${version}` } };
+      const answer = front.http('POST', '/v1/rl/refits', body).then(
+        (r) => ({ kind: 'answer' as const, ...r }),
+        (err: unknown) => ({ kind: 'error' as const, err: String(err) }),
+      );
+      const runner = await until('the refit loading weights', 20_000, async () => {
+        const r = await front.http('GET', `/v1/rl/refits/${refitId}`);
+        return r.status === 200 && r.json.status === 'running' && r.json.phase === 'refit' ? (r.json.replica as string) : null;
+      });
 
-    // The roles, read from the nodes' monitors now.
-    const meta = await cluster.waitForMetaLeader(5_000);
-    const journalLeader = await streamLeader(JOURNALS);
-    const queueLeader = await streamLeader(QUEUE);
-    const runnerNode = (await connectionOf(gateways.find((g) => g.replicaId === runner)!))?.node;
-    const frontWatch = await watchHost(front, JOURNALS);
-    const leaders = new Set<number>([indexOf(meta)]);
-    for (const name of STREAMS) leaders.add(indexOf(await streamLeader(name)));
-    let victim: number;
-    switch (victimKind) {
-      case 'meta leader': victim = indexOf(meta); break;
-      case 'journal stream leader': victim = indexOf(journalLeader); break;
-      case "runner's node": victim = runnerNode ?? -1; break;
-      case "node of the front's journal watch": victim = frontWatch ?? -1; break;
-      // A node that leads no stream of ours nor the meta group; if every node leads something,
-      // one that is not the meta leader nor the journal's leader.
-      case 'follower': victim = [0, 1, 2].find((i) => !leaders.has(i)) ?? [0, 1, 2].find((i) => i !== indexOf(meta) && i !== indexOf(journalLeader))!; break;
-    }
-    const name = (i: number | undefined) => (i === undefined ? null : cluster.names[i] ?? null);
-    const facts = JSON.stringify({
-      front: front.replicaId, runner, runner_node: name(runnerNode), meta_leader: meta, journal_leader: journalLeader, queue_leader: queueLeader,
-      front_journal_watch_on: name(frontWatch), killed: name(victim),
-    });
-    expect(victim, facts).toBeGreaterThanOrEqual(0);
-    await cluster.kill(victim, 'SIGKILL');
+      // The roles, read from the nodes' monitors now.
+      const meta = await cluster.waitForMetaLeader(5_000);
+      const journalLeader = await streamLeader(JOURNALS);
+      const queueLeader = await streamLeader(QUEUE);
+      const runnerNode = (await connectionOf(gateways.find((g) => g.replicaId === runner)!))?.node;
+      const frontWatch = await watchHost(front, JOURNALS);
+      const leaders = new Set<number>([indexOf(meta)]);
+      for (const name of STREAMS) leaders.add(indexOf(await streamLeader(name)));
+      let victim: number;
+      switch (victimKind) {
+        case 'meta leader':
+          victim = indexOf(meta);
+          break;
+        case 'journal stream leader':
+          victim = indexOf(journalLeader);
+          break;
+        case "runner's node":
+          victim = runnerNode ?? -1;
+          break;
+        case "node of the front's journal watch":
+          victim = frontWatch ?? -1;
+          break;
+        // A node that leads no stream of ours nor the meta group; if every node leads something,
+        // one that is not the meta leader nor the journal's leader.
+        case 'follower':
+          victim = [0, 1, 2].find((i) => !leaders.has(i)) ?? [0, 1, 2].find((i) => i !== indexOf(meta) && i !== indexOf(journalLeader))!;
+          break;
+      }
+      const name = (i: number | undefined) => (i === undefined ? null : (cluster.names[i] ?? null));
+      const facts = JSON.stringify({
+        front: front.replicaId,
+        runner,
+        runner_node: name(runnerNode),
+        meta_leader: meta,
+        journal_leader: journalLeader,
+        queue_leader: queueLeader,
+        front_journal_watch_on: name(frontWatch),
+        killed: name(victim),
+      });
+      expect(victim, facts).toBeGreaterThanOrEqual(0);
+      await cluster.kill(victim, 'SIGKILL');
 
-    let res: Awaited<typeof answer> | { kind: 'none' };
-    try {
-      res = await Promise.race([answer, new Promise<{ kind: 'none' }>((r) => setTimeout(() => r({ kind: 'none' }), ANSWER_BOUND_MS))]);
-    } finally {
-      await cluster.restart(victim);
-    }
-    if (res.kind !== 'answer') {
-      // Say what each replica's journal shows, and let the engines settle before they are judged.
-      const progress = await Promise.all(gateways.map(async (g) => `${g.replicaId}: ${(await g.http('GET', `/v1/rl/refits/${refitId}`).catch((e: unknown) => ({ text: String(e) }))).text}`));
-      expect.soft(res.kind, `no answer ${ANSWER_BOUND_MS} ms after the kill (${res.kind === 'error' ? res.err : 'still waiting'}); ${facts}; journals: ${progress.join(' | ')}`).toBe('answer');
-      await until('the engines unpaused', 30_000, async () => (await Promise.all(sims.map((s) => s.state()))).every((st) => st.paused === null)).catch(() => undefined);
-    } else {
-      expect.soft(res.status, `${facts}: ${res.text}`).toBe(200);
-      expect.soft(res.json?.id).toBe(refitId);
-      expect.soft(res.json?.status, `${facts}: ${res.text}`).toBe('succeeded');
-      expect.soft(res.json?.succeeded).toBe(3);
-    }
+      let res: Awaited<typeof answer> | { kind: 'none' };
+      try {
+        res = await Promise.race([answer, new Promise<{ kind: 'none' }>((r) => setTimeout(() => r({ kind: 'none' }), ANSWER_BOUND_MS))]);
+      } finally {
+        await cluster.restart(victim);
+      }
+      if (res.kind !== 'answer') {
+        // Say what each replica's journal shows, and let the engines settle before they are judged.
+        const progress = await Promise.all(
+          gateways.map(async (g) => `${g.replicaId}: ${(await g.http('GET', `/v1/rl/refits/${refitId}`).catch((e: unknown) => ({ text: String(e) }))).text}`),
+        );
+        expect
+          .soft(
+            res.kind,
+            `no answer ${ANSWER_BOUND_MS} ms after the kill (${res.kind === 'error' ? res.err : 'still waiting'}); ${facts}; journals: ${progress.join(' | ')}`,
+          )
+          .toBe('answer');
+        await until('the engines unpaused', 30_000, async () => (await Promise.all(sims.map((s) => s.state()))).every((st) => st.paused === null)).catch(
+          () => undefined,
+        );
+      } else {
+        expect.soft(res.status, `${facts}: ${res.text}`).toBe(200);
+        expect.soft(res.json?.id).toBe(refitId);
+        expect.soft(res.json?.status, `${facts}: ${res.text}`).toBe('succeeded');
+        expect.soft(res.json?.succeeded).toBe(3);
+      }
 
-    // The engines' own word.
-    for (const s of sims) {
-      const st = await s.state();
-      expect.soft(st.weightVersion, `${s.url} weight version; ${facts}`).toBe(version);
-      expect.soft(st.paused, `${s.url} paused; ${facts}`).toBeNull();
-      const seen = (await s.requests()).map((q) => q.path);
-      const count = (p: string) => seen.filter((x) => x === p).length;
-      expect.soft(count('/pause_generation'), `${s.url} pauses; ${facts}`).toBe(1);
-      // Applied once. Sent twice only when the first was abandoned (its replica's lease lapsed
-      // while the node died) and the engine, read afterwards, did not hold it.
-      expect.soft(st.weights.loads - loadsBefore.get(s.url)!, `${s.url} loads applied; ${facts}`).toBe(1);
-      expect.soft(count('/update_weights_from_disk'), `${s.url} loads sent; ${facts}`).toBeLessThanOrEqual(2);
-      expect.soft(count('/continue_generation'), `${s.url} resumes; ${facts}`).toBeGreaterThanOrEqual(1);
-    }
-  }, 240_000);
+      // The engines' own word.
+      for (const s of sims) {
+        const st = await s.state();
+        expect.soft(st.weightVersion, `${s.url} weight version; ${facts}`).toBe(version);
+        expect.soft(st.paused, `${s.url} paused; ${facts}`).toBeNull();
+        const seen = (await s.requests()).map((q) => q.path);
+        const count = (p: string) => seen.filter((x) => x === p).length;
+        expect.soft(count('/pause_generation'), `${s.url} pauses; ${facts}`).toBe(1);
+        // Applied once. Sent twice only when the first was abandoned (its replica's lease lapsed
+        // while the node died) and the engine, read afterwards, did not hold it.
+        expect.soft(st.weights.loads - loadsBefore.get(s.url)!, `${s.url} loads applied; ${facts}`).toBe(1);
+        expect.soft(count('/update_weights_from_disk'), `${s.url} loads sent; ${facts}`).toBeLessThanOrEqual(2);
+        expect.soft(count('/continue_generation'), `${s.url} resumes; ${facts}`).toBeGreaterThanOrEqual(1);
+      }
+    },
+    240_000,
+  );
 
   // The other replica's view: a replica whose journal watch lived on the killed node must not keep
   // showing the finished refit as running, nor refuse the next refit as `refit_in_progress`, once
   // the trainer has its report. Bound: a few times the ~6 s a new stream leader takes.
-  it('SIGKILL of the node hosting the other replica\'s journal watch: that replica reports the refit done and takes the next one', async () => {
+  it("SIGKILL of the node hosting the other replica's journal watch: that replica reports the refit done and takes the next one", async () => {
     await stopReplicas();
     await clusterWhole();
     await startReplicas();
@@ -307,8 +350,15 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
       const st = await s.state();
       expect.soft(st.weightVersion, `${s.url} weight version`).toBe(second.weight_version);
       const seenPaths = (await s.requests()).map((q) => q.path);
-      expect.soft(st.paused, `${s.url} paused; it saw ${seenPaths.filter((p) => !p.startsWith('/health') && p !== '/model_info' && p !== '/ready').join(' ')}`).toBeNull();
-      expect.soft(seenPaths.filter((p) => p === '/update_weights_from_disk'), `${s.url} loads`).toHaveLength(2);
+      expect
+        .soft(st.paused, `${s.url} paused; it saw ${seenPaths.filter((p) => !p.startsWith('/health') && p !== '/model_info' && p !== '/ready').join(' ')}`)
+        .toBeNull();
+      expect
+        .soft(
+          seenPaths.filter((p) => p === '/update_weights_from_disk'),
+          `${s.url} loads`,
+        )
+        .toHaveLength(2);
     }
   }, 240_000);
 
@@ -316,7 +366,7 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
   // heard while our own heartbeat could not be written proves nothing, so when the quorum comes
   // back no live replica takes another's engines (before: each took the other's, back and forth,
   // and calls in flight met a replica that no longer owned their engine).
-  it('JetStream without quorum for three leases: no live replica takes another\'s engines', async () => {
+  it("JetStream without quorum for three leases: no live replica takes another's engines", async () => {
     await stopReplicas();
     await clusterWhole();
     await startReplicas();
@@ -340,7 +390,11 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
       expect(Object.fromEntries(after), `owners seen by ${g.replicaId} (${cluster.names[survivor]} stayed up)`).toEqual(Object.fromEntries(ownersBefore));
     }
     gateways.forEach((g, i) => {
-      const takeovers = g.stderr().slice(logFrom[i]).split('\n').filter((l) => l.includes('took over an engine'));
+      const takeovers = g
+        .stderr()
+        .slice(logFrom[i])
+        .split('\n')
+        .filter((l) => l.includes('took over an engine'));
       expect(takeovers, `${g.replicaId} took engines over`).toEqual([]);
     });
   }, 180_000);

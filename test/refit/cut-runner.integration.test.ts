@@ -16,7 +16,6 @@ const LEASE_MS = 2_000;
 /** The refit queue's ack wait: twice the lease, at least 5 s (docs/nats.md). */
 const ACK_WAIT_MS = Math.max(5_000, 2 * LEASE_MS);
 
-
 describe('the replica running a refit, cut off from NATS mid-load', () => {
   let nats: TestNats;
   const relays: StallProxy[] = [];
@@ -56,7 +55,9 @@ describe('the replica running a refit, cut off from NATS mid-load', () => {
     for (const s of sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: 3_000, runIfAbandoned: true, times: 1 });
     const refitId = 'cut-runner-1';
     const sentAt = Date.now();
-    const answer = httpJson(a.url, 'POST', '/v1/rl/refits', { refit_id: refitId, weight_version: '9', source: { kind: 'disk', model_path: '/m/9' } }).then((r) => ({ ...r, at: Date.now() - sentAt }));
+    const answer = httpJson(a.url, 'POST', '/v1/rl/refits', { refit_id: refitId, weight_version: '9', source: { kind: 'disk', model_path: '/m/9' } }).then(
+      (r) => ({ ...r, at: Date.now() - sentAt }),
+    );
     const holder = await until('the refit in its load phase', 10_000, async () => {
       const r = await httpJson(a.url, 'GET', `/v1/rl/refits/${refitId}`);
       return r.status === 200 && r.json.status === 'running' && r.json.phase === 'refit' ? (r.json.replica as string) : null;

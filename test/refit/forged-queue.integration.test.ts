@@ -128,7 +128,7 @@ describe('hand-made refit queue messages', () => {
     }
   });
 
-  it('runs a message shaped as a gateway queues it (checks are not an author\'s proof)', async () => {
+  it("runs a message shaped as a gateway queues it (checks are not an author's proof)", async () => {
     await forge(queued('hand-made'), 'hand-made');
     expect((await report('hand-made')).status).toBe('succeeded');
     for (const s of sims) expect((await s.state()).weightVersion).toBe('hand-made');

@@ -56,7 +56,12 @@ function journal(id: string, over: Partial<RefitJournal> = {}): RefitJournal {
 /** A finished journal whose report says which engines took `version`. */
 function done(id: string, version: string, ok: string[], failed: string[] = []): RefitJournal {
   const engine = (worker_id: string, outcome: 'ok' | 'failed') => ({ worker_id, outcome });
-  const report = { id, weight_version: version, status: failed.length ? 'partial' : 'succeeded', engines: [...ok.map((w) => engine(w, 'ok')), ...failed.map((w) => engine(w, 'failed'))] } as unknown as RefitReport;
+  const report = {
+    id,
+    weight_version: version,
+    status: failed.length ? 'partial' : 'succeeded',
+    engines: [...ok.map((w) => engine(w, 'ok')), ...failed.map((w) => engine(w, 'failed'))],
+  } as unknown as RefitReport;
   return journal(id, { status: 'done', request: request(version), report });
 }
 
@@ -270,7 +275,7 @@ describe('RefitJournals: reports and the callers waiting for them', () => {
     expect(await again).toEqual(finished.report);
   });
 
-  it('answers by id: a report, a running refit\'s progress, a refit queued here, or refit_not_found', async () => {
+  it("answers by id: a report, a running refit's progress, a refit queued here, or refit_not_found", async () => {
     const t = await started();
     // In the bucket, and not (yet) in this replica's copy: read from the bucket.
     t.hold();

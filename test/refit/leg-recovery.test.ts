@@ -7,7 +7,12 @@ import type { RefitStepPlan } from '../../actors/coordinator.ts';
 import { answerLost, lostAnswerVerdict, repeatable, reportedVersion, setsVersion, versionMismatch } from '../../src/refit/leg-recovery.ts';
 import type { ControlOutcome } from '../../src/wire/control-call.ts';
 
-const lost: ControlOutcome = { kind: 'unreachable', code: 'owner_lost', latencyMs: 2_000, message: 'upstream `http://e:1`: gateway replica `a`, which ran this call, died before answering; the call may have run' };
+const lost: ControlOutcome = {
+  kind: 'unreachable',
+  code: 'owner_lost',
+  latencyMs: 2_000,
+  message: 'upstream `http://e:1`: gateway replica `a`, which ran this call, died before answering; the call may have run',
+};
 const info = (body: unknown, status = 200): ControlOutcome => ({ kind: 'answer', status, latencyMs: 3, body, truncated: false });
 const disk: RefitStepPlan = { name: 'update_weights_from_disk', runOn: 'remaining', collective: false } as RefitStepPlan;
 const tensor: RefitStepPlan = { name: 'update_weights_from_tensor', runOn: 'remaining', collective: false } as RefitStepPlan;

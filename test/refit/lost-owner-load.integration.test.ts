@@ -18,8 +18,7 @@ import { httpJson } from '../fixtures/http-json.ts';
 const LEASE_MS = 2_000;
 const LOAD_MS = 3_000;
 
-
-describe('a refit whose engines\' owner is cut off during the load', () => {
+describe("a refit whose engines' owner is cut off during the load", () => {
   let nats: TestNats;
   let proxy: StallProxy;
   let sims: SimProcess[];
@@ -50,8 +49,14 @@ describe('a refit whose engines\' owner is cut off during the load', () => {
       return rows.length === 2 && rows.every((w) => w.owner === 'own-a' && w.state === 'serving');
     });
     for (const s of sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: LOAD_MS, runIfAbandoned: true });
-    const answer = httpJson(runner.url, 'POST', '/v1/rl/refits', { refit_id: 'lost-owner-1', weight_version: '7', source: { kind: 'disk', model_path: '/m/7' } });
-    await until('the loads reached the engines', 10_000, async () => (await Promise.all(sims.map(async (s) => (await s.requests()).some((r) => r.path === '/update_weights_from_disk')))).every(Boolean));
+    const answer = httpJson(runner.url, 'POST', '/v1/rl/refits', {
+      refit_id: 'lost-owner-1',
+      weight_version: '7',
+      source: { kind: 'disk', model_path: '/m/7' },
+    });
+    await until('the loads reached the engines', 10_000, async () =>
+      (await Promise.all(sims.map(async (s) => (await s.requests()).some((r) => r.path === '/update_weights_from_disk')))).every(Boolean),
+    );
     await new Promise((r) => setTimeout(r, 500));
     proxy.cut();
     const r = await answer;

@@ -21,7 +21,7 @@ const LEASE_SECS = 2;
 /** Far longer than the test may wait: a refit that waits out its calls' timeout fails the test. */
 const CONTROL_TIMEOUT_SECS = 300;
 
-describe('the engines\' owner dies while a refit waits on its calls', () => {
+describe("the engines' owner dies while a refit waits on its calls", () => {
   let nats: TestNats;
   let sims: SimProcess[] = [];
   let owner: GatewayProcess;
@@ -30,7 +30,17 @@ describe('the engines\' owner dies while a refit waits on its calls', () => {
   beforeAll(async () => {
     nats = await startTestNats();
     sims = await Promise.all([0, 1].map(() => spawnSglangSim(['--token-rate', '0'])));
-    owner = await startGatewayProcess(['--nats-url', nats.url, '--replica-id', 'owner', '--enable-rl=false', '--lease-secs', String(LEASE_SECS), '--health-check-interval-secs', '1']);
+    owner = await startGatewayProcess([
+      '--nats-url',
+      nats.url,
+      '--replica-id',
+      'owner',
+      '--enable-rl=false',
+      '--lease-secs',
+      String(LEASE_SECS),
+      '--health-check-interval-secs',
+      '1',
+    ]);
     for (const s of sims) expect((await owner.http('POST', '/workers', { url: s.url })).status).toBe(202);
     runner = await startGateway(
       { ...testConfig({ leaseSecs: LEASE_SECS, rl: { controlTimeoutSecs: CONTROL_TIMEOUT_SECS } }), natsUrl: nats.url, replicaId: 'runner' },
@@ -54,7 +64,11 @@ describe('the engines\' owner dies while a refit waits on its calls', () => {
       await s.setFaults({ route: 'update_weights_from_disk', delayMs: 3_000, times: 1 });
       loadsBefore.set(s.url, (await s.state()).weights.loads);
     }
-    const answer = httpJson(runner.url, 'POST', '/v1/rl/refits', { refit_id: 'owner-death-1', weight_version: '31', source: { kind: 'disk', model_path: '/m/31' } });
+    const answer = httpJson(runner.url, 'POST', '/v1/rl/refits', {
+      refit_id: 'owner-death-1',
+      weight_version: '31',
+      source: { kind: 'disk', model_path: '/m/31' },
+    });
     await until('both engines received the load', 10_000, async () => {
       for (const s of sims) if (!(await s.requests()).some((r) => r.path === '/update_weights_from_disk')) return false;
       return true;
@@ -65,7 +79,7 @@ describe('the engines\' owner dies while a refit waits on its calls', () => {
     const tookMs = Date.now() - killedAt;
     expect(r.status, r.text).toBe(200);
     // The lease (2 s), the runner's check (every 0.5 s), the takeover, the second load and the resumes, on a busy machine.
-    expect(tookMs, 'ms from the owner\'s death to the report').toBeLessThan(LEASE_SECS * 1000 + 10_000);
+    expect(tookMs, "ms from the owner's death to the report").toBeLessThan(LEASE_SECS * 1000 + 10_000);
     expect(r.json.succeeded).toBe(2);
     for (const s of sims) {
       const st = await s.state();
@@ -78,7 +92,11 @@ describe('the engines\' owner dies while a refit waits on its calls', () => {
 
     // The runner now owns the engines: the next refit brings them up at the new version.
     for (const s of sims) await s.clearFaults();
-    const next = await httpJson(runner.url, 'POST', '/v1/rl/refits', { refit_id: 'owner-death-2', weight_version: '32', source: { kind: 'disk', model_path: '/m/32' } });
+    const next = await httpJson(runner.url, 'POST', '/v1/rl/refits', {
+      refit_id: 'owner-death-2',
+      weight_version: '32',
+      source: { kind: 'disk', model_path: '/m/32' },
+    });
     expect(next.status, next.text).toBe(200);
     for (const s of sims) {
       const st = await s.state();
@@ -88,7 +106,7 @@ describe('the engines\' owner dies while a refit waits on its calls', () => {
   }, 60_000);
 });
 
-describe('the engines\' owner dies while a refit waits on its pauses', () => {
+describe("the engines' owner dies while a refit waits on its pauses", () => {
   let nats: TestNats;
   let sims: SimProcess[] = [];
   let owner: GatewayProcess;
@@ -97,7 +115,17 @@ describe('the engines\' owner dies while a refit waits on its pauses', () => {
   beforeAll(async () => {
     nats = await startTestNats();
     sims = await Promise.all([0, 1].map(() => spawnSglangSim(['--token-rate', '0'])));
-    owner = await startGatewayProcess(['--nats-url', nats.url, '--replica-id', 'owner', '--enable-rl=false', '--lease-secs', String(LEASE_SECS), '--health-check-interval-secs', '1']);
+    owner = await startGatewayProcess([
+      '--nats-url',
+      nats.url,
+      '--replica-id',
+      'owner',
+      '--enable-rl=false',
+      '--lease-secs',
+      String(LEASE_SECS),
+      '--health-check-interval-secs',
+      '1',
+    ]);
     for (const s of sims) expect((await owner.http('POST', '/workers', { url: s.url })).status).toBe(202);
     runner = await startGateway(
       { ...testConfig({ leaseSecs: LEASE_SECS, rl: { controlTimeoutSecs: CONTROL_TIMEOUT_SECS } }), natsUrl: nats.url, replicaId: 'runner' },
@@ -118,7 +146,11 @@ describe('the engines\' owner dies while a refit waits on its pauses', () => {
   it('sends the lost pauses again to the new owner and finishes the refit: every engine on the new version, none paused', async () => {
     // The held pause dies with its caller (the simulator drops an abandoned call).
     for (const s of sims) await s.setFaults({ route: 'pause_generation', delayMs: 3_000, times: 1 });
-    const answer = httpJson(runner.url, 'POST', '/v1/rl/refits', { refit_id: 'owner-death-pause', weight_version: '41', source: { kind: 'disk', model_path: '/m/41' } });
+    const answer = httpJson(runner.url, 'POST', '/v1/rl/refits', {
+      refit_id: 'owner-death-pause',
+      weight_version: '41',
+      source: { kind: 'disk', model_path: '/m/41' },
+    });
     await until('both engines received the pause', 10_000, async () => {
       for (const s of sims) if (!(await s.requests()).some((r) => r.path === '/pause_generation')) return false;
       return true;
@@ -136,4 +168,3 @@ describe('the engines\' owner dies while a refit waits on its pauses', () => {
     }
   }, 60_000);
 });
-

@@ -132,7 +132,14 @@ describe('planRefit: distributed', () => {
     expect(plan.step(1, a)).toEqual({
       method: 'POST',
       path: 'update_weights_from_distributed',
-      body: { names: ['a.weight', 'a.bias'], dtypes: ['bfloat16', 'bfloat16'], shapes: [[4, 4], [4]], group_name: DEFAULT_GROUP, flush_cache: false, abort_all_requests: false },
+      body: {
+        names: ['a.weight', 'a.bias'],
+        dtypes: ['bfloat16', 'bfloat16'],
+        shapes: [[4, 4], [4]],
+        group_name: DEFAULT_GROUP,
+        flush_cache: false,
+        abort_all_requests: false,
+      },
     });
     expect(plan.step(2, a)).toEqual({
       method: 'POST',
@@ -223,7 +230,13 @@ describe('planRefit: read-back steps (verify_weights)', () => {
     [
       'distributed with keep_group: at the end',
       distributed({ keep_group: true }, { verify_weights: checks }),
-      ['init_weights_update_group', 'update_weights_from_distributed 1/2', 'update_weights_from_distributed 2/2', `${READ_BACK} model.embed_tokens.weight`, `${READ_BACK} lm_head.weight`],
+      [
+        'init_weights_update_group',
+        'update_weights_from_distributed 1/2',
+        'update_weights_from_distributed 2/2',
+        `${READ_BACK} model.embed_tokens.weight`,
+        `${READ_BACK} lm_head.weight`,
+      ],
       3,
     ],
   ])('%s', (_name, req, names, at) => {
@@ -255,7 +268,11 @@ describe('refit requests planRefit never sees', () => {
   it.each([
     ['a tensor source (only disk and distributed exist)', { ...base, source: { kind: 'tensor', named_tensors: [] } }, '/source'],
     ['a disk source without model_path', { ...base, source: { kind: 'disk' } }, '/source'],
-    ['world_size 1 (the trainer alone)', { ...base, source: { kind: 'distributed', master_address: 'h', master_port: 1, world_size: 1, chunks: CHUNKS } }, '/source'],
+    [
+      'world_size 1 (the trainer alone)',
+      { ...base, source: { kind: 'distributed', master_address: 'h', master_port: 1, world_size: 1, chunks: CHUNKS } },
+      '/source',
+    ],
     ['no chunks', { ...base, source: { kind: 'distributed', master_address: 'h', master_port: 1, chunks: [] } }, '/source'],
     [
       'a chunk whose lists differ in length',

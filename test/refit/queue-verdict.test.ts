@@ -28,13 +28,16 @@ const bytes = (v: unknown) => new TextEncoder().encode(typeof v === 'string' ? v
 const reason = (v: ReturnType<typeof readQueuedRefit>) => (v.ok ? 'accepted' : v.reason);
 
 describe('readQueuedRefit', () => {
-  it('reads a gateway\'s message back as it was queued', () => {
+  it("reads a gateway's message back as it was queued", () => {
     const msg = queued();
     const v = readQueuedRefit(bytes(msg), 'step-42');
     expect(v).toEqual({ ok: true, refit: msg });
     const distributed = queued({
       id: 'd-1',
-      request: { weight_version: 'v2', source: { kind: 'distributed', master_address: '10.0.0.1', master_port: 29500, chunks: [{ names: ['w'], dtypes: ['bfloat16'], shapes: [[2, 2]] }] } },
+      request: {
+        weight_version: 'v2',
+        source: { kind: 'distributed', master_address: '10.0.0.1', master_port: 29500, chunks: [{ names: ['w'], dtypes: ['bfloat16'], shapes: [[2, 2]] }] },
+      },
       selector: null,
       skipped: [],
       origin: 'http',
@@ -99,7 +102,10 @@ describe('takeVerdict', () => {
   });
 
   it('refuses a new refit that a running refit overlaps, naming the engine and the refit', () => {
-    expect(takeVerdict(q, { takeover: false, clash: running, known: known([W1, W2]) })).toEqual({ take: 'refuse', reason: `worker \`${W2}\` is already part of running refit \`step-41\`` });
+    expect(takeVerdict(q, { takeover: false, clash: running, known: known([W1, W2]) })).toEqual({
+      take: 'refuse',
+      reason: `worker \`${W2}\` is already part of running refit \`step-41\``,
+    });
   });
 
   it('refuses a new refit with a target that is not registered', () => {

@@ -17,17 +17,34 @@ const DISTRIBUTED: RefitStepPlan[] = [
 
 function journal(over: Partial<RefitJournal>): RefitJournal {
   return {
-    id: 'r1', status: 'running', holder: 'dead', origin: 'http', submitted_at: new Date(0).toISOString(),
+    id: 'r1',
+    status: 'running',
+    holder: 'dead',
+    origin: 'http',
+    submitted_at: new Date(0).toISOString(),
     request: { weight_version: '7', source: { kind: 'disk', model_path: '/m' } } as RefitJournal['request'],
-    selector: null, targets: ['e1', 'e2', 'e3'], asleep: ['e3'], keep_paused: [],
-    phase: null, step_index: 0, pending: [], engines: {}, paused: [], resumed: [], takeovers: [],
+    selector: null,
+    targets: ['e1', 'e2', 'e3'],
+    asleep: ['e3'],
+    keep_paused: [],
+    phase: null,
+    step_index: 0,
+    pending: [],
+    engines: {},
+    paused: [],
+    resumed: [],
+    takeovers: [],
     ...over,
   };
 }
 
 describe('recoveryOf', () => {
   it('in the pause phase: starts the pause over on every awake target, forgetting what the dead runner recorded', () => {
-    const r = recoveryOf(journal({ phase: 'pause', pending: ['e2'], paused: ['e1'], engines: { e1: { phases: { pause: 5 } }, e2: { phases: {} } } }), DISK, true);
+    const r = recoveryOf(
+      journal({ phase: 'pause', pending: ['e2'], paused: ['e1'], engines: { e1: { phases: { pause: 5 } }, e2: { phases: {} } } }),
+      DISK,
+      true,
+    );
     expect(r).toEqual({ at: 'pausing', engines: { e1: { phases: {} }, e2: { phases: {} } }, paused: [], resumed: [], stepIndex: 0, abortReason: undefined });
   });
 

@@ -66,7 +66,7 @@ describe('call deadlines start when their phase sends them', () => {
     await sim?.stop();
   });
 
-  it('a slow pause and load do not eat the resume\'s budget (4 s timeout; 2.5 s + 2 s + 2.5 s)', async () => {
+  it("a slow pause and load do not eat the resume's budget (4 s timeout; 2.5 s + 2 s + 2.5 s)", async () => {
     await sim.setFaults([
       { route: 'pause_generation', delayMs: 2_500, times: 1 },
       { route: 'update_weights_from_disk', delayMs: 2_000, times: 1 },
@@ -80,4 +80,3 @@ describe('call deadlines start when their phase sends them', () => {
     expect(s.weightVersion).toBe('3');
   }, 20_000);
 });
-

@@ -34,7 +34,10 @@ describe('distributed refit through the coordinator', () => {
     expect(report.status).toBe('succeeded');
     // world = trainer + 2 GPUs + 1 GPU; engine i starts after the GPUs of the engines before it
     expect(report.world_size).toBe(4);
-    const gpus = new Map([[sims[0]!.url, 2], [sims[1]!.url, 1]]);
+    const gpus = new Map([
+      [sims[0]!.url, 2],
+      [sims[1]!.url, 1],
+    ]);
     const ordered = [...report.engines].sort((a, b) => a.rank_offset - b.rank_offset);
     expect(ordered[0]!.rank_offset).toBe(1);
     expect(ordered[1]!.rank_offset).toBe(1 + gpus.get(ordered[0]!.url)!);
@@ -115,7 +118,15 @@ describe('an engine that answers 200 to a chunk without loading it', () => {
     const [liar, honest] = sims as [SimProcess, SimProcess];
     await liar.setFaults({ route: 'update_weights_from_distributed', claimSuccessWithoutApplying: true });
     const chunks = makeChunks({ params: 2, perChunk: 2, shape: [8, 8], dtype: 'bfloat16' });
-    const res = await runDistributedRefit({ gateway: t.url, version: '7', chunks, verifyValues: 8, rendezvousTimeoutMs: 10_000, chunkTimeoutMs: 2_000, settleMs: 200 });
+    const res = await runDistributedRefit({
+      gateway: t.url,
+      version: '7',
+      chunks,
+      verifyValues: 8,
+      rendezvousTimeoutMs: 10_000,
+      chunkTimeoutMs: 2_000,
+      settleMs: 200,
+    });
     await liar.clearFaults();
     expect(res.status, JSON.stringify(res.report)).toBe(207);
     const report = res.report as { engines: Array<{ url: string; outcome: string; error?: string; failed_step?: string; weight_version: string | null }> };
@@ -131,19 +142,37 @@ describe('an engine that answers 200 to a chunk without loading it', () => {
     for (const s of sims) expect((await s.state()).paused).toBeNull();
   }, 60_000);
 
-  it('a later lie is caught by the values it shows (the previous version\'s), and an honest refit in between lets it out', async () => {
+  it("a later lie is caught by the values it shows (the previous version's), and an honest refit in between lets it out", async () => {
     const [liar, honest] = sims as [SimProcess, SimProcess];
     const chunks = makeChunks({ params: 2, perChunk: 2, shape: [8, 8], dtype: 'bfloat16' });
-    const ok = await runDistributedRefit({ gateway: t.url, version: '8', chunks, verifyValues: 8, rendezvousTimeoutMs: 10_000, chunkTimeoutMs: 2_000, settleMs: 200 });
+    const ok = await runDistributedRefit({
+      gateway: t.url,
+      version: '8',
+      chunks,
+      verifyValues: 8,
+      rendezvousTimeoutMs: 10_000,
+      chunkTimeoutMs: 2_000,
+      settleMs: 200,
+    });
     expect(ok.status, JSON.stringify(ok.report)).toBe(200);
     let rows = (await t.http('GET', '/v1/rl/workers')).json.workers as Array<{ url: string; quarantined: boolean }>;
     expect(rows.every((r) => !r.quarantined)).toBe(true);
 
     await liar.setFaults({ route: 'update_weights_from_distributed', claimSuccessWithoutApplying: true });
-    const res = await runDistributedRefit({ gateway: t.url, version: '9', chunks, verifyValues: 8, rendezvousTimeoutMs: 10_000, chunkTimeoutMs: 2_000, settleMs: 200 });
+    const res = await runDistributedRefit({
+      gateway: t.url,
+      version: '9',
+      chunks,
+      verifyValues: 8,
+      rendezvousTimeoutMs: 10_000,
+      chunkTimeoutMs: 2_000,
+      settleMs: 200,
+    });
     await liar.clearFaults();
     expect(res.status).toBe(207);
-    const byUrl = new Map((res.report as { engines: Array<{ url: string; outcome: string; error?: string; message?: string }> }).engines.map((e) => [e.url, e]));
+    const byUrl = new Map(
+      (res.report as { engines: Array<{ url: string; outcome: string; error?: string; message?: string }> }).engines.map((e) => [e.url, e]),
+    );
     expect(byUrl.get(liar.url)).toMatchObject({ outcome: 'failed', error: 'verify_failed', message: expect.stringContaining('other values') });
     expect(byUrl.get(honest.url)).toMatchObject({ outcome: 'ok' });
     rows = (await t.http('GET', '/v1/rl/workers')).json.workers as Array<{ url: string; quarantined: boolean }>;

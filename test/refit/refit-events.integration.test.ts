@@ -78,7 +78,7 @@ describe('refit progress events', () => {
     await Promise.all((sims ?? []).map((s) => s.stop()));
   });
 
-  it('streams every phase and every engine\'s leg, names a failed load\'s status, lists the refit while it runs, and replays from the start', async () => {
+  it("streams every phase and every engine's leg, names a failed load's status, lists the refit while it runs, and replays from the start", async () => {
     for (const s of sims) await s.setFaults({ route: 'update_weights_from_disk', delayMs: 800, times: 1 });
     // One engine cannot load: its leg must say so, with the engine's 501.
     await sims[2]!.setFaults({ route: 'update_weights_from_disk', status: 501, body: { success: false, message: 'not implemented' }, times: 1 });
@@ -130,8 +130,14 @@ describe('refit progress events', () => {
     const legs = live.events.filter((e) => e.event === 'leg').map((e) => e.data);
     for (const s of sims) {
       const mine = legs.filter((l) => l.url === s.url);
-      expect(mine.filter((l) => l.phase === 'pause'), `${s.url} pause leg`).toHaveLength(1);
-      expect(mine.filter((l) => l.phase === 'refit'), `${s.url} refit leg`).toHaveLength(1);
+      expect(
+        mine.filter((l) => l.phase === 'pause'),
+        `${s.url} pause leg`,
+      ).toHaveLength(1);
+      expect(
+        mine.filter((l) => l.phase === 'refit'),
+        `${s.url} refit leg`,
+      ).toHaveLength(1);
       for (const l of mine) {
         expect(l).toMatchObject({ worker_id: expect.any(String), step_index: expect.any(Number), latency_ms: expect.any(Number) });
         expect(Date.parse(l.finished_at)).toBeGreaterThanOrEqual(Date.parse(l.started_at));
@@ -165,7 +171,13 @@ describe('refit progress events', () => {
     const states = f.events.filter((e) => e.event === 'engine' && e.data.url === sims[0]!.url).map((e) => e.data.state);
     expect(states).toEqual(expect.arrayContaining(['paused', 'refitting', 'serving']));
     const row = f.events.find((e) => e.event === 'engine')!.data;
-    expect(row).toMatchObject({ id: expect.any(String), url: expect.any(String), control: expect.any(String), breaker: expect.any(String), owner: expect.any(String) });
+    expect(row).toMatchObject({
+      id: expect.any(String),
+      url: expect.any(String),
+      control: expect.any(String),
+      breaker: expect.any(String),
+      owner: expect.any(String),
+    });
 
     // The engines' own word: the two that loaded serve the new version, none is paused.
     for (const s of sims) expect((await s.state()).paused).toBeNull();
@@ -175,7 +187,9 @@ describe('refit progress events', () => {
   it('an engine cut by a phase deadline has one leg event, with the deadline error the report gives, and no late one', async () => {
     await sims[1]!.setFaults({ route: 'update_weights_from_disk', hang: true, times: 1 });
     try {
-      const r = await t.http('POST', '/v1/rl/refits', { body: { refit_id: 'ev-cut', weight_version: 'ev-cut', source: { kind: 'disk', model_path: '/m/ev-cut' }, deadlines_ms: { refit: 1500 } } });
+      const r = await t.http('POST', '/v1/rl/refits', {
+        body: { refit_id: 'ev-cut', weight_version: 'ev-cut', source: { kind: 'disk', model_path: '/m/ev-cut' }, deadlines_ms: { refit: 1500 } },
+      });
       expect(r.status, r.text).toBe(207);
       const hung = r.json.failed.find((f: { url: string }) => f.url === sims[1]!.url);
       expect(hung).toMatchObject({ failed_phase: 'refit', error: 'phase_deadline_exceeded' });

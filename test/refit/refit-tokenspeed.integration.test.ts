@@ -63,9 +63,7 @@ describe('disk refits on a fixture-G fleet (ts-adv, ts-silent, sg)', () => {
     const res = await t.http('POST', '/v1/rl/refits', { body: disk('11', `id=${id.adv}`) });
     expect(res.status).toBe(409);
     expect(res.json.error).toBe('no_eligible_targets');
-    expect(res.json.skipped).toEqual([
-      { worker_id: id.adv, url: tsAdv.url, reason: 'source_unsupported', message: expect.stringContaining('distributed') },
-    ]);
+    expect(res.json.skipped).toEqual([{ worker_id: id.adv, url: tsAdv.url, reason: 'source_unsupported', message: expect.stringContaining('distributed') }]);
     // The engine saw no call at all, and still serves.
     expect(await tsAdv.requests()).toEqual([]);
     const s = await tsAdv.state();

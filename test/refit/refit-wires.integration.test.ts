@@ -38,16 +38,22 @@ async function startFleet(wire: Wire): Promise<Fleet> {
     return {
       engines: sims.map((s) => ({ url: s.url, state: s.state as Engine['state'], stop: s.stop })),
       registrations: sims.map((s) => ({ url: s.url })),
-      close: async () => { await Promise.all(sims.map((s) => s.stop())); },
+      close: async () => {
+        await Promise.all(sims.map((s) => s.stop()));
+      },
     };
   }
   if (wire === 'grpc') {
     // rl.control_url comes from discovery: the python personality advertises it in GetServerInfo.
-    const sims = await Promise.all(TP.map((tp) => spawnTokenspeedSim(['--token-rate', '0', '--model', 'MODEL', '--rl-control-port', '0', '--attn-tp-size', String(tp)])));
+    const sims = await Promise.all(
+      TP.map((tp) => spawnTokenspeedSim(['--token-rate', '0', '--model', 'MODEL', '--rl-control-port', '0', '--attn-tp-size', String(tp)])),
+    );
     return {
       engines: sims.map((s) => ({ url: s.url, state: s.state as Engine['state'], stop: s.stop })),
       registrations: sims.map((s) => ({ url: s.url, runtime_type: 'tokenspeed' })),
-      close: async () => { await Promise.all(sims.map((s) => s.stop())); },
+      close: async () => {
+        await Promise.all(sims.map((s) => s.stop()));
+      },
     };
   }
   // ZMQ: the gateway binds the lane and the engine dials in. This process opens the lane first

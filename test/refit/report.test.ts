@@ -17,7 +17,12 @@ import type { RefitReport, SkippedEngine } from '../../src/wire/refit-report.ts'
 import type { RefitRequest } from '../../src/wire/refit-request.ts';
 
 const registry = new Registry('replica-a');
-const [e1, e2, e3, sleeper] = [30001, 30002, 30003, 30004].map((port) => registry.register({ url: `http://127.0.0.1:${port}` }).worker) as [Worker, Worker, Worker, Worker];
+const [e1, e2, e3, sleeper] = [30001, 30002, 30003, 30004].map((port) => registry.register({ url: `http://127.0.0.1:${port}` }).worker) as [
+  Worker,
+  Worker,
+  Worker,
+  Worker,
+];
 const TARGETS = [e1, e2, e3];
 
 // What each engine's owner last published: the report shows it as the state after the refit.
@@ -74,7 +79,9 @@ function result(over: Partial<CoordinatorContext> = {}, engines: Record<string, 
   };
 }
 
-const SKIPPED: SkippedEngine[] = [{ worker_id: 'w-gone', url: 'http://127.0.0.1:30009', reason: 'unreachable', message: 'the engine did not answer its last probes or its discovery' }];
+const SKIPPED: SkippedEngine[] = [
+  { worker_id: 'w-gone', url: 'http://127.0.0.1:30009', reason: 'unreachable', message: 'the engine did not answer its last probes or its discovery' },
+];
 
 function report(res: CoordinatorContext, more: Partial<Parameters<typeof buildReport>[0]> = {}): RefitReport {
   return buildReport({
@@ -93,7 +100,14 @@ function report(res: CoordinatorContext, more: Partial<Parameters<typeof buildRe
   });
 }
 
-const refitFailure: EngineRecord = { failedIn: 'refit', step: 'update_weights_from_disk', error: 'upstream_error', status: 500, message: 'HTTP 500', phases: { pause: 10, refit: 20, resume: 3 } };
+const refitFailure: EngineRecord = {
+  failedIn: 'refit',
+  step: 'update_weights_from_disk',
+  error: 'upstream_error',
+  status: 500,
+  message: 'HTTP 500',
+  phases: { pause: 10, refit: 20, resume: 3 },
+};
 const pauseFailure: EngineRecord = { failedIn: 'pause', error: 'upstream_unreachable', message: 'connect ECONNREFUSED', phases: { resume: 3 } };
 
 describe('buildReport: status, counts and the HTTP status', () => {
@@ -102,11 +116,39 @@ describe('buildReport: status, counts and the HTTP status', () => {
     ['every engine refitted, some skipped before the pause', report(result(), { skipped: SKIPPED }), 'succeeded', 3, 3, 200],
     ['one load failed', report(result({}, { [e2.id]: refitFailure })), 'partial', 3, 2, 207],
     ['one pause failed (quorum 1)', report(result({ paused: [e1.id, e2.id] }, { [e3.id]: pauseFailure })), 'partial', 3, 2, 207],
-    ['one verify failed', report(result({}, { [e1.id]: { failedIn: 'verify', error: 'verify_failed', status: 200, message: 'x', phases: {} } })), 'partial', 3, 2, 207],
-    ['one resume failed', report(result({ resumed: [e1.id, e2.id] }, { [e3.id]: { failedIn: 'resume', error: 'phase_deadline_exceeded', message: 'x', phases: {} } })), 'partial', 3, 2, 207],
+    [
+      'one verify failed',
+      report(result({}, { [e1.id]: { failedIn: 'verify', error: 'verify_failed', status: 200, message: 'x', phases: {} } })),
+      'partial',
+      3,
+      2,
+      207,
+    ],
+    [
+      'one resume failed',
+      report(result({ resumed: [e1.id, e2.id] }, { [e3.id]: { failedIn: 'resume', error: 'phase_deadline_exceeded', message: 'x', phases: {} } })),
+      'partial',
+      3,
+      2,
+      207,
+    ],
     ['every load failed', report(result({}, Object.fromEntries(ids.map((id) => [id, refitFailure])))), 'failed', 3, 0, 207],
-    ['called off by the quorum', report(result({ quorum: 3, paused: [e1.id, e2.id], abortReason: 'quorum_not_met' }, { [e3.id]: pauseFailure })), 'failed', 3, 0, 207],
-    ['no target paused', report(result({ paused: [], abortReason: 'no_target_paused' }, Object.fromEntries(ids.map((id) => [id, pauseFailure])))), 'failed', 3, 0, 207],
+    [
+      'called off by the quorum',
+      report(result({ quorum: 3, paused: [e1.id, e2.id], abortReason: 'quorum_not_met' }, { [e3.id]: pauseFailure })),
+      'failed',
+      3,
+      0,
+      207,
+    ],
+    [
+      'no target paused',
+      report(result({ paused: [], abortReason: 'no_target_paused' }, Object.fromEntries(ids.map((id) => [id, pauseFailure])))),
+      'failed',
+      3,
+      0,
+      207,
+    ],
     ['taken over before its refit phase', report(result({ abortReason: 'gateway_failover' })), 'failed', 3, 0, 207],
     ['every target refitted, one selected engine asleep', report(result(), { asleep: [sleeper] }), 'partial', 4, 3, 207],
   ])('%s → %s (total %i, succeeded %i), HTTP %i', (_name, r, status, total, succeeded, http) => {
@@ -144,7 +186,7 @@ describe('buildReport: status, counts and the HTTP status', () => {
 });
 
 describe('buildReport: each engine row', () => {
-  it('an ok engine: its phase times, its breaker and state from the fleet view, and the refit\'s version (the view of another replica\'s engine may not have heard it yet)', () => {
+  it("an ok engine: its phase times, its breaker and state from the fleet view, and the refit's version (the view of another replica's engine may not have heard it yet)", () => {
     const r = report(result());
     expect(r.engines).toEqual([
       { worker_id: e1.id, url: e1.url, outcome: 'ok', phases: ALL_PHASES, breaker: 'closed', state: 'serving', weight_version: '8' },
@@ -162,12 +204,35 @@ describe('buildReport: each engine row', () => {
     [
       'a failed load',
       refitFailure,
-      { failed_phase: 'refit', failed_step: 'update_weights_from_disk', error: 'upstream_error', status: 500, message: 'HTTP 500', phases: { pause: 10, refit: 20, verify: null, resume: 3 } },
+      {
+        failed_phase: 'refit',
+        failed_step: 'update_weights_from_disk',
+        error: 'upstream_error',
+        status: 500,
+        message: 'HTTP 500',
+        phases: { pause: 10, refit: 20, verify: null, resume: 3 },
+      },
     ],
-    ['a failed verify (no step)', { failedIn: 'verify', error: 'verify_failed', status: 200, message: 'engine reports weight_version "7", expected "8"', phases: { verify: 4 } }, { failed_phase: 'verify', error: 'verify_failed', status: 200 }],
-    ['a stalled pause (no status: the engine never answered)', { failedIn: 'pause', error: 'phase_deadline_exceeded', message: 'engine did not finish the pause phase within 1000 ms', phases: { pause: 1_000 } }, { failed_phase: 'pause', error: 'phase_deadline_exceeded', phases: { pause: 1_000, refit: null, verify: null, resume: null } }],
-    ['a cut after the grace', { failedIn: 'pause', error: 'cut_after_grace', message: 'cut', phases: { pause: 500 } }, { failed_phase: 'pause', error: 'cut_after_grace' }],
-    ['an abandoned transfer', { failedIn: 'refit', step: 'update_weights_from_distributed 1/2', error: 'transfer_aborted', message: 'abandoned', phases: {} }, { failed_phase: 'refit', failed_step: 'update_weights_from_distributed 1/2', error: 'transfer_aborted' }],
+    [
+      'a failed verify (no step)',
+      { failedIn: 'verify', error: 'verify_failed', status: 200, message: 'engine reports weight_version "7", expected "8"', phases: { verify: 4 } },
+      { failed_phase: 'verify', error: 'verify_failed', status: 200 },
+    ],
+    [
+      'a stalled pause (no status: the engine never answered)',
+      { failedIn: 'pause', error: 'phase_deadline_exceeded', message: 'engine did not finish the pause phase within 1000 ms', phases: { pause: 1_000 } },
+      { failed_phase: 'pause', error: 'phase_deadline_exceeded', phases: { pause: 1_000, refit: null, verify: null, resume: null } },
+    ],
+    [
+      'a cut after the grace',
+      { failedIn: 'pause', error: 'cut_after_grace', message: 'cut', phases: { pause: 500 } },
+      { failed_phase: 'pause', error: 'cut_after_grace' },
+    ],
+    [
+      'an abandoned transfer',
+      { failedIn: 'refit', step: 'update_weights_from_distributed 1/2', error: 'transfer_aborted', message: 'abandoned', phases: {} },
+      { failed_phase: 'refit', failed_step: 'update_weights_from_distributed 1/2', error: 'transfer_aborted' },
+    ],
   ])('%s: failed with the phase, step, error, status and message the coordinator recorded', (_name, rec, row) => {
     const r = report(result({}, { [e2.id]: rec }));
     const e = r.engines.find((x) => x.worker_id === e2.id)!;

@@ -50,7 +50,10 @@ describe('an engine restarted during a refit', () => {
       await victim.kill();
       const r1 = await first;
       expect(r1.status, `trial ${trial}: ${r1.text}`).toBe(207);
-      expect(r1.json.failed.map((f: { url: string }) => f.url), `trial ${trial}`).toContain(victim.url);
+      expect(
+        r1.json.failed.map((f: { url: string }) => f.url),
+        `trial ${trial}`,
+      ).toContain(victim.url);
 
       await victim.restart();
       const r2 = await refit(2 * trial + 2);

@@ -38,7 +38,11 @@ describe('refit targets and plan', () => {
     expect(r.status, r.text).toBe(200);
     expect(r.json).toMatchObject({ dry_run: true, weight_version: '9', source: 'distributed', world_size: 5, skipped: [], quorum: 3 });
     // Engine i starts after the trainer's rank and the GPUs of the engines before it.
-    const gpus = new Map([[sims[0]!.url, 2], [sims[1]!.url, 1], [sims[2]!.url, 1]]);
+    const gpus = new Map([
+      [sims[0]!.url, 2],
+      [sims[1]!.url, 1],
+      [sims[2]!.url, 1],
+    ]);
     let next = 1;
     for (const x of r.json.targets as Array<{ url: string; rank_offset: number }>) {
       expect(x.rank_offset, x.url).toBe(next);

@@ -24,12 +24,22 @@ describe('legResult', () => {
   it('a 2xx passes; success: false is the engine refusing', () => {
     expect(legResult('pause', answer({ success: true }), '7')).toEqual({ ok: true, status: 200, latencyMs: 4 });
     expect(legResult('refit', answer('plain text'), '7')).toEqual({ ok: true, status: 200, latencyMs: 4 });
-    expect(legResult('refit', answer({ success: false, message: 'no such file' }), '7')).toMatchObject({ ok: false, error: 'engine_refused', status: 200, message: 'no such file' });
+    expect(legResult('refit', answer({ success: false, message: 'no such file' }), '7')).toMatchObject({
+      ok: false,
+      error: 'engine_refused',
+      status: 200,
+      message: 'no such file',
+    });
     expect(legResult('refit', answer({ success: false }), '7')).toMatchObject({ error: 'engine_refused', message: 'engine answered success: false' });
   });
 
-  it('another status is an upstream_error naming it (and the body\'s message)', () => {
-    expect(legResult('refit', answer({ message: 'not implemented' }, 501), '7')).toMatchObject({ ok: false, error: 'upstream_error', status: 501, message: 'HTTP 501: not implemented' });
+  it("another status is an upstream_error naming it (and the body's message)", () => {
+    expect(legResult('refit', answer({ message: 'not implemented' }, 501), '7')).toMatchObject({
+      ok: false,
+      error: 'upstream_error',
+      status: 501,
+      message: 'HTTP 501: not implemented',
+    });
     expect(legResult('resume', answer(null, 503), '7')).toMatchObject({ error: 'upstream_error', message: 'HTTP 503' });
   });
 
@@ -39,14 +49,23 @@ describe('legResult', () => {
     expect(legResult('refit', answer([0.5, 0.3]), '7', [0.5, 0.25])).toMatchObject({ ok: false, error: 'verify_failed', status: 200 });
     expect(legResult('refit', answer([0.5]), '7', [0.5, 0.25])).toMatchObject({ error: 'verify_failed' });
     expect(legResult('refit', answer({ values: [0.5] }), '7', [0.5])).toMatchObject({ error: 'verify_failed' });
-    expect(legResult('refit', answer({ message: 'unknown parameter' }, 400), '7', [0.5])).toMatchObject({ error: 'verify_failed', status: 400, message: 'HTTP 400: unknown parameter' });
+    expect(legResult('refit', answer({ message: 'unknown parameter' }, 400), '7', [0.5])).toMatchObject({
+      error: 'verify_failed',
+      status: 400,
+      message: 'HTTP 400: unknown parameter',
+    });
   });
 
   it('the version check needs the target version, as text or number, trimmed, compared as versions', () => {
     expect(legResult('verify', answer({ weight_version: ' 7 ' }), '7').ok).toBe(true);
     expect(legResult('verify', answer({ weight_version: 7 }), '7').ok).toBe(true);
     expect(legResult('verify', answer({ weight_version: '07' }), '7').ok).toBe(true);
-    expect(legResult('verify', answer({ weight_version: '6' }), '7')).toMatchObject({ ok: false, error: 'verify_failed', status: 200, message: 'engine reports weight_version "6", expected "7"' });
+    expect(legResult('verify', answer({ weight_version: '6' }), '7')).toMatchObject({
+      ok: false,
+      error: 'verify_failed',
+      status: 200,
+      message: 'engine reports weight_version "6", expected "7"',
+    });
     expect(legResult('verify', answer({}), '7')).toMatchObject({ error: 'verify_failed', message: 'engine reports weight_version null, expected "7"' });
     // Outside the version check, the version an answer carries is not judged.
     expect(legResult('refit', answer({ weight_version: '6' }), '7').ok).toBe(true);
@@ -57,7 +76,13 @@ describe('quorumOf', () => {
   const disk = { weight_version: '1', source: { kind: 'disk', model_path: '/m' } };
   const distributed = {
     weight_version: '1',
-    source: { kind: 'distributed', master_address: '127.0.0.1', master_port: 29500, group_name: 'g', chunks: [{ names: ['w'], dtypes: ['bfloat16'], shapes: [[1]] }] },
+    source: {
+      kind: 'distributed',
+      master_address: '127.0.0.1',
+      master_port: 29500,
+      group_name: 'g',
+      chunks: [{ names: ['w'], dtypes: ['bfloat16'], shapes: [[1]] }],
+    },
   };
   it.each([
     ['disk, no quorum', disk, 5, 1],

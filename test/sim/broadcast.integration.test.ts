@@ -26,25 +26,41 @@ async function master(worldSize: number, extra: Partial<OpenGroupOptions> = {}):
   return m;
 }
 
-function join(m: { port: number }, worldSize: number, rankOffset: number, gpus: number,
-  extra: Partial<JoinParams> = {}): Promise<GroupMember> {
+function join(m: { port: number }, worldSize: number, rankOffset: number, gpus: number, extra: Partial<JoinParams> = {}): Promise<GroupMember> {
   const joined = joinGroup({
-    masterAddress: '127.0.0.1', masterPort: m.port, rankOffset, worldSize, groupName: GROUP, gpus,
-    timeoutMs: 20_000, ...extra,
+    masterAddress: '127.0.0.1',
+    masterPort: m.port,
+    rankOffset,
+    worldSize,
+    groupName: GROUP,
+    gpus,
+    timeoutMs: 20_000,
+    ...extra,
   });
-  joined.then((g) => cleanups.push(() => g.close()), () => {});
+  joined.then(
+    (g) => cleanups.push(() => g.close()),
+    () => {},
+  );
   return joined;
 }
 
 /** The rejection of `p`, observed from now on (no unhandled-rejection window while awaiting others). */
 function rejection(p: Promise<unknown>): Promise<unknown> {
-  return p.then(() => { throw new Error('expected a rejection'); }, (err: unknown) => err);
+  return p.then(
+    () => {
+      throw new Error('expected a rejection');
+    },
+    (err: unknown) => err,
+  );
 }
 
 /** Settles-or-not probe without waiting on time: true once the promise has settled. */
 function track(p: Promise<unknown>): { settled: boolean } {
   const state = { settled: false };
-  p.then(() => (state.settled = true), () => (state.settled = true));
+  p.then(
+    () => (state.settled = true),
+    () => (state.settled = true),
+  );
   return state;
 }
 
@@ -129,7 +145,10 @@ describe('broadcast', () => {
   }
 
   it('two engines (2 GPUs and 1 GPU, world 4) receive every tensor whole, checksums equal', async () => {
-    const { m, members } = await group(4, [[1, 2], [3, 1]]);
+    const { m, members } = await group(4, [
+      [1, 2],
+      [3, 1],
+    ]);
     const explicit = Buffer.from(Array.from({ length: 3 * 5 * 4 }, (_, i) => (i * 37) & 0xff));
     const chunk1: Array<TensorSpec & { data?: Buffer }> = [
       { name: 'model.embed_tokens.weight', dtype: 'bfloat16', shape: [512, 1024] },
@@ -140,10 +159,7 @@ describe('broadcast', () => {
       { name: 'model.fp8', dtype: 'float8_e4m3fn', shape: [2, 3, 4] },
     ];
     const specs = chunk1.map(({ name, dtype, shape }) => ({ name, dtype, shape }));
-    const [sent, ...received] = await Promise.all([
-      m.broadcast(chunk1, { version: '1' }),
-      ...members.map((g) => g.receive(specs, 10_000)),
-    ]);
+    const [sent, ...received] = await Promise.all([m.broadcast(chunk1, { version: '1' }), ...members.map((g) => g.receive(specs, 10_000))]);
     expect(sent.map((t) => t.bytes)).toEqual([512 * 1024 * 2, 60, 8, 0, 33, 24]);
     expect(sent[1]!.checksum).toBe(sha256(explicit));
     expect(sent[3]!.checksum).toBe(sha256(Buffer.alloc(0)));
@@ -176,8 +192,7 @@ describe('broadcast', () => {
     const bad = [{ name: 'x', dtype: 'torch.bfloat16', shape: [4] }];
     await expect(members[0]!.receive(bad, 10_000)).rejects.toMatchObject({ code: 'unknown_dtype' });
     await expect(m.broadcast(bad)).rejects.toMatchObject({ code: 'unknown_dtype' });
-    await expect(m.broadcast([{ ...bad[0]!, dtype: 'int8', data: Buffer.alloc(3) }]))
-      .rejects.toMatchObject({ code: 'size_mismatch' });
+    await expect(m.broadcast([{ ...bad[0]!, dtype: 'int8', data: Buffer.alloc(3) }])).rejects.toMatchObject({ code: 'size_mismatch' });
     const ok = [{ name: 'x', dtype: 'int8', shape: [4] }];
     const [sent, got] = await Promise.all([m.broadcast(ok), members[0]!.receive(ok, 10_000)]);
     expect(got).toEqual(sent); // the group was not harmed
@@ -186,8 +201,7 @@ describe('broadcast', () => {
   it('a size the receiver did not expect breaks the group on both sides', async () => {
     const { m, members } = await group(2, [[1, 1]]);
     const sending = rejection(m.broadcast([{ name: 'w', dtype: 'float32', shape: [8] }]));
-    await expect(members[0]!.receive([{ name: 'w', dtype: 'float32', shape: [4] }], 10_000))
-      .rejects.toMatchObject({ code: 'size_mismatch', rank: 1 });
+    await expect(members[0]!.receive([{ name: 'w', dtype: 'float32', shape: [4] }], 10_000)).rejects.toMatchObject({ code: 'size_mismatch', rank: 1 });
     expect(await sending).toMatchObject({ code: 'member_lost', rank: 1 });
     await expect(m.broadcast([{ name: 'w', dtype: 'float32', shape: [8] }])).rejects.toMatchObject({ code: 'member_lost' });
   });
@@ -199,7 +213,10 @@ describe('broadcast', () => {
   const big = { name: 'model.embed_tokens.weight', dtype: 'bfloat16', shape: [64, MiB] };
 
   it('a member killed mid-broadcast makes the broadcast reject naming its rank', async () => {
-    const { m, members } = await group(3, [[1, 1], [2, 1]]);
+    const { m, members } = await group(3, [
+      [1, 1],
+      [2, 1],
+    ]);
     const [holdsBack, killed] = members as [GroupMember, GroupMember];
     const sending = rejection(m.broadcast([small, big]));
     await killed.receive([small], 10_000);
@@ -213,7 +230,10 @@ describe('broadcast', () => {
   });
 
   it('the master closed mid-broadcast makes the members’ receives reject', async () => {
-    const { m, members } = await group(3, [[1, 1], [2, 1]]);
+    const { m, members } = await group(3, [
+      [1, 1],
+      [2, 1],
+    ]);
     const [receiver] = members as [GroupMember, GroupMember];
     const sending = rejection(m.broadcast([small, big]));
     await receiver.receive([small], 10_000);
@@ -233,7 +253,10 @@ describe('broadcast', () => {
   });
 
   it('a broadcast past its deadline rejects naming the rank that did not finish', async () => {
-    const { m } = await group(3, [[1, 1], [2, 1]]);
+    const { m } = await group(3, [
+      [1, 1],
+      [2, 1],
+    ]);
     const spec = [{ name: 'w', dtype: 'int8', shape: [16] }];
     await expect(m.broadcast(spec, { timeoutMs: 200 })).rejects.toMatchObject({ code: 'broadcast_timeout', rank: 1 });
     await expect(m.broadcast(spec)).rejects.toMatchObject({ code: 'broadcast_timeout' });
@@ -261,7 +284,10 @@ describe('broadcast', () => {
 });
 
 describe('trainer simulator', () => {
-  interface StandIn { url: string; seen: { auth: string[]; bodies: any[] } }
+  interface StandIn {
+    url: string;
+    seen: { auth: string[]; bodies: any[] };
+  }
 
   /** Plays the gateway's side of a distributed refit with joinGroup, one member per listed row. */
   async function standInGateway(rows: Array<{ id: string; tp_size: number | null }>): Promise<StandIn> {
@@ -283,13 +309,22 @@ describe('trainer simulator', () => {
       // The plan a dry run answers: rank 0 plus every listed row's GPUs.
       if (body.dry_run === true) return reply(200, { dry_run: true, world_size: 1 + rows.reduce((n, r) => n + (r.tp_size ?? 1), 0) });
       let offset = 1;
-      const engines = await Promise.all(rows.map((row) => {
-        const gpus = row.tp_size ?? 1;
-        const rankOffset = offset;
-        offset += gpus;
-        return joinGroup({ masterAddress: src.master_address, masterPort: src.master_port, rankOffset,
-          worldSize: src.world_size, groupName: src.group_name, gpus, timeoutMs: 10_000 });
-      }));
+      const engines = await Promise.all(
+        rows.map((row) => {
+          const gpus = row.tp_size ?? 1;
+          const rankOffset = offset;
+          offset += gpus;
+          return joinGroup({
+            masterAddress: src.master_address,
+            masterPort: src.master_port,
+            rankOffset,
+            worldSize: src.world_size,
+            groupName: src.group_name,
+            gpus,
+            timeoutMs: 10_000,
+          });
+        }),
+      );
       const loaded: Record<string, LoadedTensor[]> = Object.fromEntries(rows.map((r) => [r.id, []]));
       for (const chunk of src.chunks) {
         const specs = chunk.names.map((name: string, i: number) => ({ name, dtype: chunk.dtypes[i], shape: chunk.shapes[i] }));
@@ -304,11 +339,18 @@ describe('trainer simulator', () => {
     return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, seen };
   }
 
-  it('sizes the group from the gateway\'s plan and broadcasts every chunk while the refit call is open', async () => {
-    const gw = await standInGateway([{ id: 'a', tp_size: 2 }, { id: 'b', tp_size: null }]);
+  it("sizes the group from the gateway's plan and broadcasts every chunk while the refit call is open", async () => {
+    const gw = await standInGateway([
+      { id: 'a', tp_size: 2 },
+      { id: 'b', tp_size: null },
+    ]);
     const chunks = makeChunks({ params: 5, perChunk: 2, shape: [64, 64] });
     const result = await runDistributedRefit({
-      gateway: gw.url, version: '3', chunks, adminKey: 'admin-secret', selector: 'role=rollout',
+      gateway: gw.url,
+      version: '3',
+      chunks,
+      adminKey: 'admin-secret',
+      selector: 'role=rollout',
     });
     expect(result.status).toBe(200);
     expect(result.worldSize).toBe(4);
@@ -321,16 +363,23 @@ describe('trainer simulator', () => {
     expect(gw.seen.auth).toEqual(['Bearer admin-secret', 'Bearer admin-secret']);
     expect(gw.seen.bodies[0]).toMatchObject({ weight_version: '3', selector: 'role=rollout', dry_run: true });
     expect(gw.seen.bodies[1]).toEqual({
-      weight_version: '3', selector: 'role=rollout',
-      source: { kind: 'distributed', master_address: '127.0.0.1', master_port: result.masterPort, world_size: 4,
-        group_name: 'weight_update_group', backend: 'nccl', chunks },
+      weight_version: '3',
+      selector: 'role=rollout',
+      source: {
+        kind: 'distributed',
+        master_address: '127.0.0.1',
+        master_port: result.masterPort,
+        world_size: 4,
+        group_name: 'weight_update_group',
+        backend: 'nccl',
+        chunks,
+      },
     });
   });
 
   it('a refused plan is an error and no refit is requested', async () => {
     const gw = await standInGateway([{ id: 'a', tp_size: 1 }]);
-    const err = await runDistributedRefit({ gateway: gw.url, version: '1', chunks: [], adminKey: 'wrong' })
-      .catch((e: unknown) => e);
+    const err = await runDistributedRefit({ gateway: gw.url, version: '1', chunks: [], adminKey: 'wrong' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TrainerError);
     expect(err).toMatchObject({ code: 'plan_failed', status: 401 });
     expect(gw.seen.bodies).toEqual([]);

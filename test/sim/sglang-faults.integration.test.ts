@@ -11,7 +11,9 @@ import { get, post, track, until } from './sglang-http.ts';
 
 describe('faults and the request record', () => {
   let sim: SimProcess;
-  beforeAll(async () => { sim = await spawnSglangSim(['--token-rate', '0']); });
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '0']);
+  });
   afterAll(() => sim?.stop());
 
   it('delays a route while the call is visibly in flight', async () => {
@@ -57,7 +59,10 @@ describe('faults and the request record', () => {
     await sim.clearRequests(); // also restarts the peak counters
     await sim.setFaults({ route: 'flush_cache', hang: true });
     const calls = [1, 2, 3].map(() => track(get(sim.url, '/flush_cache').catch((e: Error) => e)));
-    const st = await until(async () => { const s = await sim.state(); return s.hung === 3 ? s : null; }, '3 hung');
+    const st = await until(async () => {
+      const s = await sim.state();
+      return s.hung === 3 ? s : null;
+    }, '3 hung');
     expect(st.peakControlInFlight).toBe(3);
     expect(calls.some((c) => c.settled())).toBe(false);
     await sim.clearFaults();
@@ -129,7 +134,8 @@ describe('exit', () => {
 
 describe('lifeline', () => {
   it('a simulator whose test process dies without stopping it stops by itself', async () => {
-    const script = "import('./test/fixtures/sglang-sim.ts').then(async (m) => { const s = await m.spawnSglangSim(); console.log(JSON.stringify({ url: s.url, pid: s.pid })); setInterval(() => {}, 1000); })";
+    const script =
+      "import('./test/fixtures/sglang-sim.ts').then(async (m) => { const s = await m.spawnSglangSim(); console.log(JSON.stringify({ url: s.url, pid: s.pid })); setInterval(() => {}, 1000); })";
     const harness = spawn(process.execPath, ['--import', 'tsx', '-e', script], { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'inherit'] });
     let simPid = 0;
     try {
@@ -141,17 +147,31 @@ describe('lifeline', () => {
       simPid = pid;
       expect((await get(url, '/model_info')).status).toBe(200);
       harness.kill('SIGKILL');
-      await until(async () => get(url, '/model_info').then(() => false, () => true), 'the orphaned simulator to stop');
+      await until(
+        async () =>
+          get(url, '/model_info').then(
+            () => false,
+            () => true,
+          ),
+        'the orphaned simulator to stop',
+      );
     } finally {
       harness.kill('SIGKILL');
-      if (simPid) try { process.kill(simPid, 'SIGKILL'); } catch { /* already gone */ }
+      if (simPid)
+        try {
+          process.kill(simPid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
     }
   });
 });
 
 describe('api key', () => {
   let sim: SimProcess;
-  beforeAll(async () => { sim = await spawnSglangSim(['--api-key', 'k1', '--token-rate', '0']); });
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--api-key', 'k1', '--token-rate', '0']);
+  });
   afterAll(() => sim?.stop());
 
   it('requires the Bearer key except on /health* and /_sim/*', async () => {

@@ -17,14 +17,16 @@ export async function call(url: string, method: string, path: string, body?: unk
   const r = await fetch(`${url}${path}`, init);
   const text = await r.text();
   let json: any;
-  try { json = text ? JSON.parse(text) : undefined; } catch { json = undefined; }
+  try {
+    json = text ? JSON.parse(text) : undefined;
+  } catch {
+    json = undefined;
+  }
   return { status: r.status, headers: r.headers, text, json };
 }
 
-export const post = (url: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<Reply> =>
-  call(url, 'POST', path, body, headers);
-export const get = (url: string, path: string, headers?: Record<string, string>): Promise<Reply> =>
-  call(url, 'GET', path, undefined, headers);
+export const post = (url: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<Reply> => call(url, 'POST', path, body, headers);
+export const get = (url: string, path: string, headers?: Record<string, string>): Promise<Reply> => call(url, 'GET', path, undefined, headers);
 
 /** Polls `check` until it returns a truthy value (returned), failing after `timeoutMs`. */
 export async function until<T>(check: () => Promise<T | null | undefined | false>, what: string, timeoutMs = 10_000): Promise<T> {
@@ -41,6 +43,8 @@ export async function until<T>(check: () => Promise<T | null | undefined | false
 /** Wraps a promise so a test can ask whether it has settled yet. */
 export function track<T>(p: Promise<T>): { promise: Promise<T>; settled: () => boolean } {
   let settled = false;
-  const promise = p.finally(() => { settled = true; });
+  const promise = p.finally(() => {
+    settled = true;
+  });
   return { promise, settled: () => settled };
 }

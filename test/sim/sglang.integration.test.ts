@@ -9,7 +9,9 @@ import { get, post, track, until } from './sglang-http.ts';
 
 describe('generation (as fast as possible)', () => {
   let sim: SimProcess;
-  beforeAll(async () => { sim = await spawnSglangSim(['--token-rate', '0', '--model', 'MODEL']); });
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '0', '--model', 'MODEL']);
+  });
   afterAll(() => sim?.stop());
 
   it('answers one object for a single prompt and a list for a batch or n > 1', async () => {
@@ -18,7 +20,10 @@ describe('generation (as fast as possible)', () => {
     expect(Array.isArray(single.json)).toBe(false);
     expect(single.json.output_ids).toHaveLength(4);
     expect(single.json.meta_info).toMatchObject({
-      finish_reason: { type: 'length', length: 4 }, completion_tokens: 4, prompt_tokens: 2, weight_version: 'default',
+      finish_reason: { type: 'length', length: 4 },
+      completion_tokens: 4,
+      prompt_tokens: 2,
+      weight_version: 'default',
     });
 
     const batch = await post(sim.url, '/generate', { text: ['a', 'b'], rid: 'B', sampling_params: { max_new_tokens: 2 } });
@@ -76,7 +81,12 @@ describe('generation (as fast as possible)', () => {
     const mock = { weight_version: '9', weight_versions: [{ version: '8' }, { version: '9' }] };
     const r = await post(sim.url, '/generate', { text: 'hi', sampling_params: { max_new_tokens: 2 }, mock_meta_info: mock });
     expect(r.json.meta_info).toMatchObject(mock);
-    const s = await post(sim.url, '/generate', { text: 'hi', stream: true, sampling_params: { max_new_tokens: 2 }, mock_meta_info: { weight_versions: [1, 2] } });
+    const s = await post(sim.url, '/generate', {
+      text: 'hi',
+      stream: true,
+      sampling_params: { max_new_tokens: 2 },
+      mock_meta_info: { weight_versions: [1, 2] },
+    });
     expect(s.text).toContain('"weight_versions":[1,2]');
   });
 
@@ -108,7 +118,15 @@ describe('generation (as fast as possible)', () => {
   it('reports server_info flat with the checklist fields, and model_info', async () => {
     for (const path of ['/server_info', '/get_server_info']) {
       const r = await get(sim.url, path);
-      expect(r.json).toMatchObject({ tp_size: 1, dp_size: 1, pp_size: 1, model_path: 'MODEL', served_model_name: 'MODEL', weight_version: 'default', enable_memory_saver: true });
+      expect(r.json).toMatchObject({
+        tp_size: 1,
+        dp_size: 1,
+        pp_size: 1,
+        model_path: 'MODEL',
+        served_model_name: 'MODEL',
+        weight_version: 'default',
+        enable_memory_saver: true,
+      });
       expect(typeof r.json.version).toBe('string');
       expect(r.json.internal_states).toHaveLength(1);
     }
@@ -126,7 +144,9 @@ describe('pause, abort and flush (timer-paced generation)', () => {
   let sim: SimProcess;
   const long = (rid: string) => ({ text: `prompt ${rid}`, rid, sampling_params: { max_new_tokens: 100_000 } });
   const running = async (n: number) => until(async () => (await sim.state()).running === n, `${n} running`);
-  beforeAll(async () => { sim = await spawnSglangSim(['--token-rate', '20', '--health-check-timeout', '300']); });
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '20', '--health-check-timeout', '300']);
+  });
   afterAll(() => sim?.stop());
 
   it('pause_generation without a body is 400; with {} it pauses (mode abort) and continue resumes', async () => {
@@ -161,7 +181,10 @@ describe('pause, abort and flush (timer-paced generation)', () => {
     await until(async () => (await sim.state()).sequences.some((s: any) => s.rid === 'ip1' && s.outputTokens >= 1), 'ip1 running');
     await post(sim.url, '/pause_generation', { mode: 'in_place' });
     const second = track(post(sim.url, '/generate', { text: 'ip2', rid: 'ip2', sampling_params: { max_new_tokens: 3 } }));
-    const st = await until(async () => { const s = await sim.state(); return s.held === 1 ? s : null; }, 'ip2 held');
+    const st = await until(async () => {
+      const s = await sim.state();
+      return s.held === 1 ? s : null;
+    }, 'ip2 held');
     expect(st.running).toBe(1);
     expect(st.paused).toBe('in_place');
     // A flush while paused in place fails: the running request still holds its KV.
@@ -253,7 +276,9 @@ describe('pause, abort and flush (timer-paced generation)', () => {
 describe('weight routes (metadata-only transport)', () => {
   let sim: SimProcess;
   const version = async () => (await get(sim.url, '/model_info')).json.weight_version;
-  beforeAll(async () => { sim = await spawnSglangSim(['--token-rate', '0', '--transport', 'metadata', '--tp-size', '2']); });
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '0', '--transport', 'metadata', '--tp-size', '2']);
+  });
   afterAll(() => sim?.stop());
 
   it('changes the version only when an update succeeds', async () => {
@@ -315,7 +340,13 @@ describe('weight routes (metadata-only transport)', () => {
 
     // "Claims success without applying": 200 and the version, but nothing loaded (§6.5).
     await sim.setFaults({ route: 'update_weights_from_distributed', claimSuccessWithoutApplying: true, times: 1 });
-    const claimed = await post(sim.url, '/update_weights_from_distributed', { names: ['w.c'], dtypes: ['int8'], shapes: [[5]], group_name: 'g1', weight_version: '2' });
+    const claimed = await post(sim.url, '/update_weights_from_distributed', {
+      names: ['w.c'],
+      dtypes: ['int8'],
+      shapes: [[5]],
+      group_name: 'g1',
+      weight_version: '2',
+    });
     expect(claimed.status).toBe(200);
     const after = await sim.state();
     expect(after.weights.tensors.map((t: any) => t.name)).not.toContain('w.c');
@@ -353,23 +384,36 @@ describe('weight routes (metadata-only transport)', () => {
 
 describe('refit over the TCP broadcast group (sim/broadcast)', () => {
   let sim: SimProcess;
-  beforeAll(async () => { sim = await spawnSglangSim(['--token-rate', '0', '--tp-size', '2', '--group-timeout', '10000']); });
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '0', '--tp-size', '2', '--group-timeout', '10000']);
+  });
   afterAll(() => sim?.stop());
 
   it('receives every tensor on every rank and keeps the checksums rank 0 sent', async () => {
     const master = await openGroup({ worldSize: 3, groupName: 'tcp', timeoutMs: 10_000 });
     try {
       const init = post(sim.url, '/init_weights_update_group', {
-        master_address: '127.0.0.1', master_port: master.port, rank_offset: 1, world_size: 3, group_name: 'tcp',
+        master_address: '127.0.0.1',
+        master_port: master.port,
+        rank_offset: 1,
+        world_size: 3,
+        group_name: 'tcp',
       });
       await master.ready;
       expect((await init).json.success).toBe(true);
       expect(master.members()).toEqual([1, 2]);
 
-      const specs = [{ name: 'layer.0.w', dtype: 'bfloat16', shape: [64, 32] }, { name: 'layer.0.b', dtype: 'float32', shape: [32] }];
+      const specs = [
+        { name: 'layer.0.w', dtype: 'bfloat16', shape: [64, 32] },
+        { name: 'layer.0.b', dtype: 'float32', shape: [32] },
+      ];
       const update = post(sim.url, '/update_weights_from_distributed', {
-        names: specs.map((s) => s.name), dtypes: specs.map((s) => s.dtype), shapes: specs.map((s) => s.shape),
-        group_name: 'tcp', weight_version: '1', flush_cache: false,
+        names: specs.map((s) => s.name),
+        dtypes: specs.map((s) => s.dtype),
+        shapes: specs.map((s) => s.shape),
+        group_name: 'tcp',
+        weight_version: '1',
+        flush_cache: false,
       });
       const sent = await master.broadcast(specs, { version: '1' });
       const r = await update;
@@ -391,14 +435,23 @@ describe('refit over the TCP broadcast group (sim/broadcast)', () => {
   it('fails the chunk (400, version kept) when rank 0 is gone', async () => {
     const master = await openGroup({ worldSize: 3, groupName: 'gone', timeoutMs: 10_000 });
     const init = post(sim.url, '/init_weights_update_group', {
-      master_address: '127.0.0.1', master_port: master.port, rank_offset: 1, world_size: 3, group_name: 'gone',
+      master_address: '127.0.0.1',
+      master_port: master.port,
+      rank_offset: 1,
+      world_size: 3,
+      group_name: 'gone',
     });
     await master.ready;
     expect((await init).json.success).toBe(true);
     const before = (await sim.state()).weightVersion;
     master.close();
     const r = await post(sim.url, '/update_weights_from_distributed', {
-      names: ['x'], dtypes: ['float16'], shapes: [[8]], group_name: 'gone', weight_version: 'never', flush_cache: false,
+      names: ['x'],
+      dtypes: ['float16'],
+      shapes: [[8]],
+      group_name: 'gone',
+      weight_version: 'never',
+      flush_cache: false,
     });
     expect(r.status).toBe(400);
     expect(r.json.success).toBe(false);

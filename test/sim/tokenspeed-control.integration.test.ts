@@ -12,7 +12,10 @@ import { collect, grpcStatus, open, schedulerClient, unary, type Client } from '
 const KEY = 'ts-secret';
 const auth = { authorization: `Bearer ${KEY}` };
 const slow = (rid: string, max = 100_000) => ({
-  request_id: rid, tokenized: { input_ids: [7, 8, 9] }, sampling_params: { max_new_tokens: max }, stream: true,
+  request_id: rid,
+  tokenized: { input_ids: [7, 8, 9] },
+  sampling_params: { max_new_tokens: max },
+  stream: true,
 });
 
 describe('control app', () => {
@@ -21,19 +24,39 @@ describe('control app', () => {
   let ctl: string;
   beforeAll(async () => {
     sim = await spawnTokenspeedSim([
-      '--rl-control-port', '0', '--rl-control-api-key', KEY, '--token-rate', '200', '--attn-tp-size', '2',
-      '--rl-update-from', 'mooncake,distributed', '--weight-version', 'v0', '--model', 'MODEL',
+      '--rl-control-port',
+      '0',
+      '--rl-control-api-key',
+      KEY,
+      '--token-rate',
+      '200',
+      '--attn-tp-size',
+      '2',
+      '--rl-update-from',
+      'mooncake,distributed',
+      '--weight-version',
+      'v0',
+      '--model',
+      'MODEL',
     ]);
     c = schedulerClient(sim.address);
     ctl = sim.controlUrl!;
   });
-  afterAll(async () => { c?.close(); await sim?.stop(); });
+  afterAll(async () => {
+    c?.close();
+    await sim?.stop();
+  });
   // A failed test must not leave the engine paused for the next one.
-  afterEach(async () => { await sim.startControlApp(); await post(ctl, '/continue_generation', {}, auth); });
+  afterEach(async () => {
+    await sim.startControlApp();
+    await post(ctl, '/continue_generation', {}, auth);
+  });
 
   it('answers 401 {"success":false,"message":"unauthorized"} without the right bearer, on every route', async () => {
     for (const [method, path, headers] of [
-      ['POST', '/pause_generation', {}], ['GET', '/model_info', { authorization: 'Bearer wrong' }], ['GET', '/nope', {}],
+      ['POST', '/pause_generation', {}],
+      ['GET', '/model_info', { authorization: 'Bearer wrong' }],
+      ['GET', '/nope', {}],
       ['POST', '/flush_cache', { authorization: KEY }],
     ] as const) {
       const r = await call(ctl, method, path, method === 'POST' ? {} : undefined, headers);
@@ -174,16 +197,36 @@ describe('control app', () => {
     // world = trainer + this engine's 2 simulated GPUs (--attn-tp-size 2).
     const master = await openGroup({ worldSize: 3, groupName: 'weight_update_group', timeoutMs: 10_000 });
     try {
-      const init = await post(ctl, '/init_weights_update_group', {
-        master_address: '127.0.0.1', master_port: master.port, rank_offset: 1, world_size: 3,
-      }, auth);
+      const init = await post(
+        ctl,
+        '/init_weights_update_group',
+        {
+          master_address: '127.0.0.1',
+          master_port: master.port,
+          rank_offset: 1,
+          world_size: 3,
+        },
+        auth,
+      );
       expect(init.status).toBe(200);
       expect(init.json.success).toBe(true);
       await master.ready;
       expect(master.members()).toEqual([1, 2]);
-      expect((await post(ctl, '/init_weights_update_group', {
-        master_address: '127.0.0.1', master_port: master.port, rank_offset: 1, world_size: 3,
-      }, auth)).status).toBe(400);
+      expect(
+        (
+          await post(
+            ctl,
+            '/init_weights_update_group',
+            {
+              master_address: '127.0.0.1',
+              master_port: master.port,
+              rank_offset: 1,
+              world_size: 3,
+            },
+            auth,
+          )
+        ).status,
+      ).toBe(400);
 
       const chunk = { names: ['w.a', 'w.b'], dtypes: ['bfloat16', 'float32'], shapes: [[4, 8], [16]] };
       const mismatched = await post(ctl, '/update_weights_from_distributed', { ...chunk, shapes: [[4, 8]], weight_version: 'bad' }, auth);
@@ -191,7 +234,10 @@ describe('control app', () => {
       expect((await get(ctl, '/model_info', auth)).json.weight_version).toBe('v5');
 
       const update = post(ctl, '/update_weights_from_distributed', { ...chunk, weight_version: 1, flush_cache: false }, auth);
-      const sent = await master.broadcast(chunk.names.map((name, i) => ({ name, dtype: chunk.dtypes[i], shape: chunk.shapes[i] })), { version: '1' });
+      const sent = await master.broadcast(
+        chunk.names.map((name, i) => ({ name, dtype: chunk.dtypes[i], shape: chunk.shapes[i] })),
+        { version: '1' },
+      );
       const r = await update;
       expect(r.status).toBe(200);
       expect(r.json.success).toBe(true);

@@ -9,7 +9,12 @@ import { fileURLToPath } from 'node:url';
 const PROTO_DIR = fileURLToPath(new URL('../../proto/', import.meta.url));
 
 const definition = protoLoader.loadSync(['tokenspeed_scheduler.proto', 'grpc/health/v1/health.proto'], {
-  keepCase: true, longs: String, enums: String, defaults: true, oneofs: true, includeDirs: [PROTO_DIR],
+  keepCase: true,
+  longs: String,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+  includeDirs: [PROTO_DIR],
 });
 const pkg = grpc.loadPackageDefinition(definition) as any;
 
@@ -43,26 +48,47 @@ export interface StreamResult {
 }
 
 /** Collects every message of a server stream and how it ended. */
-export function collect(client: Client, method: string, request: object, onMessage?: (m: any, call: grpc.ClientReadableStream<any>) => void): Promise<StreamResult> {
+export function collect(
+  client: Client,
+  method: string,
+  request: object,
+  onMessage?: (m: any, call: grpc.ClientReadableStream<any>) => void,
+): Promise<StreamResult> {
   return new Promise((resolve) => {
     const messages: any[] = [];
     const call = client[method](request) as grpc.ClientReadableStream<any>;
     let error: grpc.ServiceError | null = null;
-    call.on('data', (m: any) => { messages.push(m); onMessage?.(m, call); });
-    call.on('error', (e: grpc.ServiceError) => { error = e; });
+    call.on('data', (m: any) => {
+      messages.push(m);
+      onMessage?.(m, call);
+    });
+    call.on('error', (e: grpc.ServiceError) => {
+      error = e;
+    });
     call.on('status', () => setImmediate(() => resolve({ messages, error })));
   });
 }
 
 /** A stream the test reads step by step (first message, then the rest). */
-export function open(client: Client, method: string, request: object): { call: grpc.ClientReadableStream<any>; result: Promise<StreamResult>; first: Promise<any> } {
+export function open(
+  client: Client,
+  method: string,
+  request: object,
+): { call: grpc.ClientReadableStream<any>; result: Promise<StreamResult>; first: Promise<any> } {
   const messages: any[] = [];
   const call = client[method](request) as grpc.ClientReadableStream<any>;
   let error: grpc.ServiceError | null = null;
   let gotFirst: (m: any) => void = () => {};
-  const first = new Promise<any>((r) => { gotFirst = r; });
-  call.on('data', (m: any) => { messages.push(m); if (messages.length === 1) gotFirst(m); });
-  call.on('error', (e: grpc.ServiceError) => { error = e; });
+  const first = new Promise<any>((r) => {
+    gotFirst = r;
+  });
+  call.on('data', (m: any) => {
+    messages.push(m);
+    if (messages.length === 1) gotFirst(m);
+  });
+  call.on('error', (e: grpc.ServiceError) => {
+    error = e;
+  });
   const result = new Promise<StreamResult>((resolve) => call.on('status', () => setImmediate(() => resolve({ messages, error }))));
   return { call, result, first };
 }
@@ -71,10 +97,14 @@ export function open(client: Client, method: string, request: object): { call: g
 export function plain(struct: any): Record<string, any> {
   const value = (v: any): any => {
     switch (v.kind) {
-      case 'structValue': return plain(v.structValue);
-      case 'listValue': return (v.listValue.values ?? []).map(value);
-      case 'nullValue': return null;
-      default: return v[v.kind];
+      case 'structValue':
+        return plain(v.structValue);
+      case 'listValue':
+        return (v.listValue.values ?? []).map(value);
+      case 'nullValue':
+        return null;
+      default:
+        return v[v.kind];
     }
   };
   const out: Record<string, any> = {};

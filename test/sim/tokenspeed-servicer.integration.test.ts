@@ -22,7 +22,10 @@ describe('servicer selection', () => {
       const sim = await spawnTokenspeedSim(k.args, k.env);
       try {
         expect([sim.servicerImpl, sim.servicerImplSource]).toEqual([k.impl, k.source]);
-        const lines = sim.stderr().split('\n').filter((l) => l.startsWith('Servicer implementation:'));
+        const lines = sim
+          .stderr()
+          .split('\n')
+          .filter((l) => l.startsWith('Servicer implementation:'));
         expect(lines).toEqual([`Servicer implementation: ${k.impl} (source=${k.source})`]);
         expect((await sim.state()).servicerImpl).toBe(k.impl);
       } finally {
@@ -53,17 +56,35 @@ describe('rust profile', () => {
   let c: Client;
   beforeAll(async () => {
     sim = await spawnTokenspeedSim(
-      ['--servicer-impl', 'rust', '--token-rate', '50', '--rl-control-port', '0', '--weight-version', 'v1', '--enable-output-logprobs',
-        '--rl-control-api-key', 'k'],
+      [
+        '--servicer-impl',
+        'rust',
+        '--token-rate',
+        '50',
+        '--rl-control-port',
+        '0',
+        '--weight-version',
+        'v1',
+        '--enable-output-logprobs',
+        '--rl-control-api-key',
+        'k',
+      ],
       { SMG_TOKENSPEED_SERVICER_DRAIN_SECS: '2' },
     );
     c = schedulerClient(sim.address);
   });
-  afterAll(async () => { c?.close(); await sim?.stop(); });
+  afterAll(async () => {
+    c?.close();
+    await sim?.stop();
+  });
 
   const auth = { authorization: 'Bearer k' };
   const req = (rid: string, extra: Record<string, unknown> = {}) => ({
-    request_id: rid, tokenized: { input_ids: [1, 2, 3] }, sampling_params: { max_new_tokens: 3 }, stream: true, ...extra,
+    request_id: rid,
+    tokenized: { input_ids: [1, 2, 3] },
+    sampling_params: { max_new_tokens: 3 },
+    stream: true,
+    ...extra,
   });
 
   it('leaves weight_version unset on chunks and completes', async () => {

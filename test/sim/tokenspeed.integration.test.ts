@@ -10,7 +10,10 @@ import { post, until } from './sglang-http.ts';
 import { collect, grpcStatus, healthClient, open, plain, schedulerClient, unary, type Client } from './tokenspeed-grpc.ts';
 
 const gen = (rid: string, extra: Record<string, unknown> = {}, sp: Record<string, unknown> = {}) => ({
-  request_id: rid, tokenized: { input_ids: [10, 11, 12] }, sampling_params: { max_new_tokens: 4, ...sp }, ...extra,
+  request_id: rid,
+  tokenized: { input_ids: [10, 11, 12] },
+  sampling_params: { max_new_tokens: 4, ...sp },
+  ...extra,
 });
 
 describe('python profile, as fast as possible', () => {
@@ -18,13 +21,30 @@ describe('python profile, as fast as possible', () => {
   let c: Client;
   beforeAll(async () => {
     sim = await spawnTokenspeedSim([
-      '--token-rate', '0', '--model', 'MODEL', '--weight-version', 'v1', '--attn-tp-size', '2',
-      '--rl-control-port', '0', '--rl-control-api-key', 'ts-secret', '--enable-output-logprobs',
-      '--server-arg', 'hf_token=abc', '--server-arg', 'db_password=p',
+      '--token-rate',
+      '0',
+      '--model',
+      'MODEL',
+      '--weight-version',
+      'v1',
+      '--attn-tp-size',
+      '2',
+      '--rl-control-port',
+      '0',
+      '--rl-control-api-key',
+      'ts-secret',
+      '--enable-output-logprobs',
+      '--server-arg',
+      'hf_token=abc',
+      '--server-arg',
+      'db_password=p',
     ]);
     c = schedulerClient(sim.address);
   });
-  afterAll(async () => { c?.close(); await sim?.stop(); });
+  afterAll(async () => {
+    c?.close();
+    await sim?.stop();
+  });
 
   it('streams chunks then a complete, each stamped with weight_version', async () => {
     const r = await collect(c, 'Generate', gen('s1', { stream: true }));
@@ -95,9 +115,17 @@ describe('python profile, as fast as possible', () => {
     expect(r.error).toBeNull();
     const args = plain(r.value.server_args);
     expect(args).toMatchObject({
-      model: 'MODEL', served_model_name: 'MODEL', attn_tp_size: 2, weight_version: 'v1',
-      'rl.control_url': sim.controlUrl, 'rl.pause_modes': 'wait,abort,keep', 'rl.update_from': 'distributed',
-      'rl.abort': 'true', 'rl.flush_cache': 'true', 'rl.sleep_wake': 'true', 'rl.reports_weight_version': 'true',
+      model: 'MODEL',
+      served_model_name: 'MODEL',
+      attn_tp_size: 2,
+      weight_version: 'v1',
+      'rl.control_url': sim.controlUrl,
+      'rl.pause_modes': 'wait,abort,keep',
+      'rl.update_from': 'distributed',
+      'rl.abort': 'true',
+      'rl.flush_cache': 'true',
+      'rl.sleep_wake': 'true',
+      'rl.reports_weight_version': 'true',
     });
     expect(args.rl_control_port).toBe(Number(new URL(sim.controlUrl!).port));
     for (const k of ['rl_control_api_key', 'api_key', 'hf_token', 'db_password']) expect(k in args).toBe(false);
@@ -137,7 +165,7 @@ describe('python profile, as fast as possible', () => {
     for (const m of r.messages.slice(0, -1)) expect(m.sha256).toBe('');
     // Walk the stored (uncompressed) local file headers.
     const files = new Map<string, Buffer>();
-    for (let at = 0; zip.readUInt32LE(at) === 0x04034b50;) {
+    for (let at = 0; zip.readUInt32LE(at) === 0x04034b50; ) {
       const size = zip.readUInt32LE(at + 18);
       const nameLen = zip.readUInt16LE(at + 26);
       const start = at + 30 + nameLen + zip.readUInt16LE(at + 28);
@@ -167,11 +195,22 @@ describe('fixed stamp (fixture G), small context, no tokenizer', () => {
   let c: Client;
   beforeAll(async () => {
     sim = await spawnTokenspeedSim([
-      '--token-rate', '0', '--stamp-weight-version', 'v7', '--weight-version', 'live-1', '--context-length', '8', '--no-tokenizer',
+      '--token-rate',
+      '0',
+      '--stamp-weight-version',
+      'v7',
+      '--weight-version',
+      'live-1',
+      '--context-length',
+      '8',
+      '--no-tokenizer',
     ]);
     c = schedulerClient(sim.address);
   });
-  afterAll(async () => { c?.close(); await sim?.stop(); });
+  afterAll(async () => {
+    c?.close();
+    await sim?.stop();
+  });
 
   it('stamps v7 on every chunk and complete whatever the live version', async () => {
     await sim.setWeightVersion('live-2');
@@ -206,8 +245,14 @@ describe('engine-side aborts end the Generate stream with an error status', () =
     sim = await spawnTokenspeedSim(['--token-rate', '50', '--rl-control-port', '0']);
     c = schedulerClient(sim.address);
   });
-  afterAll(async () => { c?.close(); await sim?.stop(); });
-  afterEach(async () => { await sim.clearFaults(); await post(sim.controlUrl!, '/continue_generation'); });
+  afterAll(async () => {
+    c?.close();
+    await sim?.stop();
+  });
+  afterEach(async () => {
+    await sim.clearFaults();
+    await post(sim.controlUrl!, '/continue_generation');
+  });
 
   it('pause_generation mode abort → INTERNAL, with the chunks sent before it', async () => {
     const s = open(c, 'Generate', slow('p1'));
@@ -221,7 +266,11 @@ describe('engine-side aborts end the Generate stream with an error status', () =
   });
 
   it('maps the abort code: 400 → INVALID_ARGUMENT, 429 → RESOURCE_EXHAUSTED, 504 → DEADLINE_EXCEEDED', async () => {
-    for (const [code, expected] of [[400, grpcStatus.INVALID_ARGUMENT], [429, grpcStatus.RESOURCE_EXHAUSTED], [504, grpcStatus.DEADLINE_EXCEEDED]] as const) {
+    for (const [code, expected] of [
+      [400, grpcStatus.INVALID_ARGUMENT],
+      [429, grpcStatus.RESOURCE_EXHAUSTED],
+      [504, grpcStatus.DEADLINE_EXCEEDED],
+    ] as const) {
       const s = open(c, 'Generate', slow(`m${code}`));
       await s.first;
       expect(await sim.abort({ rid: `m${code}`, status_code: code })).toBe(1);

@@ -108,7 +108,10 @@ describe('web page /ui', () => {
     const again = await t.http('GET', '/ui', { headers: { 'if-none-match': String(html.headers.etag) } });
     expect(again.status).toBe(304);
 
-    for (const [file, type] of [['app.js', 'text/javascript; charset=utf-8'], ['style.css', 'text/css; charset=utf-8']]) {
+    for (const [file, type] of [
+      ['app.js', 'text/javascript; charset=utf-8'],
+      ['style.css', 'text/css; charset=utf-8'],
+    ]) {
       const res = await t.http('GET', `/ui/${file}`);
       expect(res.status, file).toBe(200);
       expect(res.headers['content-type'], file).toBe(type);

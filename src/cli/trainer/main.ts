@@ -103,7 +103,14 @@ export interface NatsTrainerArgs extends TrainerCommonArgs {
 export type TrainerInvocation = { via: 'http'; args: TrainerArgs } | { via: 'nats'; args: NatsTrainerArgs };
 
 const UNITS: Record<string, number> = {
-  '': 1, b: 1, kb: 1e3, mb: 1e6, gb: 1e9, kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30,
+  '': 1,
+  b: 1,
+  kb: 1e3,
+  mb: 1e6,
+  gb: 1e9,
+  kib: 2 ** 10,
+  mib: 2 ** 20,
+  gib: 2 ** 30,
 };
 
 /** `64MiB` → 67108864; a whole number of bytes ≥ 1. */
@@ -164,11 +171,15 @@ export function parseTrainerInvocation(argv: string[], env: NodeJS.ProcessEnv = 
 
   const int = (flag: string, text: string, min: number, max = Number.MAX_SAFE_INTEGER): number => {
     const n = Number(text);
-    if (!/^\d+$/.test(text.trim()) || n < min || n > max) throw new Error(`${flag} must be an integer ≥ ${min}${max < Number.MAX_SAFE_INTEGER ? ` and ≤ ${max}` : ''}, got ${text}`);
+    if (!/^\d+$/.test(text.trim()) || n < min || n > max)
+      throw new Error(`${flag} must be an integer ≥ ${min}${max < Number.MAX_SAFE_INTEGER ? ` and ≤ ${max}` : ''}, got ${text}`);
     return n;
   };
   const dtype = values.dtype!;
-  const shape = values.shape!.split(',').filter((s) => s.trim() !== '').map((s) => int('--shape', s, 0));
+  const shape = values
+    .shape!.split(',')
+    .filter((s) => s.trim() !== '')
+    .map((s) => int('--shape', s, 0));
   let params: number;
   let bytes: number | undefined;
   const bytesText = str('bytes');
@@ -258,20 +269,21 @@ export async function trainerCommand(argv: string[]): Promise<number> {
   const debug = (line: string) => progress.note(`trainer: ${line}`);
   let result: DistributedRefitResult & { refitId?: string };
   try {
-    result = inv.via === 'http'
-      ? await runDistributedRefit({
-        ...common,
-        gateway: inv.args.gateway,
-        ...(inv.args.adminKey ? { adminKey: inv.args.adminKey } : {}),
-        ...(a.timeoutSecs === undefined ? {} : { httpTimeoutMs: a.timeoutSecs * 1000 }),
-      })
-      : await runNatsRefit({
-        ...common,
-        nats: inv.args.nats,
-        subjectRoot: inv.args.subjectRoot,
-        ...(a.timeoutSecs === undefined ? {} : { timeoutMs: a.timeoutSecs * 1000 }),
-        log: debug,
-      });
+    result =
+      inv.via === 'http'
+        ? await runDistributedRefit({
+            ...common,
+            gateway: inv.args.gateway,
+            ...(inv.args.adminKey ? { adminKey: inv.args.adminKey } : {}),
+            ...(a.timeoutSecs === undefined ? {} : { httpTimeoutMs: a.timeoutSecs * 1000 }),
+          })
+        : await runNatsRefit({
+            ...common,
+            nats: inv.args.nats,
+            subjectRoot: inv.args.subjectRoot,
+            ...(a.timeoutSecs === undefined ? {} : { timeoutMs: a.timeoutSecs * 1000 }),
+            log: debug,
+          });
   } catch (err) {
     progress.close();
     if (err instanceof TrainerError && err.refused) {
@@ -296,25 +308,34 @@ export async function trainerCommand(argv: string[]): Promise<number> {
   const answered = (result.report as { weight_version?: unknown } | null)?.weight_version;
   if (typeof answered === 'string' && answered !== a.version.trim()) {
     // A known refit id is answered with that refit's report, whatever the request says.
-    process.stderr.write(`refit ${a.refitId ?? '?'} refused: that id is an earlier refit, to version ${answered}; ` +
-      `its report came back and nothing ran for version ${a.version} (use a new --refit-id)\n`);
+    process.stderr.write(
+      `refit ${a.refitId ?? '?'} refused: that id is an earlier refit, to version ${answered}; ` +
+        `its report came back and nothing ran for version ${a.version} (use a new --refit-id)\n`,
+    );
     return TRAINER_EXIT.refused;
   }
   process.stdout.write(a.json ? `${JSON.stringify(result.report, null, 2)}\n` : `${reportLines(result.report).join('\n')}\n`);
   const id = (result.report as { id?: unknown } | null)?.id ?? result.refitId ?? '?';
   const broke = result.transferError ? `; broadcast stopped: ${result.transferError.code} (${result.transferError.message})` : '';
-  process.stderr.write(`refit ${String(id)} to version ${a.version}: ${result.status}, report from ${origin(result.from)}, world_size ${result.worldSize}, ` +
-    `${result.chunksSent}/${chunks.length} chunks, ${result.sent.length} tensors broadcast${broke}\n`);
+  process.stderr.write(
+    `refit ${String(id)} to version ${a.version}: ${result.status}, report from ${origin(result.from)}, world_size ${result.worldSize}, ` +
+      `${result.chunksSent}/${chunks.length} chunks, ${result.sent.length} tensors broadcast${broke}\n`,
+  );
   return result.status === 200 ? TRAINER_EXIT.ok : TRAINER_EXIT.partial;
 }
 
 function origin(from: DistributedRefitResult['from']): string {
   switch (from) {
-    case 'http': return 'the HTTP answer';
-    case 'reply': return 'the NATS reply';
-    case 'event': return 'the report event';
-    case 'report_subject': return 'the report subject';
-    case 'journal': return 'the refit journal';
+    case 'http':
+      return 'the HTTP answer';
+    case 'reply':
+      return 'the NATS reply';
+    case 'event':
+      return 'the report event';
+    case 'report_subject':
+      return 'the report subject';
+    case 'journal':
+      return 'the refit journal';
   }
 }
 

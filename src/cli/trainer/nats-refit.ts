@@ -69,49 +69,61 @@ export async function runNatsRefit(opts: NatsRefitOptions): Promise<NatsRefitRes
     // published at any moment after the first request is seen; the journal is read while the
     // refit is asked (src/bus/refit-report.ts, shared with `rlgate refit`).
     const watch = await watchRefitReport(bus, {
-      root, refitId, weightVersion: opts.version, log,
+      root,
+      refitId,
+      weightVersion: opts.version,
+      log,
       ...(opts.onEvent ? { onEvent: opts.onEvent } : {}),
       ...(opts.pollMs === undefined ? {} : { pollMs: opts.pollMs }),
     });
     try {
       return {
         refitId,
-        ...(await runRefit({ ...opts, refitId }, {
-          async worldSize(planBody) {
-            for (;;) {
-              try {
-                const answer = await bus.request<{ plan?: { world_size?: unknown } }>(request, planBody, Math.max(1, Math.min(opts.planTimeoutMs ?? 30_000, left())));
-                const ws = answer?.plan?.world_size;
-                if (typeof ws !== 'number') throw new TrainerError('plan_failed', `the refit plan on ${request} has no world_size: ${JSON.stringify(answer).slice(0, 300)}`);
-                return ws;
-              } catch (err) {
-                if (err instanceof BusRemoteError) throw new TrainerError('plan_failed', `the gateway refused the refit plan: ${err.code}: ${err.message}`, undefined, err.code);
-                if (err instanceof BusNoResponders) throw noGateway(request);
-                if (err instanceof BusTimeout) throw new TrainerError('no_gateway', `no answer to the refit plan on ${request} within ${err.timeoutMs} ms`);
-                // A plan changes nothing: asking again after the reconnect is harmless.
-                if (err instanceof BusUnavailable && left() > 0) {
-                  log(`${err.message}; asking for the plan again once NATS is back`);
-                  await waitConnected();
-                  continue;
+        ...(await runRefit(
+          { ...opts, refitId },
+          {
+            async worldSize(planBody) {
+              for (;;) {
+                try {
+                  const answer = await bus.request<{ plan?: { world_size?: unknown } }>(
+                    request,
+                    planBody,
+                    Math.max(1, Math.min(opts.planTimeoutMs ?? 30_000, left())),
+                  );
+                  const ws = answer?.plan?.world_size;
+                  if (typeof ws !== 'number')
+                    throw new TrainerError('plan_failed', `the refit plan on ${request} has no world_size: ${JSON.stringify(answer).slice(0, 300)}`);
+                  return ws;
+                } catch (err) {
+                  if (err instanceof BusRemoteError)
+                    throw new TrainerError('plan_failed', `the gateway refused the refit plan: ${err.code}: ${err.message}`, undefined, err.code);
+                  if (err instanceof BusNoResponders) throw noGateway(request);
+                  if (err instanceof BusTimeout) throw new TrainerError('no_gateway', `no answer to the refit plan on ${request} within ${err.timeoutMs} ms`);
+                  // A plan changes nothing: asking again after the reconnect is harmless.
+                  if (err instanceof BusUnavailable && left() > 0) {
+                    log(`${err.message}; asking for the plan again once NATS is back`);
+                    await waitConnected();
+                    continue;
+                  }
+                  throw err;
                 }
+              }
+            },
+            async refit(body) {
+              try {
+                const answer = await watch.ask(body, Math.max(0, left()));
+                return { status: answer.status, report: answer.report, from: answer.from };
+              } catch (err) {
+                if (err instanceof BusRemoteError) {
+                  throw new TrainerError('refit_refused', `the gateway refused refit ${refitId}: ${err.code}: ${err.message}`, undefined, err.code);
+                }
+                if (err instanceof BusNoResponders) throw noGateway(request);
+                if (err instanceof BusTimeout) throw noReport(refitId, timeoutMs);
                 throw err;
               }
-            }
+            },
           },
-          async refit(body) {
-            try {
-              const answer = await watch.ask(body, Math.max(0, left()));
-              return { status: answer.status, report: answer.report, from: answer.from };
-            } catch (err) {
-              if (err instanceof BusRemoteError) {
-                throw new TrainerError('refit_refused', `the gateway refused refit ${refitId}: ${err.code}: ${err.message}`, undefined, err.code);
-              }
-              if (err instanceof BusNoResponders) throw noGateway(request);
-              if (err instanceof BusTimeout) throw noReport(refitId, timeoutMs);
-              throw err;
-            }
-          },
-        })),
+        )),
       };
     } finally {
       await watch.close();
@@ -127,6 +139,8 @@ function noGateway(request: string): TrainerError {
 }
 
 function noReport(refitId: string, timeoutMs: number): TrainerError {
-  return new TrainerError('no_report',
-    `no report for refit ${refitId} within ${Math.round(timeoutMs / 1000)} s; it may still run: its report will be on GET /v1/rl/refits/${refitId} of any replica`);
+  return new TrainerError(
+    'no_report',
+    `no report for refit ${refitId} within ${Math.round(timeoutMs / 1000)} s; it may still run: its report will be on GET /v1/rl/refits/${refitId} of any replica`,
+  );
 }

@@ -108,7 +108,12 @@ export type TrainerErrorCode =
 /** The refit was refused, or its report could not be had; `error` is the gateway's error code when it gave one. */
 export class TrainerError extends Error {
   override readonly name = 'TrainerError';
-  constructor(readonly code: TrainerErrorCode, message: string, readonly status?: number, readonly error?: string) {
+  constructor(
+    readonly code: TrainerErrorCode,
+    message: string,
+    readonly status?: number,
+    readonly error?: string,
+  ) {
     super(message);
   }
 
@@ -136,8 +141,13 @@ export async function runRefit(opts: RefitOptions, calls: GatewayCalls): Promise
   const groupName = opts.groupName ?? DEFAULT_GROUP;
   const masterAddress = opts.masterAddress ?? '127.0.0.1';
   const source = (port: number, worldSize?: number) => ({
-    kind: 'distributed', master_address: masterAddress, master_port: port, ...(worldSize === undefined ? {} : { world_size: worldSize }),
-    group_name: groupName, backend: 'nccl', chunks: opts.chunks,
+    kind: 'distributed',
+    master_address: masterAddress,
+    master_port: port,
+    ...(worldSize === undefined ? {} : { world_size: worldSize }),
+    group_name: groupName,
+    backend: 'nccl',
+    chunks: opts.chunks,
   });
   const checks = verifyWeights(opts.chunks, opts.version, opts.verifyValues ?? 0);
   const head = {
@@ -149,7 +159,11 @@ export async function runRefit(opts: RefitOptions, calls: GatewayCalls): Promise
   // The gateway's own plan: only the engines that will take part (a dead one is skipped) count.
   const worldSize = await calls.worldSize({ ...head, dry_run: true, source: source(1) });
   const master = await openGroup({
-    host: masterAddress, port: 0, worldSize, groupName, timeoutMs: opts.rendezvousTimeoutMs ?? 60_000,
+    host: masterAddress,
+    port: 0,
+    worldSize,
+    groupName,
+    timeoutMs: opts.rendezvousTimeoutMs ?? 60_000,
   });
 
   const sent: LoadedTensor[] = [];
@@ -160,8 +174,14 @@ export async function runRefit(opts: RefitOptions, calls: GatewayCalls): Promise
   });
   let settled = false;
   const outcome = transfer.then(
-    () => { settled = true; return null; },
-    (err: unknown) => { settled = true; return errorInfo(err); },
+    () => {
+      settled = true;
+      return null;
+    },
+    (err: unknown) => {
+      settled = true;
+      return errorInfo(err);
+    },
   );
 
   let answer: { status: number; report: unknown; from: ReportOrigin };
@@ -177,7 +197,13 @@ export async function runRefit(opts: RefitOptions, calls: GatewayCalls): Promise
   if (!settled) await waitAtMost(outcome, opts.settleMs ?? 2_000);
   master.close();
   return {
-    status: answer.status, report: answer.report, from: answer.from, sent, chunksSent, worldSize, masterPort: master.port,
+    status: answer.status,
+    report: answer.report,
+    from: answer.from,
+    sent,
+    chunksSent,
+    worldSize,
+    masterPort: master.port,
     transferError: await outcome,
   };
 }
@@ -190,12 +216,19 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
   const httpTimeoutMs = opts.httpTimeoutMs ?? 600_000;
   const call = async (method: 'GET' | 'POST', path: string, body?: unknown): Promise<{ status: number; json: unknown }> => {
     const res = await request(`${gateway}${path}`, {
-      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-      headersTimeout: httpTimeoutMs, bodyTimeout: httpTimeoutMs,
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      headersTimeout: httpTimeoutMs,
+      bodyTimeout: httpTimeoutMs,
     });
     const text = await res.body.text();
     let json: unknown = text;
-    try { json = JSON.parse(text); } catch { /* keep the text */ }
+    try {
+      json = JSON.parse(text);
+    } catch {
+      /* keep the text */
+    }
     return { status: res.statusCode, json };
   };
   const errorOf = (json: unknown): string | undefined => {
@@ -209,8 +242,12 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
         const listing = await call('GET', '/v1/rl/workers');
         const rows = (listing.json as { workers?: unknown } | null)?.workers;
         if (listing.status !== 200 || !Array.isArray(rows)) {
-          throw new TrainerError('workers_listing_failed',
-            `GET /v1/rl/workers answered ${listing.status}: ${JSON.stringify(listing.json).slice(0, 300)}`, listing.status, errorOf(listing.json));
+          throw new TrainerError(
+            'workers_listing_failed',
+            `GET /v1/rl/workers answered ${listing.status}: ${JSON.stringify(listing.json).slice(0, 300)}`,
+            listing.status,
+            errorOf(listing.json),
+          );
         }
         // §6.1: world_size = 1 + Σ gpus; a row without tp_size is one GPU.
         return 1 + opts.pick(rows as WorkerRow[]).reduce((sum, row) => sum + (row.tp_size ?? 1), 0);
@@ -218,8 +255,12 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
       const plan = await call('POST', '/v1/rl/refits', planBody);
       const ws = (plan.json as { world_size?: unknown } | null)?.world_size;
       if (plan.status !== 200 || typeof ws !== 'number') {
-        throw new TrainerError('plan_failed',
-          `the refit plan (dry_run) answered ${plan.status}: ${JSON.stringify(plan.json).slice(0, 300)}`, plan.status, errorOf(plan.json));
+        throw new TrainerError(
+          'plan_failed',
+          `the refit plan (dry_run) answered ${plan.status}: ${JSON.stringify(plan.json).slice(0, 300)}`,
+          plan.status,
+          errorOf(plan.json),
+        );
       }
       return ws;
     },
@@ -228,9 +269,16 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
       // refit is queued), and given a moment after the answer to deliver their last ones.
       const id = body.refit_id;
       const stop = new AbortController();
-      const following = opts.onEvent && typeof id === 'string'
-        ? followRefitEvents({ gateway, refitId: id, headers: opts.adminKey ? { authorization: headers.authorization! } : {}, onEvent: opts.onEvent, signal: stop.signal })
-        : undefined;
+      const following =
+        opts.onEvent && typeof id === 'string'
+          ? followRefitEvents({
+              gateway,
+              refitId: id,
+              headers: opts.adminKey ? { authorization: headers.authorization! } : {},
+              onEvent: opts.onEvent,
+              signal: stop.signal,
+            })
+          : undefined;
       try {
         const answer = await call('POST', '/v1/rl/refits', body);
         if (following && answer.status < 300) await waitAtMost(following, opts.settleMs ?? 2_000);
@@ -243,9 +291,7 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
   });
 }
 
-async function broadcastChunks(
-  master: GroupMaster, chunks: Chunk[], version: string, timeoutMs: number, onChunk: (t: LoadedTensor[]) => void,
-): Promise<void> {
+async function broadcastChunks(master: GroupMaster, chunks: Chunk[], version: string, timeoutMs: number, onChunk: (t: LoadedTensor[]) => void): Promise<void> {
   await master.ready;
   for (const chunk of chunks) {
     const tensors = chunk.names.map((name, i) => ({ name, dtype: chunk.dtypes[i]!, shape: chunk.shapes[i]! }));

@@ -47,7 +47,9 @@ export function reportLines(report: unknown): string[] {
   const who = (e: { url?: string; worker_id?: string }) => (e.url ?? e.worker_id ?? '?').padEnd(width);
   for (const e of r.engines) {
     if (e.outcome === 'ok') {
-      const times = PHASES.filter((p) => typeof e.phases?.[p] === 'number').map((p) => `${p} ${e.phases![p]} ms`).join(', ');
+      const times = PHASES.filter((p) => typeof e.phases?.[p] === 'number')
+        .map((p) => `${p} ${e.phases![p]} ms`)
+        .join(', ');
       const rank = e.rank_offset === undefined ? '' : `  rank_offset ${e.rank_offset}`;
       lines.push(`  ok       ${who(e)}  version ${e.weight_version ?? '?'}${rank}${times ? `  ${times}` : ''}`);
     } else {

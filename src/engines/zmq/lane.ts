@@ -6,7 +6,17 @@
 import { lstat, mkdir, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { Pull, Router } from 'zeromq';
-import { bindable, decodeEngineReady, decodeReadyStatus, encodeInit, engineIdentity, laneAddresses, rankOf, type EngineReady, type LaneAddresses } from './handshake.ts';
+import {
+  bindable,
+  decodeEngineReady,
+  decodeReadyStatus,
+  encodeInit,
+  engineIdentity,
+  laneAddresses,
+  rankOf,
+  type EngineReady,
+  type LaneAddresses,
+} from './handshake.ts';
 import { Outbox } from './outbox.ts';
 import { decodeOutput, encodeAbort, isDeadSentinel, REQ_ABORT, WireError, type RankLoad, type RequestOutput } from './wire.ts';
 
@@ -66,7 +76,10 @@ export class Lane {
   /** Why the lane last failed, for probes and health answers. */
   lastError: string | null = null;
 
-  constructor(baseUrl: string, private readonly opts: LaneOptions) {
+  constructor(
+    baseUrl: string,
+    private readonly opts: LaneOptions,
+  ) {
     this.planned = laneAddresses(baseUrl, opts.handshakeAddress);
   }
 
@@ -178,8 +191,14 @@ export class Lane {
     return new Promise((resolve, reject) => {
       const w: Waiter = {
         rank,
-        resolve: (v) => { signal.removeEventListener('abort', onAbort); resolve(v); },
-        reject: (e) => { signal.removeEventListener('abort', onAbort); reject(e); },
+        resolve: (v) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(v);
+        },
+        reject: (e) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e);
+        },
       };
       const onAbort = (): void => {
         this.waiters = this.waiters.filter((x) => x !== w);
@@ -218,7 +237,10 @@ export class Lane {
       if (r.phase !== 'registered') continue;
       const reported = r.load ? r.load.running + r.load.waiting : 0;
       const score = Math.max(r.inflight.size, reported);
-      if (score < bestScore) { best = r; bestScore = score; }
+      if (score < bestScore) {
+        best = r;
+        bestScore = score;
+      }
     }
     return best?.rank ?? null;
   }
@@ -384,11 +406,16 @@ export class Lane {
       if (!s || s.closed) continue;
       // The observer ends after the listener closed (and unlinked its ipc file): a lane bound to
       // the same addresses next must not race the old one's unlink.
-      ends.push(new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, 1000);
-        t.unref();
-        s.events.on('end', () => { clearTimeout(t); resolve(); });
-      }));
+      ends.push(
+        new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 1000);
+          t.unref();
+          s.events.on('end', () => {
+            clearTimeout(t);
+            resolve();
+          });
+        }),
+      );
       s.close();
     }
     this.handshakeSock = this.inputSock = null;

@@ -35,15 +35,40 @@ export class MsgpackWriter {
     const b = this.buf;
     if (v >= 0) {
       if (v < 0x80) b[this.pos++] = v;
-      else if (v <= 0xff) { b[this.pos++] = 0xcc; b[this.pos++] = v; }
-      else if (v <= 0xffff) { b[this.pos++] = 0xcd; b.writeUInt16BE(v, this.pos); this.pos += 2; }
-      else if (v <= 0xffffffff) { b[this.pos++] = 0xce; b.writeUInt32BE(v, this.pos); this.pos += 4; }
-      else { b[this.pos++] = 0xcf; b.writeBigUInt64BE(BigInt(v), this.pos); this.pos += 8; }
+      else if (v <= 0xff) {
+        b[this.pos++] = 0xcc;
+        b[this.pos++] = v;
+      } else if (v <= 0xffff) {
+        b[this.pos++] = 0xcd;
+        b.writeUInt16BE(v, this.pos);
+        this.pos += 2;
+      } else if (v <= 0xffffffff) {
+        b[this.pos++] = 0xce;
+        b.writeUInt32BE(v, this.pos);
+        this.pos += 4;
+      } else {
+        b[this.pos++] = 0xcf;
+        b.writeBigUInt64BE(BigInt(v), this.pos);
+        this.pos += 8;
+      }
     } else if (v >= -32) b[this.pos++] = v & 0xff;
-    else if (v >= -0x80) { b[this.pos++] = 0xd0; b.writeInt8(v, this.pos); this.pos += 1; }
-    else if (v >= -0x8000) { b[this.pos++] = 0xd1; b.writeInt16BE(v, this.pos); this.pos += 2; }
-    else if (v >= -0x80000000) { b[this.pos++] = 0xd2; b.writeInt32BE(v, this.pos); this.pos += 4; }
-    else { b[this.pos++] = 0xd3; b.writeBigInt64BE(BigInt(v), this.pos); this.pos += 8; }
+    else if (v >= -0x80) {
+      b[this.pos++] = 0xd0;
+      b.writeInt8(v, this.pos);
+      this.pos += 1;
+    } else if (v >= -0x8000) {
+      b[this.pos++] = 0xd1;
+      b.writeInt16BE(v, this.pos);
+      this.pos += 2;
+    } else if (v >= -0x80000000) {
+      b[this.pos++] = 0xd2;
+      b.writeInt32BE(v, this.pos);
+      this.pos += 4;
+    } else {
+      b[this.pos++] = 0xd3;
+      b.writeBigInt64BE(BigInt(v), this.pos);
+      this.pos += 8;
+    }
   }
 
   f64(v: number): void {
@@ -58,9 +83,18 @@ export class MsgpackWriter {
     this.room(5 + len);
     const b = this.buf;
     if (len < 32) b[this.pos++] = 0xa0 | len;
-    else if (len <= 0xff) { b[this.pos++] = 0xd9; b[this.pos++] = len; }
-    else if (len <= 0xffff) { b[this.pos++] = 0xda; b.writeUInt16BE(len, this.pos); this.pos += 2; }
-    else { b[this.pos++] = 0xdb; b.writeUInt32BE(len, this.pos); this.pos += 4; }
+    else if (len <= 0xff) {
+      b[this.pos++] = 0xd9;
+      b[this.pos++] = len;
+    } else if (len <= 0xffff) {
+      b[this.pos++] = 0xda;
+      b.writeUInt16BE(len, this.pos);
+      this.pos += 2;
+    } else {
+      b[this.pos++] = 0xdb;
+      b.writeUInt32BE(len, this.pos);
+      this.pos += 4;
+    }
     this.pos += b.write(s, this.pos, len, 'utf8');
   }
 
@@ -68,16 +102,30 @@ export class MsgpackWriter {
     this.room(5);
     const b = this.buf;
     if (n < 16) b[this.pos++] = 0x90 | n;
-    else if (n <= 0xffff) { b[this.pos++] = 0xdc; b.writeUInt16BE(n, this.pos); this.pos += 2; }
-    else { b[this.pos++] = 0xdd; b.writeUInt32BE(n, this.pos); this.pos += 4; }
+    else if (n <= 0xffff) {
+      b[this.pos++] = 0xdc;
+      b.writeUInt16BE(n, this.pos);
+      this.pos += 2;
+    } else {
+      b[this.pos++] = 0xdd;
+      b.writeUInt32BE(n, this.pos);
+      this.pos += 4;
+    }
   }
 
   mapHeader(n: number): void {
     this.room(5);
     const b = this.buf;
     if (n < 16) b[this.pos++] = 0x80 | n;
-    else if (n <= 0xffff) { b[this.pos++] = 0xde; b.writeUInt16BE(n, this.pos); this.pos += 2; }
-    else { b[this.pos++] = 0xdf; b.writeUInt32BE(n, this.pos); this.pos += 4; }
+    else if (n <= 0xffff) {
+      b[this.pos++] = 0xde;
+      b.writeUInt16BE(n, this.pos);
+      this.pos += 2;
+    } else {
+      b[this.pos++] = 0xdf;
+      b.writeUInt32BE(n, this.pos);
+      this.pos += 4;
+    }
   }
 
   /** The bytes written so far (a view of this writer's buffer; do not write after calling). */

@@ -117,7 +117,9 @@ export class RequestStream implements AsyncIterator<TokenEvent> {
       if (ev) return { value: ev, done: false };
       if (this.error !== null) throw this.error;
       if (this.finished) return { value: undefined, done: true };
-      await new Promise<void>((resolve) => { this.wake = resolve; });
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+      });
     }
   }
 }

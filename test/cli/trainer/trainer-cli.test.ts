@@ -8,18 +8,50 @@ import { reportLines } from '../../../src/cli/trainer/summary.ts';
 
 describe('parseTrainerInvocation', () => {
   it('--nats-url picks NATS, with the credential flags, the subject root and the new flags', () => {
-    expect(parseTrainerInvocation([
-      '--nats-url', 'nats://n1:4222,nats://n2:4222', '--nats-user', 'trainer', '--nats-password-file', '/run/pw',
-      '--subject-root', 'fleet-a', '--version', '42', '--bytes', '64MiB', '--refit-id', 'step-42',
-      '--timeout-secs', '120', '--json', '--sent-file', 'sent.json', '--selector', 'role=rollout',
-    ], {})).toEqual({
+    expect(
+      parseTrainerInvocation(
+        [
+          '--nats-url',
+          'nats://n1:4222,nats://n2:4222',
+          '--nats-user',
+          'trainer',
+          '--nats-password-file',
+          '/run/pw',
+          '--subject-root',
+          'fleet-a',
+          '--version',
+          '42',
+          '--bytes',
+          '64MiB',
+          '--refit-id',
+          'step-42',
+          '--timeout-secs',
+          '120',
+          '--json',
+          '--sent-file',
+          'sent.json',
+          '--selector',
+          'role=rollout',
+        ],
+        {},
+      ),
+    ).toEqual({
       via: 'nats',
       args: {
         nats: { url: 'nats://n1:4222,nats://n2:4222', auth: { user: 'trainer', passwordFile: '/run/pw' } },
-        subjectRoot: 'fleet-a', version: '42', bytes: 64 * 2 ** 20,
+        subjectRoot: 'fleet-a',
+        version: '42',
+        bytes: 64 * 2 ** 20,
         // 256x256 bfloat16 = 128 KiB a parameter
-        params: 512, perChunk: 64, dtype: 'bfloat16', shape: [256, 256],
-        refitId: 'step-42', timeoutSecs: 120, json: true, sentFile: 'sent.json', selector: 'role=rollout',
+        params: 512,
+        perChunk: 64,
+        dtype: 'bfloat16',
+        shape: [256, 256],
+        refitId: 'step-42',
+        timeoutSecs: 120,
+        json: true,
+        sentFile: 'sent.json',
+        selector: 'role=rollout',
       },
     });
   });
@@ -33,7 +65,10 @@ describe('parseTrainerInvocation', () => {
 
   it('--gateway picks HTTP even with a NATS URL in the environment; parseTrainerArgs reads that form', () => {
     const inv = parseTrainerInvocation(['--gateway', 'http://g:30000', '--version', '1', '--refit-id', 'r1'], { NATS_URL: 'nats://b:2' });
-    expect(inv).toEqual({ via: 'http', args: { gateway: 'http://g:30000', version: '1', params: 146, perChunk: 64, dtype: 'bfloat16', shape: [256, 256], refitId: 'r1' } });
+    expect(inv).toEqual({
+      via: 'http',
+      args: { gateway: 'http://g:30000', version: '1', params: 146, perChunk: 64, dtype: 'bfloat16', shape: [256, 256], refitId: 'r1' },
+    });
     expect(() => parseTrainerArgs(['--nats-url', 'nats://a:1', '--version', '1'], {})).toThrow(/--gateway is required/);
   });
 
@@ -60,8 +95,15 @@ describe('parseTrainerInvocation', () => {
 
 describe('--bytes', () => {
   it.each([
-    ['1', 1], ['1000000', 1_000_000], ['96KiB', 96 * 1024], ['64MiB', 64 * 2 ** 20], ['64mib', 64 * 2 ** 20],
-    ['2GiB', 2 * 2 ** 30], ['1.5MB', 1_500_000], ['10 KB', 10_000], ['512B', 512],
+    ['1', 1],
+    ['1000000', 1_000_000],
+    ['96KiB', 96 * 1024],
+    ['64MiB', 64 * 2 ** 20],
+    ['64mib', 64 * 2 ** 20],
+    ['2GiB', 2 * 2 ** 30],
+    ['1.5MB', 1_500_000],
+    ['10 KB', 10_000],
+    ['512B', 512],
   ])('%s is %i bytes', (text, bytes) => {
     expect(parseByteSize(text)).toBe(bytes);
   });
@@ -90,13 +132,27 @@ describe('reportLines', () => {
   const phases = { pause: 3, refit: 120, verify: 2, resume: 4 };
   it('a headline, then a line per engine: ok, failed (phase, step, error, status, message), skipped', () => {
     const lines = reportLines({
-      id: 'step-42', status: 'partial', weight_version: '42', total: 2, succeeded: 1, duration_ms: 812, world_size: 3,
+      id: 'step-42',
+      status: 'partial',
+      weight_version: '42',
+      total: 2,
+      succeeded: 1,
+      duration_ms: 812,
+      world_size: 3,
       engines: [
         { worker_id: 'w1', url: 'http://10.0.0.1:30000', outcome: 'ok', phases, rank_offset: 1, weight_version: '42' },
         {
-          worker_id: 'w2', url: 'http://10.0.0.22:30000', outcome: 'failed', failed_phase: 'refit', failed_step: 'update_weights_from_distributed 1/3',
-          error: 'upstream_error', status: 500, message: 'injected fault', phases: { pause: 3, refit: null, verify: null, resume: 5 },
-          rank_offset: 2, weight_version: '41',
+          worker_id: 'w2',
+          url: 'http://10.0.0.22:30000',
+          outcome: 'failed',
+          failed_phase: 'refit',
+          failed_step: 'update_weights_from_distributed 1/3',
+          error: 'upstream_error',
+          status: 500,
+          message: 'injected fault',
+          phases: { pause: 3, refit: null, verify: null, resume: 5 },
+          rank_offset: 2,
+          weight_version: '41',
         },
       ],
       failed: [],
@@ -111,8 +167,9 @@ describe('reportLines', () => {
   });
 
   it('says when the refit was aborted, and prints anything that is not a report as JSON', () => {
-    expect(reportLines({ id: 'r', status: 'failed', weight_version: '2', total: 1, succeeded: 0, aborted: 'quorum_not_met', engines: [] })[0])
-      .toBe('refit r to version 2: failed, 0 of 1 engines (aborted: quorum_not_met)');
+    expect(reportLines({ id: 'r', status: 'failed', weight_version: '2', total: 1, succeeded: 0, aborted: 'quorum_not_met', engines: [] })[0]).toBe(
+      'refit r to version 2: failed, 0 of 1 engines (aborted: quorum_not_met)',
+    );
     expect(reportLines({ error: 'x' })).toEqual(['{"error":"x"}']);
   });
 });

@@ -89,14 +89,29 @@ describe('rlgate trainer over NATS', () => {
     const sentFile = join(dir, 'sent-1.json');
     // 96 KiB of 64x64 bfloat16 parameters (8 KiB each) = 12 parameters, 5 per call = 3 chunks.
     const run = await trainer([
-      '--nats-url', t.nats.url, '--version', '1', '--bytes', '96KiB', '--shape', '64,64', '--per-chunk', '5',
-      '--refit-id', 'trainer-nats-1', '--json', '--sent-file', sentFile,
+      '--nats-url',
+      t.nats.url,
+      '--version',
+      '1',
+      '--bytes',
+      '96KiB',
+      '--shape',
+      '64,64',
+      '--per-chunk',
+      '5',
+      '--refit-id',
+      'trainer-nats-1',
+      '--json',
+      '--sent-file',
+      sentFile,
     ]);
     expect(run.code, run.stderr).toBe(0);
     const report = JSON.parse(run.stdout);
     expect(report).toMatchObject({ id: 'trainer-nats-1', status: 'succeeded', weight_version: '1', total: 2, succeeded: 2, world_size: 3, failed: [] });
     expect(report.engines.map((e: { url: string }) => e.url).sort()).toEqual(sims.map((s) => s.url).sort());
-    expect(run.stderr).toMatch(/refit trainer-nats-1 to version 1: 200, report from the (NATS reply|report event|report subject|refit journal), world_size 3, 3\/3 chunks, 12 tensors broadcast\n/);
+    expect(run.stderr).toMatch(
+      /refit trainer-nats-1 to version 1: 200, report from the (NATS reply|report event|report subject|refit journal), world_size 3, 3\/3 chunks, 12 tensors broadcast\n/,
+    );
 
     const sent = JSON.parse(readFileSync(sentFile, 'utf8')) as Loaded;
     expect(sent.map((x) => x.name)).toEqual(Array.from({ length: 12 }, (_, i) => `model.layers.${i}.mlp.weight`));
@@ -115,7 +130,21 @@ describe('rlgate trainer over NATS', () => {
 
   it('the same --refit-id again is the same refit: its report, nothing runs twice; with another version, exit 1', async () => {
     await Promise.all(sims.map((s) => s.clearRequests()));
-    const again = await trainer(['--nats-url', t.nats.url, '--version', '1', '--bytes', '96KiB', '--shape', '64,64', '--per-chunk', '5', '--refit-id', 'trainer-nats-1', '--json']);
+    const again = await trainer([
+      '--nats-url',
+      t.nats.url,
+      '--version',
+      '1',
+      '--bytes',
+      '96KiB',
+      '--shape',
+      '64,64',
+      '--per-chunk',
+      '5',
+      '--refit-id',
+      'trainer-nats-1',
+      '--json',
+    ]);
     expect(again.code, again.stderr).toBe(0);
     const first = (await t.http('GET', '/v1/rl/refits/trainer-nats-1')).json;
     expect(JSON.parse(again.stdout)).toEqual(first);
@@ -199,7 +228,8 @@ describe('rlgate trainer over NATS', () => {
     expect(run.code, run.stderr).toBe(0);
     const lines = run.stdout.trim().split('\n');
     expect(lines[0]).toMatch(/^refit \S+ to version 5: succeeded, 2 of 2 engines \(world_size 3, \d+ ms\)$/);
-    for (const s of sims) expect(lines.find((l) => l.includes(s.url))).toMatch(/^ {2}ok +http:\/\/127\.0\.0\.1:\d+ +version 5 +rank_offset [12] +pause \d+ ms, refit \d+ ms/);
+    for (const s of sims)
+      expect(lines.find((l) => l.includes(s.url))).toMatch(/^ {2}ok +http:\/\/127\.0\.0\.1:\d+ +version 5 +rank_offset [12] +pause \d+ ms, refit \d+ ms/);
     expect(run.stderr).toMatch(/: 200, report from the HTTP answer, world_size 3, 1\/1 chunks, 4 tensors broadcast\n/);
     const sent = JSON.parse(readFileSync(sentFile, 'utf8')) as Loaded;
     expect(sent).toHaveLength(4);
@@ -222,7 +252,20 @@ describe('rlgate trainer over NATS when the replica it asked dies', () => {
   let sim: SimProcess;
   const replicas: GatewayProcess[] = [];
   const launch = async (id: string) => {
-    const g = await startGatewayProcess(['--nats-url', nats.url, '--replica-id', id, '--lease-secs', '2', '--health-check-interval-secs', '2', '--retry-interval-secs', '1', '--rl-control-timeout-secs', '60']);
+    const g = await startGatewayProcess([
+      '--nats-url',
+      nats.url,
+      '--replica-id',
+      id,
+      '--lease-secs',
+      '2',
+      '--health-check-interval-secs',
+      '2',
+      '--retry-interval-secs',
+      '1',
+      '--rl-control-timeout-secs',
+      '60',
+    ]);
     replicas.push(g);
     return g;
   };
@@ -249,7 +292,10 @@ describe('rlgate trainer over NATS when the replica it asked dies', () => {
     const refitId = 'trainer-failover';
     const reports: unknown[] = [];
     const sub = bus.subscribe(subjects('rl').refitReport(refitId), (data) => void reports.push(data));
-    const run = trainerProcess(['--nats-url', nats.url, '--version', '7', '--params', '4', '--shape', '32,32', '--per-chunk', '2', '--refit-id', refitId, '--json'], 120_000);
+    const run = trainerProcess(
+      ['--nats-url', nats.url, '--version', '7', '--params', '4', '--shape', '32,32', '--per-chunk', '2', '--refit-id', refitId, '--json'],
+      120_000,
+    );
 
     let seen: unknown;
     await until('the refit in its resume phase on a', 60_000, async () => {

@@ -24,7 +24,10 @@ describe('makeChunks', () => {
     expect(chunk).toEqual({
       names: ['model.layers.0.mlp.weight', 'model.layers.1.mlp.weight'],
       dtypes: ['bfloat16', 'bfloat16'],
-      shapes: [[256, 256], [256, 256]],
+      shapes: [
+        [256, 256],
+        [256, 256],
+      ],
     });
     chunk!.shapes[0]!.push(1);
     expect(chunk!.shapes[1]).toEqual([256, 256]);
@@ -49,19 +52,55 @@ describe('makeChunks', () => {
 
 describe('parseTrainerArgs', () => {
   it('reads every flag', () => {
-    expect(parseTrainerArgs([
-      '--gateway', 'http://127.0.0.1:1', '--version', '7', '--params', '10', '--per-chunk', '4',
-      '--admin-key', 'k', '--selector', 'role=rollout', '--group', 'slime-pp_0', '--dtype', 'float32', '--shape', '2,3',
-      '--master-address', 'trainer',
-    ], {})).toEqual({
-      gateway: 'http://127.0.0.1:1', version: '7', params: 10, perChunk: 4, adminKey: 'k',
-      selector: 'role=rollout', groupName: 'slime-pp_0', dtype: 'float32', shape: [2, 3], masterAddress: 'trainer',
+    expect(
+      parseTrainerArgs(
+        [
+          '--gateway',
+          'http://127.0.0.1:1',
+          '--version',
+          '7',
+          '--params',
+          '10',
+          '--per-chunk',
+          '4',
+          '--admin-key',
+          'k',
+          '--selector',
+          'role=rollout',
+          '--group',
+          'slime-pp_0',
+          '--dtype',
+          'float32',
+          '--shape',
+          '2,3',
+          '--master-address',
+          'trainer',
+        ],
+        {},
+      ),
+    ).toEqual({
+      gateway: 'http://127.0.0.1:1',
+      version: '7',
+      params: 10,
+      perChunk: 4,
+      adminKey: 'k',
+      selector: 'role=rollout',
+      groupName: 'slime-pp_0',
+      dtype: 'float32',
+      shape: [2, 3],
+      masterAddress: 'trainer',
     });
   });
 
   it('has defaults, and takes the admin key from RLGATE_ADMIN_KEY when no flag gives it', () => {
     expect(parseTrainerArgs(['--gateway', 'http://g', '--version', '1'], { RLGATE_ADMIN_KEY: 'env-key' })).toEqual({
-      gateway: 'http://g', version: '1', params: 146, perChunk: 64, adminKey: 'env-key', dtype: 'bfloat16', shape: [256, 256],
+      gateway: 'http://g',
+      version: '1',
+      params: 146,
+      perChunk: 64,
+      adminKey: 'env-key',
+      dtype: 'bfloat16',
+      shape: [256, 256],
     });
   });
 

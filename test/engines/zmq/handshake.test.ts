@@ -87,11 +87,28 @@ describe('identities and maps', () => {
   });
 
   it('reads the ready response, with prefix_granularity as block_size', () => {
-    const ready = decodeEngineReady(packr.pack({
-      max_model_len: 131072, num_gpu_blocks: 6660, prefix_granularity: 64, dp_stats_address: null, dtype: 'bfloat16',
-      vllm_version: 'tokenspeed-0.1.0', world_size: 2, data_parallel_size: 2, max_num_batched_tokens: -1, kv_cache_size_tokens: 426176,
-    }));
-    expect(ready).toMatchObject({ maxModelLen: 131072, blockSize: 64, dataParallelSize: 2, maxNumBatchedTokens: -1, kvCacheSizeTokens: 426176, tensorParallelSize: null });
+    const ready = decodeEngineReady(
+      packr.pack({
+        max_model_len: 131072,
+        num_gpu_blocks: 6660,
+        prefix_granularity: 64,
+        dp_stats_address: null,
+        dtype: 'bfloat16',
+        vllm_version: 'tokenspeed-0.1.0',
+        world_size: 2,
+        data_parallel_size: 2,
+        max_num_batched_tokens: -1,
+        kv_cache_size_tokens: 426176,
+      }),
+    );
+    expect(ready).toMatchObject({
+      maxModelLen: 131072,
+      blockSize: 64,
+      dataParallelSize: 2,
+      maxNumBatchedTokens: -1,
+      kvCacheSizeTokens: 426176,
+      tensorParallelSize: null,
+    });
     expect(() => decodeEngineReady(Buffer.alloc(0))).toThrow(WireError);
     expect(() => decodeEngineReady(packr.pack({ dtype: 'bfloat16' }))).toThrow(/max_model_len/);
   });
