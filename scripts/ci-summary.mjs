@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// Reads vitest's JSON report and prints the one line the CI reads, last: `N passed, N failed`.
+// Reads vitest's JSON report and prints the ten slowest files, then the one line the CI reads,
+// last: `N passed, N failed`.
 // Exit 1 when anything failed or no test ran. Besides failed tests it counts, as one failure each,
 // a test file that failed without running any test (import/syntax error) and a run that vitest
 // marked unsuccessful for a reason no test carries (e.g. an unhandled error), so the line never
@@ -30,6 +31,13 @@ if (ran && failed === 0 && (report.success === false || vitestExit !== '0')) {
   failed += 1;
   notes.push(`vitest reported an unsuccessful run (exit ${vitestExit}) with no failed test; see its output above`);
 }
+
+// The ten slowest files, where the suite's time goes (its budget is 7 minutes on 2 cores).
+const slowest = (report.testResults ?? [])
+  .map((f) => ({ name: String(f.name ?? '').replace(`${process.cwd()}/`, ''), ms: (f.endTime ?? 0) - (f.startTime ?? 0) }))
+  .sort((a, b) => b.ms - a.ms)
+  .slice(0, 10);
+if (slowest.length > 0) console.log(`slowest files: ${slowest.map((f) => `${f.name} ${(f.ms / 1000).toFixed(1)} s`).join(', ')}`);
 
 const skipped = (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0);
 console.log(`vitest: ${report.testResults?.length ?? 0} files, ${report.numTotalTests ?? 0} tests, ${skipped} skipped/todo`);
