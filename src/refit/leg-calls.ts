@@ -14,7 +14,7 @@ import { notMade, reportedVersion } from './leg-recovery.ts';
 /** How often a call that was not made is tried again. */
 const NOT_MADE_RETRY_MS = 250;
 /** How long the report waits on reading a failed engine's version. */
-const READ_BACK_MS = 2_000;
+const READ_BACK_MS = 1_000;
 
 export class LegCalls {
   constructor(

@@ -45,6 +45,9 @@ const RETRY_MS = 250;
 export const DEFAULT_GRACE_MS = 10_000;
 const ACK: Verdict = { settle: 'ack' };
 
+/** Failures that mean the engine gave no answer in time: reading its version would wait as long. */
+const UNANSWERED = new Set(['phase_deadline_exceeded', 'upstream_timeout', 'cut_after_grace']);
+
 export class RefitRunner implements RefitTaker {
   /** Refits this process runs now (a restarted replica with the same id runs none of its old ones). */
   private readonly active = new Set<string>();
@@ -257,7 +260,12 @@ export class RefitRunner implements RefitTaker {
     // An engine that failed once its weights were touched is reported with the version it says it
     // holds now, read from it: this replica's view may be stale (another replica's engine, a load
     // whose answer was lost, a transfer abandoned half-way).
-    const touched = targets.filter((w) => result.engines[w.id]?.failedIn === 'refit' || result.engines[w.id]?.failedIn === 'verify');
+    // An engine that did not answer in time (hung, or cut by a deadline) is not asked again: it
+    // would only hold the report up.
+    const touched = targets.filter((w) => {
+      const rec = result.engines[w.id];
+      return (rec?.failedIn === 'refit' || rec?.failedIn === 'verify') && !UNANSWERED.has(rec.error ?? '');
+    });
     const held = await legCalls.readVersions(touched, id);
     return buildReport({
       id,
