@@ -125,9 +125,8 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const ackWaitMs = Math.max(5_000, 2 * config.leaseSecs * 1000);
     // What this replica knows of every refit, and what it tells of the ones it runs: built before
     // everything that asks about refits (the ledger, the engine host, the runner, the front).
-    const journalBucket = buckets.refits;
     const journals = new RefitJournals({
-      bucket: journalBucket,
+      bucket: buckets.refits,
       modelOf: (id) => registry.get(id)?.modelId,
       // By two ack waits a live replica has taken over (and likely finished) what this one ran.
       fence,
@@ -227,7 +226,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     const runner = new RefitRunner({
       replicaId,
       fence,
-      bucket: journalBucket,
+      bucket: buckets.refits,
       journals,
       events: publisher,
       registry,

@@ -316,8 +316,10 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
     await startReplicas();
     await fleetReady();
     const [front, other] = gateways as [GatewayProcess, GatewayProcess];
+    const loadsBefore = new Map<string, number>();
     for (const s of sims) {
       await s.clearRequests();
+      loadsBefore.set(s.url, (await s.state()).weights.loads);
       await s.setFaults({ route: 'update_weights_from_disk', delayMs: SLOW_LOAD_MS, times: 1 });
     }
     const first = { refit_id: 'cluster-watch-1', weight_version: 'cluster-watch-1', source: { kind: 'disk', model_path: '/m/cluster-watch-1' } };
@@ -353,12 +355,13 @@ describe('a refit on a 3-node NATS cluster with two gateway replicas', () => {
       expect
         .soft(st.paused, `${s.url} paused; it saw ${seenPaths.filter((p) => !p.startsWith('/health') && p !== '/model_info' && p !== '/ready').join(' ')}`)
         .toBeNull();
-      expect
-        .soft(
-          seenPaths.filter((p) => p === '/update_weights_from_disk'),
-          `${s.url} loads`,
-        )
-        .toHaveLength(2);
+      // One load applied per refit. The first refit's is sent twice only when the first was
+      // abandoned (the lease of the replica running it lapsed while the node died) and the
+      // engine, read afterwards, did not hold it, as in the trials above.
+      expect.soft(st.weights.loads - loadsBefore.get(s.url)!, `${s.url} loads applied`).toBe(2);
+      const sent = seenPaths.filter((p) => p === '/update_weights_from_disk').length;
+      expect.soft(sent, `${s.url} loads sent`).toBeGreaterThanOrEqual(2);
+      expect.soft(sent, `${s.url} loads sent`).toBeLessThanOrEqual(3);
     }
   }, 240_000);
 
