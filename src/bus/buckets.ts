@@ -158,6 +158,11 @@ export function bucketName(root: string, name: string): string {
   return `rlgate_${root.replace(/[^A-Za-z0-9_-]/g, '_')}_${name}`;
 }
 
+/** How long one bucket request may wait for a replica of `leaseMs`: half the lease, 1 to 5 s (see openBuckets). */
+export function bucketTimeoutFor(leaseMs: number): number {
+  return Math.min(5_000, Math.max(1_000, leaseMs / 2));
+}
+
 /**
  * Creates (or opens) every bucket of a subject root. On a cluster the buckets are replicated to
  * three nodes, so losing one node loses no state.

@@ -31,6 +31,14 @@ export class RefitQueue {
     readonly ackWaitMs: number,
   ) {}
 
+  /**
+   * The ack wait for a lease: twice it, at least 5 s. A runner whose connection moves to another
+   * NATS node keeps its refit; one that died is replaced after it.
+   */
+  static ackWaitFor(leaseMs: number): number {
+    return Math.max(5_000, 2 * leaseMs);
+  }
+
   /** Creates the stream and the shared consumer (or joins them if another replica already did). */
   static async open(nc: NatsConnection, subjects: Subjects, opts: { ackWaitMs: number; replicas?: number }): Promise<RefitQueue> {
     const jsm = await jetstreamManager(nc);

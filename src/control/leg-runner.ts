@@ -61,6 +61,11 @@ export class LegRunner {
     return fanoutConcurrency(path, targets, this.deps.concurrency, requested);
   }
 
+  /** The largest call body a bus of `maxPayload` bytes carries: base64 grows it by 4/3, and the call's other fields need room. */
+  static bodyBytesFor(maxPayload: number): number {
+    return Math.floor(((maxPayload || 1024 * 1024) - 16 * 1024) * 0.75);
+  }
+
   callFor(path: string, req: Pick<IncomingControl, 'method' | 'rawQuery' | 'body' | 'contentType' | 'trace'>): ControlCall {
     // Control calls cross NATS to the replica owning the engine: a body the bus cannot carry is
     // refused up front instead of failing every leg.

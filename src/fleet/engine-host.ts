@@ -42,6 +42,30 @@ export interface EngineTimings {
   breakerCooldownMs: number;
 }
 
+/** The settings (seconds, as the flags give them) the timings are read from. */
+export interface EngineTimingSettings {
+  probeIntervalSecs: number;
+  probeMaxRate: number;
+  probeFailureThreshold: number;
+  retryIntervalSecs: number;
+  discoveryTimeoutSecs: number;
+  breakerThreshold: number;
+  breakerCooldownSecs: number;
+}
+
+/** The flags as timings, each held to a floor that keeps a typo from spinning a loop. */
+export function engineTimings(s: EngineTimingSettings): EngineTimings {
+  return {
+    probeIntervalMs: s.probeIntervalSecs * 1000,
+    probeRate: Math.max(0, s.probeMaxRate),
+    probeFailureThreshold: Math.max(1, s.probeFailureThreshold),
+    retryIntervalMs: Math.max(100, s.retryIntervalSecs * 1000),
+    discoveryTimeoutMs: Math.max(100, s.discoveryTimeoutSecs * 1000),
+    breakerThreshold: Math.max(1, s.breakerThreshold),
+    breakerCooldownMs: Math.max(100, s.breakerCooldownSecs * 1000),
+  };
+}
+
 /** The actor side of an engine this replica owns. */
 interface Owned {
   actor: EngineActor;
@@ -185,6 +209,15 @@ export class EngineHost {
   /** Who paused a paused engine (`refit:<id>` or `operator`), as its owner knows it; undefined if unknown. */
   pausedBy(id: string): string | undefined {
     return this.owned.has(id) ? this.commands.pausedBy.get(id) : (this.remotes.record(id)?.paused_by ?? undefined);
+  }
+
+  /**
+   * An engine's control state and pauser as its owner last wrote them to the shared bucket, read
+   * fresh: a replica taking over a refit must not trust a watch that may lag.
+   */
+  async recordedControl(id: string): Promise<{ control: string; pausedBy: string | undefined } | undefined> {
+    const r = (await this.deps.records?.get(id))?.value;
+    return r ? { control: r.control, pausedBy: r.paused_by ?? undefined } : undefined;
   }
 
   /** The owner's shared record of an engine this replica does not own. */

@@ -5,6 +5,7 @@
 import { breakerOf, lifecycleOf } from '../../actors/engine.ts';
 import { capabilitiesFor, type RlCapabilities } from './capabilities.ts';
 import { controlUrlFor } from './control-url.ts';
+import type { WorkerSample } from '../obs/metrics.ts';
 import type { EngineHost } from './engine-host.ts';
 import { sizeLabel } from './labels.ts';
 import type { Registry } from './registry.ts';
@@ -90,6 +91,14 @@ export class FleetView {
   private views: { registry: number; host: number; byId: Map<string, Record<string, string | undefined>> } | undefined;
 
   constructor(private readonly deps: { registry: Registry; host: EngineHost }) {}
+
+  /** Each engine's load and breaker, for the metrics' per-engine gauges (read at scrape time). */
+  samples(): WorkerSample[] {
+    return this.deps.registry.all().map((w) => {
+      const e = this.engine(w);
+      return { url: w.url, inflight: e.load, breaker: e.breaker };
+    });
+  }
 
   engine(w: Worker): EngineView {
     const snap = this.deps.host.snapshot(w.id);

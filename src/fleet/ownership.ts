@@ -62,6 +62,21 @@ export class Ownership {
   }
 
   /**
+   * Waits (at most `timeoutMs`) until every one of `ids` has an owner that is alive and is not
+   * `dead`, or none: a replica taking over a refit lets the dead runner's engines find new owners
+   * before it calls them.
+   */
+  async settled(ids: readonly string[], dead: string, timeoutMs: number): Promise<void> {
+    const until = Date.now() + timeoutMs;
+    const done = () =>
+      ids.every((id) => {
+        const o = this.deps.registry.get(id)?.owner;
+        return !o || (o !== dead && this.alive(o));
+      });
+    while (!done() && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+  }
+
+  /**
    * `alive`, but a replica that looks dead is read once more from the bucket first: a watch that
    * stalled must not make a live replica's work (its engines, its refit) look orphaned.
    */

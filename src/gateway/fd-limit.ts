@@ -4,6 +4,7 @@
 // at start-up against the fleet it found, and again whenever the fleet grows past the next mark.
 
 import { readFileSync } from 'node:fs';
+import type { Registry } from '../fleet/registry.ts';
 import type { Logger } from '../obs/logger.ts';
 
 /** Sockets and files the gateway holds beside its engines' connections. */
@@ -38,6 +39,12 @@ export class FdBudget {
     /** null where the limit cannot be read: then nothing is said. */
     private readonly limit: { soft: number; hard: number } | null = openFileLimit() ?? null,
   ) {}
+
+  /** Checks the fleet found now, and again as it grows. */
+  watch(registry: Registry): void {
+    this.check(registry.size);
+    registry.on('added', () => this.check(registry.size));
+  }
 
   /** The fleet has `engines` engines now. */
   check(engines: number): void {

@@ -31,14 +31,7 @@ import type { Delivery, RefitTaker, Verdict } from './worker.ts';
 import type { QueuedRefit } from '../wire/queued-refit.ts';
 import type { RefitJournal } from '../wire/refit-journal.ts';
 import type { RefitReport } from '../wire/refit-report.ts';
-import type { RefitRequest } from '../wire/refit-request.ts';
-
-export interface RefitDefaults {
-  pauseMs: number;
-  refitMs: number;
-  verifyMs: number;
-  resumeMs: number;
-}
+import { deadlinesOf, type RefitDefaults } from './deadlines.ts';
 
 const RETRY_MS = 250;
 /** How long the pause may hold the quorum's engines waiting for the others, by default. */
@@ -171,7 +164,7 @@ export class RefitRunner implements RefitTaker {
     const plan = planRefit(req, targets);
     const calls = prepareCalls(this.deps.legs, plan, targets, id);
     const startedAt = new Date();
-    const d = { ...this.deps.deadlines, ...renameDeadlines(req.deadlines_ms) };
+    const d = deadlinesOf(this.deps.deadlines, req.deadlines_ms);
     const quorum = quorumOf(req, targets.length);
 
     // The debts are recorded before anything is paused (and re-recorded under this replica after
@@ -319,13 +312,4 @@ function removedWorker(id: string): Worker {
     owner: '',
     registeredAt: 0,
   };
-}
-
-function renameDeadlines(d: RefitRequest['deadlines_ms']): Partial<RefitDefaults> {
-  const out: Partial<RefitDefaults> = {};
-  if (d?.pause) out.pauseMs = d.pause;
-  if (d?.refit) out.refitMs = d.refit;
-  if (d?.verify) out.verifyMs = d.verify;
-  if (d?.resume) out.resumeMs = d.resume;
-  return out;
 }
