@@ -234,6 +234,7 @@ export function isInboxSubject(subject: string | undefined): boolean {
 }
 
 export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
+  const where = redactUrl(opts.servers?.join(',') ?? opts.url ?? '?');
   let nc: NatsConnection;
   try {
     nc = await connect({
@@ -255,7 +256,7 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
       noAsyncTraces: true,
     });
   } catch (err) {
-    throw new Error(`cannot connect to NATS at ${redactUrl(opts.servers?.join(',') ?? opts.url ?? '?')}: ${(err as Error).message}`, { cause: err });
+    throw new Error(`cannot connect to NATS at ${where}: ${(err as Error).message}`, { cause: err });
   }
   // A user that may not read replies under this prefix would see every request refused later,
   // whichever comes first: say so at connect, naming the setting.
@@ -263,322 +264,330 @@ export async function connectBus(opts: ConnectBusOptions): Promise<Bus> {
   if (refused) {
     await nc.close().catch(() => undefined);
     throw new Error(
-      `cannot use NATS at ${redactUrl(opts.servers?.join(',') ?? opts.url ?? '?')}: this user may not read replies under \`${opts.inboxPrefix ?? '_INBOX'}\` (${refused.message}); set --nats-inbox-prefix to the prefix it may subscribe to (deploy/nats/accounts.conf: _INBOX_<user>)`,
+      `cannot use NATS at ${where}: this user may not read replies under \`${opts.inboxPrefix ?? '_INBOX'}\` (${refused.message}); set --nats-inbox-prefix to the prefix it may subscribe to (deploy/nats/accounts.conf: _INBOX_<user>)`,
       { cause: refused },
     );
   }
-  const report =
-    opts.onHandlerError ?? ((err: unknown, subject: string) => process.emitWarning(`bus handler on ${subject} failed: ${(err as Error)?.stack ?? err}`));
-  const safeRespond = (msg: Msg, data: Uint8Array, headers?: MsgHdrs) => {
+  return new NatsBus(nc, opts);
+}
+
+/** A connected NATS connection with rlgate's request, stream and respond paths (see Bus). */
+class NatsBus implements Bus {
+  readonly nc: NatsConnection;
+  // The connection's state as nats.js reports it. Requests and streams in flight register in
+  // `inFlight` so a drop fails them at once: their replies would go to an inbox the server no
+  // longer routes to us.
+  #connected = true;
+  // host:port only (nats.js keeps credentials out of it), so it is safe in messages and logs.
+  #server: string | undefined;
+  readonly #listeners = new Set<(status: BusStatus) => void>();
+  readonly #inFlight = new Set<(detail: string) => void>();
+  readonly #report: (err: unknown, subject: string) => void;
+  readonly #inboxPrefix: string | undefined;
+  // Streamed requests share one wildcard inbox subscription (as nats.js muxes plain requests),
+  // so a fan-out costs no SUB/UNSUB round of its own; replies are routed by the last token.
+  readonly #streams = new Map<string, (msg: Msg) => void>();
+  #streamSeq = 0;
+  #streamBase: string | undefined;
+  #closing: Promise<void> | undefined;
+
+  constructor(nc: NatsConnection, opts: ConnectBusOptions) {
+    this.nc = nc;
+    this.#server = nc.getServer() || undefined;
+    this.#inboxPrefix = opts.inboxPrefix;
+    this.#report =
+      opts.onHandlerError ?? ((err: unknown, subject: string) => process.emitWarning(`bus handler on ${subject} failed: ${(err as Error)?.stack ?? err}`));
+    void this.#followStatus().catch((err) => this.#report(err, 'bus status'));
+    void nc.closed().then(() => this.#dropped('close'));
+    // Every request over this connection, JetStream's and KV's included (they call nc.request
+    // themselves), is refused while disconnected and failed when the connection drops under it.
+    // Otherwise nats.js queues it, drops it at the next dial (or sends it after a reconnect, to an
+    // engine whose caller gave up), and the caller waits out its whole timeout for nothing.
+    const natsRequest = nc.request.bind(nc);
+    nc.request = (subject, payload, requestOpts) => {
+      if (!this.#connected) return Promise.reject(new BusUnavailable(subject, this.#notConnected()));
+      return this.#whileConnected(subject, natsRequest(subject, payload, requestOpts));
+    };
+  }
+
+  get connected(): boolean {
+    return this.#connected;
+  }
+
+  onStatus(listener: (status: BusStatus) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  async request<T>(subject: string, payload: unknown, timeoutMs: number): Promise<T> {
+    let msg: Msg;
+    try {
+      msg = await this.nc.request(subject, encode(payload), { timeout: timeoutMs }); // fails fast: see the constructor
+    } catch (err) {
+      throw mapRequestError(err, subject, timeoutMs);
+    }
+    const remote = remoteError(subject, msg);
+    if (remote) throw remote;
+    return decode(msg.data) as T;
+  }
+
+  publish(subject: string, payload: unknown): void {
+    this.nc.publish(subject, encode(payload));
+  }
+
+  subscribe(subject: string, handler: (data: unknown, msg: Msg) => void | Promise<void>, opts: { queue?: string } = {}): BusSubscription {
+    const sub = this.nc.subscribe(subject, { queue: opts.queue });
+    void (async () => {
+      for await (const msg of sub) {
+        try {
+          await handler(decode(msg.data), msg);
+        } catch (err) {
+          this.#report(err, msg.subject);
+        }
+      }
+    })().catch((err) => this.#report(err, subject));
+    return { unsubscribe: () => sub.unsubscribe() };
+  }
+
+  respond(subject: string, handler: (data: unknown) => Promise<unknown>, opts: { queue?: string } = {}): BusSubscription {
+    return this.#serve(subject, opts.queue, async (msg) => {
+      try {
+        const value = await handler(decode(msg.data));
+        if (msg.reply) this.#answer(msg, encode(value));
+      } catch (e) {
+        if (!msg.reply) return this.#report(e, msg.subject);
+        const r = errorReply(e);
+        this.#answer(msg, r.data, r.headers);
+      }
+    });
+  }
+
+  respondStream(subject: string, handler: (data: unknown, send: (reply: unknown) => void) => Promise<void>, opts: { queue?: string } = {}): BusSubscription {
+    return this.#serve(subject, opts.queue, async (msg) => {
+      // Replies that finish together travel together: one message carries a JSON array of every
+      // reply sent in the same turn of the event loop (a fast fan-out of N legs is a couple of
+      // messages, not N), flushed early before a batch nears max_payload.
+      let open = true; // replies sent after the sentinel would reach nobody
+      let batch: string[] = [];
+      let bytes = 0;
+      let scheduled = false;
+      const limit = Math.max(64 * 1024, Math.floor((this.nc.info?.max_payload ?? 1024 * 1024) / 2));
+      const flush = (last = false) => {
+        scheduled = false;
+        if (batch.length === 0) return false;
+        const payload = encoder.encode(`[${batch.join(',')}]`);
+        batch = [];
+        bytes = 0;
+        this.#answer(msg, payload, last ? endHeaders() : undefined);
+        return true;
+      };
+      const send = (reply: unknown) => {
+        if (!open) return;
+        const text = JSON.stringify(reply) ?? 'null';
+        const size = Buffer.byteLength(text);
+        if (bytes > 0 && bytes + size > limit) flush();
+        batch.push(text);
+        bytes += size;
+        if (!scheduled) {
+          scheduled = true;
+          setImmediate(flush);
+        }
+      };
+      let failed = false;
+      try {
+        await handler(decode(msg.data), send);
+      } catch (e) {
+        failed = true;
+        flush();
+        const r = errorReply(e);
+        this.#answer(msg, r.data, r.headers);
+      } finally {
+        open = false;
+        // The last batch carries the end marker itself; a bare sentinel only when there is
+        // nothing left to send (one message fewer per replica on every fan-out).
+        if (failed || !flush(true)) this.#answer(msg, SENTINEL);
+      }
+    });
+  }
+
+  requestStream(subject: string, payload: unknown, opts: RequestStreamOptions): Promise<void> {
+    const { timeoutMs, onMessage, signal } = opts;
+    if (!this.#connected) return Promise.reject(new BusUnavailable(subject, this.#notConnected()));
+    if (signal?.aborted) return Promise.reject(new DOMException('aborted', 'AbortError'));
+    const inbox = this.#streamInbox();
+    const id = `${++this.#streamSeq}`;
+    return new Promise<void>((resolve, reject) => {
+      let received = 0;
+      let chain: Promise<void> = Promise.resolve();
+      let done = false;
+      const onDrop = (detail: string) => finish(new BusUnavailable(subject, detail, undefined, true));
+      const onAbort = () => finish(new DOMException('aborted', 'AbortError'));
+      const finish = (err?: Error) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        this.#streams.delete(id);
+        this.#inFlight.delete(onDrop);
+        signal?.removeEventListener('abort', onAbort);
+        if (err) reject(err);
+        else resolve();
+      };
+      const finishAfterChain = () =>
+        chain.then(
+          () => finish(),
+          (e: Error) => finish(e),
+        );
+      this.#inFlight.add(onDrop);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      const timer = setTimeout(() => finish(new BusTimeout(subject, timeoutMs, received)), timeoutMs);
+      this.#streams.set(id, (msg) => {
+        if (msg.data.length === 0) {
+          // An empty message is either the server's "no responders" status or our sentinel.
+          if (msg.headers?.code === 503) return finish(new BusNoResponders(subject));
+          return void finishAfterChain();
+        }
+        const remote = remoteError(subject, msg);
+        if (remote) return finish(remote);
+        let items: unknown;
+        try {
+          items = decode(msg.data);
+        } catch (e) {
+          return finish(e as Error);
+        }
+        for (const item of Array.isArray(items) ? items : [items]) {
+          received++;
+          chain = chain.then(() => onMessage(item));
+        }
+        if (msg.headers?.get(END_HEADER)) void finishAfterChain();
+        else chain.catch((e: Error) => finish(e));
+      });
+      try {
+        this.nc.publish(subject, encode(payload), { reply: `${inbox}.${id}` });
+      } catch (e) {
+        finish(mapRequestError(e, subject, timeoutMs));
+      }
+    });
+  }
+
+  close(opts: { timeoutMs?: number } = {}): Promise<void> {
+    this.#closing ??= (async () => {
+      if (this.#connected && !this.nc.isClosed()) {
+        const drained = await within(
+          this.nc.drain().then(
+            () => true,
+            () => false,
+          ),
+          opts.timeoutMs ?? CLOSE_DRAIN_MS,
+        );
+        if (drained) return;
+      }
+      await this.nc.close().catch(() => undefined);
+    })();
+    return this.#closing;
+  }
+
+  /** A subscription whose every message runs `handle` concurrently; subscription errors are reported. */
+  #serve(subject: string, queue: string | undefined, handle: (msg: Msg) => Promise<void>): BusSubscription {
+    const sub = this.nc.subscribe(subject, {
+      queue,
+      callback: (err, msg) => {
+        if (err) return this.#report(err, subject);
+        void handle(msg);
+      },
+    });
+    return { unsubscribe: () => sub.unsubscribe() };
+  }
+
+  #answer(msg: Msg, data: Uint8Array, headers?: MsgHdrs): void {
     // The requester names the reply subject, and the answer goes out with this connection's
     // rights: a gateway answering on `$KV.…` or `rl.refit.<id>.report` would write a bucket or
     // forge a report for whoever may send a request. Replies go to inboxes only.
     if (!isInboxSubject(msg.reply)) {
-      report(new Error(`refused to answer on \`${msg.reply ?? ''}\`: replies go only to inbox subjects (_INBOX…)`), msg.subject);
+      this.#report(new Error(`refused to answer on \`${msg.reply ?? ''}\`: replies go only to inbox subjects (_INBOX…)`), msg.subject);
       return;
     }
     try {
       msg.respond(data, headers ? { headers } : undefined);
     } catch (err) {
-      report(err, msg.subject); // e.g. reply over max_payload, or connection closed
+      this.#report(err, msg.subject); // e.g. reply over max_payload, or connection closed
     }
-  };
+  }
 
-  // The connection's state as nats.js reports it. Requests and streams in flight register here so
-  // a drop fails them at once: their replies would go to an inbox the server no longer routes to us.
-  let connected = true;
-  // host:port only (nats.js keeps credentials out of it), so it is safe in messages and logs.
-  let server: string | undefined = nc.getServer() || undefined;
-  const listeners = new Set<(status: BusStatus) => void>();
-  const inFlight = new Set<(detail: string) => void>();
-  const emit = (status: BusStatus) => {
-    for (const l of [...listeners]) {
+  async #followStatus(): Promise<void> {
+    for await (const s of this.nc.status()) {
+      if (s.type === 'disconnect') {
+        this.#server = s.server;
+        this.#dropped('disconnect');
+      } else if (s.type === 'reconnect') {
+        this.#server = s.server;
+        this.#connected = true;
+        this.#emit({ connected: true, event: 'reconnect', server: this.#server });
+      }
+    }
+  }
+
+  #emit(status: BusStatus): void {
+    for (const l of [...this.#listeners]) {
       try {
         l(status);
       } catch (err) {
-        report(err, 'bus status listener');
+        this.#report(err, 'bus status listener');
       }
     }
-  };
-  const at = () => (server ? ` at ${server}` : '');
-  const dropped = (event: 'disconnect' | 'close') => {
-    const wasConnected = connected;
-    connected = false;
-    const detail = event === 'close' ? 'the NATS connection closed before the reply came' : `lost the connection to NATS${at()} before the reply came`;
-    for (const fail of [...inFlight]) fail(detail);
-    if (wasConnected || event === 'close') emit({ connected: false, event, server });
-  };
-  void (async () => {
-    for await (const s of nc.status()) {
-      if (s.type === 'disconnect') {
-        server = s.server;
-        dropped('disconnect');
-      } else if (s.type === 'reconnect') {
-        server = s.server;
-        connected = true;
-        emit({ connected: true, event: 'reconnect', server });
-      }
-    }
-  })().catch((err) => report(err, 'bus status'));
-  void nc.closed().then(() => dropped('close'));
-  const notConnected = () =>
-    nc.isClosed() ? 'the NATS connection is closed; nothing was sent' : `not connected to NATS${at()} (reconnecting); nothing was sent`;
+  }
+
+  #at(): string {
+    return this.#server ? ` at ${this.#server}` : '';
+  }
+
+  #dropped(event: 'disconnect' | 'close'): void {
+    const wasConnected = this.#connected;
+    this.#connected = false;
+    const detail = event === 'close' ? 'the NATS connection closed before the reply came' : `lost the connection to NATS${this.#at()} before the reply came`;
+    for (const fail of [...this.#inFlight]) fail(detail);
+    if (wasConnected || event === 'close') this.#emit({ connected: false, event, server: this.#server });
+  }
+
+  #notConnected(): string {
+    return this.nc.isClosed() ? 'the NATS connection is closed; nothing was sent' : `not connected to NATS${this.#at()} (reconnecting); nothing was sent`;
+  }
 
   /** `pending`, unless the connection drops first: then BusUnavailable naming `subject`. */
-  const whileConnected = <T>(subject: string, pending: Promise<T>): Promise<T> =>
-    new Promise<T>((resolve, reject) => {
+  #whileConnected<T>(subject: string, pending: Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
       const fail = (detail: string) => {
-        inFlight.delete(fail);
+        this.#inFlight.delete(fail);
         pending.catch(() => {}); // it still settles later (its own timeout); nobody listens then
         reject(new BusUnavailable(subject, detail, undefined, true));
       };
-      inFlight.add(fail);
+      this.#inFlight.add(fail);
       pending.then(
         (v) => {
-          inFlight.delete(fail);
+          this.#inFlight.delete(fail);
           resolve(v);
         },
         (e) => {
-          inFlight.delete(fail);
+          this.#inFlight.delete(fail);
           reject(e);
         },
       );
     });
+  }
 
-  // Every request over this connection, JetStream's and KV's included (they call nc.request
-  // themselves), is refused while disconnected and failed when the connection drops under it.
-  // Otherwise nats.js queues it, drops it at the next dial (or sends it after a reconnect, to an
-  // engine whose caller gave up), and the caller waits out its whole timeout for nothing.
-  const natsRequest = nc.request.bind(nc);
-  nc.request = (subject, payload, requestOpts) => {
-    if (!connected) return Promise.reject(new BusUnavailable(subject, notConnected()));
-    return whileConnected(subject, natsRequest(subject, payload, requestOpts));
-  };
-
-  // Streamed requests share one wildcard inbox subscription (as nats.js muxes plain requests),
-  // so a fan-out costs no SUB/UNSUB round of its own; replies are routed by the last token.
-  const streams = new Map<string, (msg: Msg) => void>();
-  let streamSeq = 0;
-  let streamBase: string | undefined;
-  const streamInbox = (): string => {
-    if (streamBase) return streamBase;
+  #streamInbox(): string {
+    if (this.#streamBase) return this.#streamBase;
     // Under the connection's prefix: a server that lets a user subscribe to its own prefix only
     // would refuse (and another user could read) a bare `_INBOX`.
-    streamBase = createInbox(opts.inboxPrefix);
-    nc.subscribe(`${streamBase}.*`, {
+    const base = createInbox(this.#inboxPrefix);
+    this.#streamBase = base;
+    this.nc.subscribe(`${base}.*`, {
       callback: (err, msg) => {
-        if (err) return report(err, `${streamBase}.*`);
-        const id = msg.subject.slice(streamBase!.length + 1);
-        streams.get(id)?.(msg);
+        if (err) return this.#report(err, `${base}.*`);
+        this.#streams.get(msg.subject.slice(base.length + 1))?.(msg);
       },
     });
-    return streamBase;
-  };
-
-  let closing: Promise<void> | undefined;
-  const bus: Bus = {
-    nc,
-
-    get connected() {
-      return connected;
-    },
-
-    onStatus(listener) {
-      listeners.add(listener);
-      return () => listeners.delete(listener);
-    },
-
-    async request<T>(subject: string, payload: unknown, timeoutMs: number): Promise<T> {
-      let msg: Msg;
-      try {
-        msg = await nc.request(subject, encode(payload), { timeout: timeoutMs }); // fails fast: see above
-      } catch (err) {
-        throw mapRequestError(err, subject, timeoutMs);
-      }
-      const remote = remoteError(subject, msg);
-      if (remote) throw remote;
-      return decode(msg.data) as T;
-    },
-
-    publish(subject, payload) {
-      nc.publish(subject, encode(payload));
-    },
-
-    subscribe(subject, handler, subOpts = {}) {
-      const sub = nc.subscribe(subject, { queue: subOpts.queue });
-      void (async () => {
-        for await (const msg of sub) {
-          try {
-            await handler(decode(msg.data), msg);
-          } catch (err) {
-            report(err, msg.subject);
-          }
-        }
-      })().catch((err) => report(err, subject));
-      return { unsubscribe: () => sub.unsubscribe() };
-    },
-
-    respond(subject, handler, subOpts = {}) {
-      const sub = nc.subscribe(subject, {
-        queue: subOpts.queue,
-        callback: (err, msg) => {
-          if (err) {
-            report(err, subject);
-            return;
-          }
-          void (async () => {
-            try {
-              const value = await handler(decode(msg.data));
-              if (msg.reply) safeRespond(msg, encode(value));
-            } catch (e) {
-              if (!msg.reply) return report(e, msg.subject);
-              const r = errorReply(e);
-              safeRespond(msg, r.data, r.headers);
-            }
-          })();
-        },
-      });
-      return { unsubscribe: () => sub.unsubscribe() };
-    },
-
-    respondStream(subject, handler, subOpts = {}) {
-      const sub = nc.subscribe(subject, {
-        queue: subOpts.queue,
-        callback: (err, msg) => {
-          if (err) {
-            report(err, subject);
-            return;
-          }
-          void (async () => {
-            // Replies that finish together travel together: one message carries a JSON array of
-            // every reply sent in the same turn of the event loop (a fast fan-out of N legs is a
-            // couple of messages, not N), flushed early before a batch nears max_payload.
-            let open = true; // replies sent after the sentinel would reach nobody
-            let batch: string[] = [];
-            let bytes = 0;
-            let scheduled = false;
-            const limit = Math.max(64 * 1024, Math.floor((nc.info?.max_payload ?? 1024 * 1024) / 2));
-            const flush = (last = false) => {
-              scheduled = false;
-              if (batch.length === 0) return false;
-              const payload = encoder.encode(`[${batch.join(',')}]`);
-              batch = [];
-              bytes = 0;
-              safeRespond(msg, payload, last ? endHeaders() : undefined);
-              return true;
-            };
-            const send = (reply: unknown) => {
-              if (!open) return;
-              const text = JSON.stringify(reply) ?? 'null';
-              const size = Buffer.byteLength(text);
-              if (bytes > 0 && bytes + size > limit) flush();
-              batch.push(text);
-              bytes += size;
-              if (!scheduled) {
-                scheduled = true;
-                setImmediate(flush);
-              }
-            };
-            let failed = false;
-            try {
-              await handler(decode(msg.data), send);
-            } catch (e) {
-              failed = true;
-              flush();
-              const r = errorReply(e);
-              safeRespond(msg, r.data, r.headers);
-            } finally {
-              open = false;
-              // The last batch carries the end marker itself; a bare sentinel only when there is
-              // nothing left to send (one message fewer per replica on every fan-out).
-              if (failed || !flush(true)) safeRespond(msg, SENTINEL);
-            }
-          })();
-        },
-      });
-      return { unsubscribe: () => sub.unsubscribe() };
-    },
-
-    requestStream(subject, payload, streamOpts) {
-      const { timeoutMs, onMessage, signal } = streamOpts;
-      if (!connected) return Promise.reject(new BusUnavailable(subject, notConnected()));
-      if (signal?.aborted) return Promise.reject(new DOMException('aborted', 'AbortError'));
-      const inbox = streamInbox();
-      const id = `${++streamSeq}`;
-      return new Promise<void>((resolve, reject) => {
-        let received = 0;
-        let chain: Promise<void> = Promise.resolve();
-        let done = false;
-        const onDrop = (detail: string) => finish(new BusUnavailable(subject, detail, undefined, true));
-        const onAbort = () => finish(new DOMException('aborted', 'AbortError'));
-        const finish = (err?: Error) => {
-          if (done) return;
-          done = true;
-          clearTimeout(timer);
-          streams.delete(id);
-          inFlight.delete(onDrop);
-          signal?.removeEventListener('abort', onAbort);
-          if (err) reject(err);
-          else resolve();
-        };
-        inFlight.add(onDrop);
-        signal?.addEventListener('abort', onAbort, { once: true });
-        const timer = setTimeout(() => finish(new BusTimeout(subject, timeoutMs, received)), timeoutMs);
-        streams.set(id, (msg) => {
-          if (msg.data.length === 0) {
-            // An empty message is either the server's "no responders" status or our sentinel.
-            if (msg.headers?.code === 503) return finish(new BusNoResponders(subject));
-            chain.then(
-              () => finish(),
-              (e: Error) => finish(e),
-            );
-            return;
-          }
-          const remote = remoteError(subject, msg);
-          if (remote) return finish(remote);
-          let items: unknown;
-          try {
-            items = decode(msg.data);
-          } catch (e) {
-            return finish(e as Error);
-          }
-          for (const item of Array.isArray(items) ? items : [items]) {
-            received++;
-            chain = chain.then(() => onMessage(item));
-          }
-          if (msg.headers?.get(END_HEADER))
-            chain.then(
-              () => finish(),
-              (e: Error) => finish(e),
-            );
-          else chain.catch((e: Error) => finish(e));
-        });
-        try {
-          nc.publish(subject, encode(payload), { reply: `${inbox}.${id}` });
-        } catch (e) {
-          finish(mapRequestError(e, subject, timeoutMs));
-        }
-      });
-    },
-
-    close(closeOpts = {}) {
-      closing ??= (async () => {
-        if (connected && !nc.isClosed()) {
-          const drained = await within(
-            nc.drain().then(
-              () => true,
-              () => false,
-            ),
-            closeOpts.timeoutMs ?? CLOSE_DRAIN_MS,
-          );
-          if (drained) return;
-        }
-        await nc.close().catch(() => undefined);
-      })();
-      return closing;
-    },
-  };
-  return bus;
+    return base;
+  }
 }
 
 /** The server's refusal of a subscription under the inbox prefix, or undefined: a flush waits for its answer. */
