@@ -8,8 +8,10 @@
 //   chaos scenarios' short forms and the property tests. Three workers on the 2-core machines
 //   this runs on: most integration files wait on leases, timeouts and child processes more than
 //   they compute (753 s with two, 675 s with three, all passing); each starts its own nats-server.
+// Within a tier the files start longest first (test/runner/longest-first.ts).
 // Neither groupOrder is 0: vitest would run a one-worker project of group 0 last.
 import { defineConfig } from 'vitest/config';
+import { LongestFirst } from './test/runner/longest-first.ts';
 
 const integrationFiles = ['test/**/*.integration.test.ts', 'test/**/*.chaos.test.ts', 'test/**/*.fuzz.test.ts'];
 
@@ -21,6 +23,8 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     teardownTimeout: 30_000,
+    // The longest files first (test/runner/longest-first.ts), so none starts last and runs alone.
+    sequence: { sequencer: LongestFirst },
     projects: [
       {
         extends: true,
@@ -38,6 +42,8 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: integrationFiles,
+          // dist/ up to date before any file runs: the tests spawn the compiled simulators and CLI.
+          globalSetup: ['test/runner/build.ts'],
           maxWorkers: 3,
           sequence: { groupOrder: 2 },
         },
