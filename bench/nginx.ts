@@ -32,7 +32,7 @@ async function freePort(): Promise<number> {
 /**
  * nginx in the foreground (master + `workers` worker processes) proxying every path to
  * `upstream` over kept-alive HTTP/1.1, unbuffered so SSE chunks pass as they come, no access log:
- * the configuration STACK.md §5 measured, the one an operator would put in front of an engine.
+ * the configuration an operator would put in front of an engine.
  */
 export async function startNginx(upstream: string, dir: string, workers = 1): Promise<NginxProxy> {
   if (!NGINX) throw new Error('nginx is not installed (apt-get install nginx)');

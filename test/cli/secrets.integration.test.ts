@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { closedPort } from '../fixtures/closed-port.ts';
+import { CLI } from '../fixtures/entry.ts';
 import { startGatewayProcess } from '../fixtures/gateway-process.ts';
 import { startSecureNats, type SecureNats } from '../fixtures/secure-nats.ts';
 
@@ -21,7 +22,7 @@ const WARNING = /--admin-key on the command line is visible to other users/;
 /** Runs `rlgate <args>` to its exit (at most 30 s) and returns its code and everything it printed. */
 function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | string; out: string }> {
   return new Promise((res) => {
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+    const proc = spawn(process.execPath, [...CLI, ...args], {
       cwd: REPO_ROOT,
       env: { ...process.env, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -96,7 +97,7 @@ describe('secrets out of sight', () => {
     const gw = await startGatewayProcess(['--nats-url', url, '--log-level', 'info']);
     try {
       expect(await status(`${gw.url}/health`)).toBe(200);
-      const watch = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'watch', '--nats-url', url], {
+      const watch = spawn(process.execPath, [...CLI, 'watch', '--nats-url', url], {
         cwd: REPO_ROOT,
         stdio: ['ignore', 'pipe', 'pipe'],
       });

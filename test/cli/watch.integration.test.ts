@@ -9,10 +9,10 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { until } from '../fixtures/gateway-process.ts';
+import { CLI } from '../fixtures/entry.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
 
 interface Watch {
   proc: ChildProcess;

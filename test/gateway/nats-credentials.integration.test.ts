@@ -17,6 +17,7 @@ import type { NatsAuthSettings } from '../../src/bus/connect-options.ts';
 import { startGateway, type Gateway } from '../../src/gateway/gateway.ts';
 import type { Logger } from '../../src/obs/logger.ts';
 import { testConfig } from '../fixtures/gateway.ts';
+import { CLI } from '../fixtures/entry.ts';
 import { makeOperatorSetup } from '../fixtures/nats-jwt.ts';
 import { startSecureNats, type SecureNats } from '../fixtures/secure-nats.ts';
 import { makeTestCerts, type TestCerts } from '../fixtures/tls-certs.ts';
@@ -141,7 +142,7 @@ describe('user and password', () => {
     const url = `nats://trainer-gw:${PASSWORD}@127.0.0.1:${nats.port}`;
     const env: NodeJS.ProcessEnv = {};
     for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('RLGATE_') && k !== 'NATS_URL') env[k] = v;
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'gateway', '--port', '0', '--log-level', 'debug'], {
+    const proc = spawn(process.execPath, [...CLI, 'gateway', '--port', '0', '--log-level', 'debug'], {
       cwd: REPO_ROOT,
       env: { ...env, RLGATE_NATS_URL: url },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -14,6 +14,7 @@ import { connectBus, type Bus } from '../../../src/bus/connection.ts';
 import { startTestGateway, type TestGateway } from '../../fixtures/gateway.ts';
 import { startGatewayProcess, until, type GatewayProcess } from '../../fixtures/gateway-process.ts';
 import { startTestNats, type TestNats } from '../../fixtures/nats-server.ts';
+import { CLI } from '../../fixtures/entry.ts';
 import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../../fixtures/sglang-sim.ts';
 
 interface Run {
@@ -38,7 +39,7 @@ function trainerProcess(args: string[], timeoutMs = 90_000): { done: Promise<Run
   let stdout = '';
   let stderr = '';
   const done = new Promise<Run>((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'trainer', ...args], {
+    const child = spawn(process.execPath, [...CLI, 'trainer', ...args], {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: cleanEnv(),
     });
