@@ -47,3 +47,14 @@ export interface GroupMember {
 }
 
 export type JoinGroup = (params: JoinParams) => Promise<GroupMember>;
+
+/** The join of one engine to a group the trainer announced (its init call's fields). */
+export function joinParamsOf(
+  group: { masterAddress: string; masterPort: number; rankOffset: number; worldSize: number },
+  groupName: string,
+  gpus: number,
+  timeoutMs: number,
+): JoinParams {
+  const { masterAddress, masterPort, rankOffset, worldSize } = group;
+  return { masterAddress, masterPort, rankOffset, worldSize, groupName, gpus, timeoutMs };
+}

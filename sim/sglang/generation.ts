@@ -40,6 +40,13 @@ export function runSequences(engine: SimEngine, call: Call, seqs: Sequence[], on
   engine.scheduler.submit(seqs);
 }
 
+/** runSequences for a streamed answer: the SSE head goes out at once, then `onUpdate` writes events. */
+export function streamSequences(engine: SimEngine, call: Call, seqs: Sequence[], onUpdate: (seq: Sequence, k: number) => void, onDone: () => void): void {
+  call.res.writeHead(200, SSE_HEADERS);
+  call.res.flushHeaders();
+  runSequences(engine, call, seqs, onUpdate, onDone);
+}
+
 interface LogprobAsk {
   on: boolean;
   top: number;
@@ -169,9 +176,7 @@ export function generate(engine: SimEngine, call: Call): void {
   const res = call.res;
 
   if (b.stream === true) {
-    res.writeHead(200, SSE_HEADERS);
-    res.flushHeaders();
-    runSequences(
+    streamSequences(
       engine,
       call,
       seqs,

@@ -4,7 +4,7 @@
 // without one the routes validate and record metadata only. It never opens sockets itself.
 
 import { decodeValues } from '../broadcast/dtype.ts';
-import type { JoinParams } from '../broadcast/types.ts';
+import { joinParamsOf } from '../broadcast/types.ts';
 import { isInt, isStringList, sendJson, type Call } from '../core/reply.ts';
 import type { SimEngine } from './engine.ts';
 import { jsonObject, sendInvalid } from './reply.ts';
@@ -59,15 +59,7 @@ export async function initWeightsUpdateGroup(engine: SimEngine, call: Call): Pro
   store.groups.set(name, entry);
   const join = engine.opts.joinGroup;
   if (join && !call.claimSuccess) {
-    const params: JoinParams = {
-      masterAddress: entry.masterAddress,
-      masterPort: entry.masterPort,
-      rankOffset: entry.rankOffset,
-      worldSize: entry.worldSize,
-      groupName: name,
-      gpus,
-      timeoutMs: engine.opts.groupTimeoutMs,
-    };
+    const params = joinParamsOf(entry, name, gpus, engine.opts.groupTimeoutMs);
     try {
       const member = await join(params);
       if (store.groups.get(name) !== entry) {

@@ -6,7 +6,7 @@ import { isInt, sendJson, type Call } from '../core/reply.ts';
 import type { Finish, Sequence } from '../core/sequence.ts';
 import { encode, tokenText } from '../core/tokens.ts';
 import type { SimEngine } from './engine.ts';
-import { runSequences, SSE_DONE, SSE_HEADERS } from './generation.ts';
+import { runSequences, SSE_DONE, streamSequences } from './generation.ts';
 import { jsonObject, sendInvalid } from './reply.ts';
 import { expandRids, makeSequences, parseSampling, type Sampling } from './sampling.ts';
 import { logprobAt, topLogprobsAt } from './tokens.ts';
@@ -129,9 +129,7 @@ function handle(engine: SimEngine, call: Call, kind: Kind): void {
     const write = (choice: Record<string, unknown>): void => {
       res.write(`data: ${JSON.stringify({ id, object: chunkObject, created, model, choices: [choice], usage: null })}\n\n`);
     };
-    res.writeHead(200, SSE_HEADERS);
-    res.flushHeaders();
-    runSequences(
+    streamSequences(
       engine,
       call,
       seqs,

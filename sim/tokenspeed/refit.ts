@@ -4,7 +4,7 @@
 // mooncake when supported, and the 501 refusal of disk and tensor loads. It opens no sockets.
 
 import { dtypeWidth } from '../broadcast/dtype.ts';
-import type { GroupMember } from '../broadcast/types.ts';
+import { joinParamsOf, type GroupMember } from '../broadcast/types.ts';
 import { isInt, isStringList, type Call } from '../core/reply.ts';
 import type { TsEngine } from './engine.ts';
 import { invalid, ok, optionalBody, refuse, requiredBody } from './reply.ts';
@@ -72,15 +72,7 @@ export function initWeightsUpdateGroup(engine: TsEngine, call: Call): void {
   // TokenSpeed answers init in a millisecond or two and creates the communicator lazily; the join
   // starts now (so the trainer's rendezvous can complete) and the first transfer awaits it.
   if (join) {
-    entry.joining = join({
-      masterAddress: entry.masterAddress,
-      masterPort: entry.masterPort,
-      rankOffset: entry.rankOffset,
-      worldSize: entry.worldSize,
-      groupName: name,
-      gpus,
-      timeoutMs: engine.opts.groupTimeoutMs,
-    }).then(
+    entry.joining = join(joinParamsOf(entry, name, gpus, engine.opts.groupTimeoutMs)).then(
       (member: GroupMember) => {
         if (store.groups.get(name) !== entry) {
           member.close();

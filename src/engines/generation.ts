@@ -33,6 +33,33 @@ export interface TokenSampling {
   custom_params?: Record<string, unknown>;
 }
 
+/**
+ * The sampling parameters that keep their SGLang name and value on every token wire: copied as
+ * they are from a `/generate` body's `sampling_params`. The others (`stop`, `structural_tag`,
+ * `logit_bias`, `custom_params`) are checked or reshaped on their own.
+ */
+export const PLAIN_SAMPLING_KEYS: ReadonlyArray<keyof TokenSampling> = [
+  'max_new_tokens',
+  'min_new_tokens',
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'frequency_penalty',
+  'presence_penalty',
+  'repetition_penalty',
+  'stop_token_ids',
+  'ignore_eos',
+  'skip_special_tokens',
+  'spaces_between_special_tokens',
+  'no_stop_trim',
+  'n',
+  'sampling_seed',
+  'json_schema',
+  'regex',
+  'ebnf',
+];
+
 export interface TokenRequest {
   /** Engine request id (the caller's `rid`, or one the gateway made). */
   rid: string;

@@ -8,7 +8,16 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { EngineClient, EngineFacts } from './engine-client.ts';
-import { GenerationError, type FinishReason, type TokenEngine, type TokenEvent, type TokenRequest } from './generation.ts';
+import {
+  GenerationError,
+  PLAIN_SAMPLING_KEYS,
+  type FinishReason,
+  type TokenEngine,
+  type TokenChunk,
+  type TokenComplete,
+  type TokenEvent,
+  type TokenRequest,
+} from './generation.ts';
 import { TokenizerUnavailable, tokenizerFromBundle, type Tokenizer, type TokenizerSource } from './tokenizer.ts';
 import type { BundleChunk } from './tokenizer-bundle.ts';
 
@@ -213,31 +222,10 @@ function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
 
 function toProto(req: TokenRequest): Record<string, unknown> {
   const s = req.sampling;
-  const sampling: Record<string, unknown> = {
-    skip_special_tokens: s.skip_special_tokens ?? true,
-    spaces_between_special_tokens: s.spaces_between_special_tokens ?? true,
-  };
-  for (const k of [
-    'temperature',
-    'top_p',
-    'top_k',
-    'min_p',
-    'frequency_penalty',
-    'presence_penalty',
-    'repetition_penalty',
-    'max_new_tokens',
-    'min_new_tokens',
-    'stop',
-    'stop_token_ids',
-    'ignore_eos',
-    'no_stop_trim',
-    'n',
-    'sampling_seed',
-    'regex',
-    'json_schema',
-  ] as const) {
-    if (s[k] !== undefined) sampling[k] = s[k];
-  }
+  // proto3 plain bools: SGLang's defaults are sent when the request names none.
+  const sampling: Record<string, unknown> = { skip_special_tokens: true, spaces_between_special_tokens: true };
+  for (const k of PLAIN_SAMPLING_KEYS) if (s[k] !== undefined && k !== 'ebnf') sampling[k] = s[k];
+  if (s.stop !== undefined) sampling.stop = s.stop;
   if (s.ebnf !== undefined) sampling.ebnf_grammar = s.ebnf;
   if (s.structural_tag !== undefined) sampling.structural_tag = s.structural_tag;
   if (s.logit_bias !== undefined) sampling.logit_bias = s.logit_bias;
@@ -255,32 +243,20 @@ function toProto(req: TokenRequest): Record<string, unknown> {
 function fromProto(msg: GenerateResponse): TokenEvent | undefined {
   if (msg.chunk && (msg.response === 'chunk' || !msg.complete)) {
     const c = msg.chunk;
-    const ev: TokenEvent = {
-      kind: 'chunk',
-      index: c.index,
-      tokenIds: c.token_ids,
-      promptTokens: c.prompt_tokens,
-      completionTokens: c.completion_tokens,
-      cachedTokens: c.cached_tokens,
-    };
-    if (c.output_logprobs?.token_logprobs?.length) ev.logprobs = c.output_logprobs.token_logprobs;
-    if (c.weight_version !== undefined) ev.weightVersion = c.weight_version;
-    return ev;
+    return withCounts<TokenChunk>({ kind: 'chunk', index: c.index, tokenIds: c.token_ids }, c);
   }
   if (!msg.complete) return undefined;
   const c = msg.complete;
-  const ev: TokenEvent = {
-    kind: 'complete',
-    index: c.index,
-    outputIds: c.output_ids,
-    finishReason: finishOf(c),
-    promptTokens: c.prompt_tokens,
-    completionTokens: c.completion_tokens,
-    cachedTokens: c.cached_tokens,
-  };
-  if (c.output_logprobs?.token_logprobs?.length) ev.logprobs = c.output_logprobs.token_logprobs;
-  if (c.weight_version !== undefined) ev.weightVersion = c.weight_version;
-  return ev;
+  return withCounts<TokenComplete>({ kind: 'complete', index: c.index, outputIds: c.output_ids, finishReason: finishOf(c) }, c);
+}
+
+/** The fields a chunk and a completion share: token counts, logprobs when sent, the version when stamped. */
+type Counts = 'promptTokens' | 'completionTokens' | 'cachedTokens';
+function withCounts<E extends TokenEvent>(ev: Omit<E, Counts>, c: NonNullable<GenerateResponse['chunk'] | GenerateResponse['complete']>): E {
+  const out = { ...ev, promptTokens: c.prompt_tokens, completionTokens: c.completion_tokens, cachedTokens: c.cached_tokens } as E;
+  if (c.output_logprobs?.token_logprobs?.length) out.logprobs = c.output_logprobs.token_logprobs;
+  if (c.weight_version !== undefined) out.weightVersion = c.weight_version;
+  return out;
 }
 
 function finishOf(c: NonNullable<GenerateResponse['complete']>): FinishReason {

@@ -4,32 +4,10 @@
 // A sampling parameter is refused, never dropped. Pure shaping: it never calls an engine or routes.
 
 import { randomUUID } from 'node:crypto';
-import type { TokenEngine, TokenRequest, TokenSampling } from '../engines/generation.ts';
+import { PLAIN_SAMPLING_KEYS, type TokenEngine, type TokenRequest, type TokenSampling } from '../engines/generation.ts';
 import { GrpcEngineClient } from '../engines/grpc.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
 import { GatewayError, type ErrorContext } from '../api/errors.ts';
-
-const SAMPLING_KEYS: ReadonlyArray<keyof TokenSampling> = [
-  'max_new_tokens',
-  'min_new_tokens',
-  'temperature',
-  'top_p',
-  'top_k',
-  'min_p',
-  'frequency_penalty',
-  'presence_penalty',
-  'repetition_penalty',
-  'stop_token_ids',
-  'ignore_eos',
-  'skip_special_tokens',
-  'spaces_between_special_tokens',
-  'no_stop_trim',
-  'n',
-  'sampling_seed',
-  'json_schema',
-  'regex',
-  'ebnf',
-];
 
 const NO_TOKENIZER_FIX = 'start the engine with a tokenizer (gRPC engines serve theirs through GetTokenizer) or start the gateway with `--tokenizer-path DIR`';
 
@@ -102,7 +80,7 @@ export function tokenRequestOf(body: Record<string, unknown>, tokenizer?: Tokeni
   const sp = (body.sampling_params ?? {}) as Record<string, unknown>;
   if (Array.isArray(sp)) throw new GatewayError('invalid_request', 'one prompt takes one `sampling_params` object', { field: '/sampling_params' });
   const sampling: TokenSampling = {};
-  for (const k of SAMPLING_KEYS) if (sp[k] !== undefined && sp[k] !== null) (sampling as Record<string, unknown>)[k] = sp[k];
+  for (const k of PLAIN_SAMPLING_KEYS) if (sp[k] !== undefined && sp[k] !== null) (sampling as Record<string, unknown>)[k] = sp[k];
   const stop = stopStringsOf(sp.stop, '`sampling_params.stop`', '/sampling_params/stop');
   if (stop) sampling.stop = stop;
   const bias = logitBiasOf(sp.logit_bias, '/sampling_params/logit_bias');
