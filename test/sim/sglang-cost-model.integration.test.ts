@@ -1,12 +1,13 @@
 // The SGLang simulator under --cost-model realistic, in child processes over real HTTP: a repeated
 // prompt reports the page-aligned cached prefix and its prefill is shorter, text and token-id
-// prompts share the cache, a weight update flushes it unless `flush_cache: false`, and the
-// engine's own counts (/_sim/state, /v1/loads) agree with the cached_tokens its answers carry.
+// prompts share the cache, a weight update flushes it unless `flush_cache: false`, the engine's
+// own counts (/_sim/state, /v1/loads) agree with the cached_tokens its answers carry, and pauses,
+// aborts and weight versions work as under the fixed model, freeing KV where SGLang frees it.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encode } from '../../sim/core/tokens.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
-import { get, post } from './sglang-http.ts';
+import { get, post, track, until } from './sglang-http.ts';
 
 const PAGE = 16;
 // A small pool and fast steps keep the file quick; the prefill rate makes a long prompt's prefill
@@ -162,5 +163,62 @@ describe('the engine’s counts', () => {
     expect(loads.num_used_tokens % PAGE).toBe(0);
     expect(loads.token_usage).toBeCloseTo(loads.num_used_tokens / 4096, 12);
     await reader.cancel();
+  });
+});
+
+describe('pauses, aborts and versions', () => {
+  let sim: SimProcess;
+  beforeAll(async () => {
+    sim = await spawnSglangSim([...REALISTIC, '--weight-version', 'w0']);
+  });
+  afterAll(() => sim?.stop());
+
+  const tokensOf = async (rid: string): Promise<number> => (await sim.state()).sequences.find((s: any) => s.rid === rid)?.outputTokens ?? -1;
+
+  it('retract frees the running request’s KV; after continue it recomputes and ends at exactly max_new_tokens', async () => {
+    const r = post(sim.url, '/generate', { text: text('retract', 64), rid: 'rt', sampling_params: exact(300) });
+    await until(async () => (await tokensOf('rt')) >= 5, 'rt producing');
+    await post(sim.url, '/pause_generation', { mode: 'retract' });
+    const paused = await sim.state();
+    expect(paused.kv).toMatchObject({ running: 0, waiting: 1, heldTokens: 0 });
+    await post(sim.url, '/continue_generation', {});
+    const done = (await r).json.meta_info;
+    expect(done).toMatchObject({ completion_tokens: 300, total_retractions: 1, finish_reason: { type: 'length', length: 300 } });
+  });
+
+  it('in_place stops the running request where it is until continue', async () => {
+    const r = track(post(sim.url, '/generate', { text: text('inplace', 64), rid: 'ip', sampling_params: exact(300) }));
+    await until(async () => (await tokensOf('ip')) >= 5, 'ip producing');
+    await post(sim.url, '/pause_generation', { mode: 'in_place' });
+    const at = await tokensOf('ip');
+    await new Promise((res) => setTimeout(res, 100));
+    expect(await tokensOf('ip')).toBe(at);
+    expect(r.settled()).toBe(false);
+    expect((await sim.state()).kv.running).toBe(1);
+    await post(sim.url, '/continue_generation', {});
+    expect((await r.promise).json.meta_info).toMatchObject({ completion_tokens: 300, total_retractions: 0 });
+  });
+
+  it('abort_request ends a running request and frees its KV and its lock on the cache', async () => {
+    const prompt = text('abort', 64);
+    await post(sim.url, '/generate', { text: prompt, sampling_params: exact(1) });
+    const r = post(sim.url, '/generate', { text: prompt, rid: 'ab', sampling_params: exact(100_000) });
+    await until(async () => (await tokensOf('ab')) >= 2, 'ab producing');
+    expect((await sim.state()).cache.evictableTokens).toBeLessThan((await sim.state()).cache.tokens);
+    await post(sim.url, '/abort_request', { rid: 'ab' });
+    const out = (await r).json.meta_info;
+    expect(out.finish_reason.type).toBe('abort');
+    expect(out.cached_tokens).toBe(48);
+    const after = await sim.state();
+    expect(after.kv).toMatchObject({ running: 0, heldTokens: 0 });
+    expect(after.cache.evictableTokens).toBe(after.cache.tokens);
+  });
+
+  it('stamps the live weight version on every answer', async () => {
+    const before = await post(sim.url, '/generate', { text: 'v', sampling_params: exact(2) });
+    expect(before.json.meta_info.weight_version).toBe('w0');
+    await post(sim.url, '/update_weight_version', { new_version: 'w1' });
+    const after = await post(sim.url, '/generate', { text: 'v', sampling_params: exact(2) });
+    expect(after.json.meta_info.weight_version).toBe('w1');
   });
 });
