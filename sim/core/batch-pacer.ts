@@ -39,8 +39,8 @@ export class BatchPacer implements Pacer {
         maxRunningRequests,
         now: () => performance.now(),
         listener: {
-          stored: (tokens, from) => host.hooks.stored?.(tokens, from, r),
-          removed: (tokens, from) => host.hooks.removed?.(tokens, from, r),
+          stored: (tokens, from) => host.hooks().stored?.(tokens, from, r),
+          removed: (tokens, from) => host.hooks().removed?.(tokens, from, r),
         },
       }),
       step: null,

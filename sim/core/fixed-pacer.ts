@@ -140,7 +140,7 @@ export class FixedPacer implements Pacer {
     }
     if (this.prefixCache.size >= CACHE_LIMIT) this.prefixCache.clear();
     this.prefixCache.add(h);
-    if (!hit) this.host.hooks.stored?.(s.params.promptIds, 0, s.params.dpRank);
+    if (!hit) this.host.hooks().stored?.(s.params.promptIds, 0, s.params.dpRank);
   }
 
   private runToEnd(s: Sequence): void {

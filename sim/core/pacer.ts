@@ -25,7 +25,7 @@ export interface PacerHost {
   progressed(seq: Sequence): void;
   /** `seq` is done (`finish` is why); the scheduler ends it (it calls `remove` back). */
   finished(seq: Sequence, finish: Finish): void;
-  readonly hooks: KvHooks;
+  hooks(): KvHooks;
 }
 
 /** One DP rank's load: requests running and waiting, and the KV tokens the running ones hold. */

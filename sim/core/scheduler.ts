@@ -40,7 +40,6 @@ export class Scheduler<Mode extends string> {
   hooks: SchedulerHooks = {};
   /** Tokens produced since start (any output counts for a health probe). */
   outputs = 0;
-  readonly cost: CostModel;
   protected readonly held = new Set<Sequence>();
   /** Every unfinished request by rid, held ones included. */
   protected readonly live = new Map<string, Sequence>();
@@ -56,20 +55,18 @@ export class Scheduler<Mode extends string> {
     private readonly opts: SchedulerOptions,
     private readonly modes: PauseModes<Mode>,
   ) {
-    this.cost = opts.cost ?? { ...COST_MODEL_DEFAULTS };
-    const self = this;
+    const cost = opts.cost ?? COST_MODEL_DEFAULTS;
     const host: PacerHost = {
       admits: () => this.paused === null || this.modes[this.paused].admits,
       produced: () => this.produced(),
       progressed: (s) => s.onUpdate?.(s),
       finished: (s, finish) => this.end(s, finish),
-      get hooks() {
-        return self.hooks;
-      },
+      // Read at each call: an engine sets its hooks after the scheduler is built.
+      hooks: () => this.hooks,
     };
     this.pacer =
-      this.cost.kind === 'realistic'
-        ? new BatchPacer(this.cost, opts.maxRunningRequests, opts.dpSize, host)
+      cost.kind === 'realistic'
+        ? new BatchPacer(cost, opts.maxRunningRequests, opts.dpSize, host)
         : new FixedPacer({ tokenRate: opts.tokenRate, maxRunningRequests: opts.maxRunningRequests, dpSize: opts.dpSize }, host);
   }
 
