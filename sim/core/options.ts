@@ -1,9 +1,11 @@
 // The launch options every simulated engine spells, defaults and checks alike: the model and its
 // version, the token rate, the batch and context limits, the group deadline, the record limit,
-// and the command-line switches every simulator has (`--help`, `--exit-on-stdin-close`). Each
-// simulator keeps its other flags, its own defaults where they differ, and its --help text; this
-// file never starts anything.
+// and the command-line switches every simulator has (`--help`, `--exit-on-stdin-close`). The cost
+// model's options resolve here too; their flags are cost-model.ts's, read only by the simulators
+// that model cost. Each simulator keeps its other flags, its own defaults where they differ, and
+// its --help text; this file never starts anything.
 
+import { resolveCostModel, type CostModel, type CostModelOptions } from './cost-model.ts';
 import { flagNumber, readFlags } from './flags.ts';
 
 /** The options below, as a simulator's options object carries them. */
@@ -24,6 +26,8 @@ export interface EngineOptions {
   recordLimit?: number;
   /** The engine's own version string. */
   version?: string;
+  /** Which cost model and its figures; default the fixed one. */
+  cost?: CostModelOptions;
 }
 
 export interface ResolvedEngineOptions {
@@ -35,6 +39,7 @@ export interface ResolvedEngineOptions {
   contextLength: number;
   groupTimeoutMs: number;
   recordLimit: number;
+  cost: CostModel;
 }
 
 /** A positive integer option, `d` when absent. */
@@ -55,6 +60,7 @@ export function resolveEngineOptions(o: EngineOptions): ResolvedEngineOptions {
     contextLength: positiveInt(o.contextLength, 32768, 'contextLength'),
     groupTimeoutMs: o.groupTimeoutMs ?? 120_000,
     recordLimit: o.recordLimit ?? 10_000,
+    cost: resolveCostModel(o.cost ?? {}),
   };
 }
 

@@ -1,10 +1,15 @@
 // The simulated scheduler every engine runs: the admission gate (a pause, a weight-update drain,
-// released memory), requests held at the front while it is shut, the waiting queue, the running
-// set paced at `tokenRate` tokens/s per request, aborts, the prefix cache, DP ranks, and the waits
-// on all of it (idle, gate open, any output). What each pause mode means is the engine's: its
-// mode table says whether a mode drains or freezes, its own pause steps abort or retract. It
-// never touches a wire and never knows weight versions.
+// released memory), requests held at the front while it is shut, aborts, DP ranks, the waits on
+// all of it (idle, gate open, any output), and the pacer its admitted requests go to: the fixed
+// cost model (fixed-pacer.ts, every request at `tokenRate`) or the realistic one (batch-pacer.ts,
+// batched steps over a KV pool and a radix prefix cache). What each pause mode means is the
+// engine's: its mode table says whether a mode drains or freezes, its own pause steps abort or
+// retract. It never touches a wire and never knows weight versions.
 
+import { BatchPacer } from './batch-pacer.ts';
+import { COST_MODEL_DEFAULTS, type CostModel } from './cost-model.ts';
+import { FixedPacer } from './fixed-pacer.ts';
+import type { KvFacts, KvHooks, Pacer, PacerHost, RankLoad } from './pacer.ts';
 import type { Finish, Sequence } from './sequence.ts';
 import { Waiters } from './waiters.ts';
 
@@ -17,21 +22,18 @@ export interface PauseEffect {
 }
 
 export interface SchedulerOptions {
-  /** Tokens per second per request; Infinity (or ≤ 0) = everything at admission. */
+  /** Tokens per second per request (fixed cost model); Infinity (or ≤ 0) = everything at admission. */
   tokenRate: number;
   maxRunningRequests: number;
   dpSize: number;
+  /** Default: the fixed model. */
+  cost?: CostModel;
 }
 
 export type PauseModes<Mode extends string> = Readonly<Record<Mode, PauseEffect>>;
 
 /** Hooks an observer (the KV-event relay) listens on; the scheduler does not know what they feed. */
-export interface SchedulerHooks {
-  prefilled?(seq: Sequence, cacheHit: boolean): void;
-  flushed?(): void;
-}
-
-const CACHE_LIMIT = 100_000;
+export type SchedulerHooks = KvHooks;
 
 export class Scheduler<Mode extends string> {
   paused: Mode | null = null;
@@ -39,26 +41,33 @@ export class Scheduler<Mode extends string> {
   /** Tokens produced since start (any output counts for a health probe). */
   outputs = 0;
   protected readonly held = new Set<Sequence>();
-  protected readonly waiting: Sequence[] = [];
-  protected readonly running = new Set<Sequence>();
   /** Every unfinished request by rid, held ones included. */
   protected readonly live = new Map<string, Sequence>();
-  protected readonly prefixCache = new Set<number>();
+  /** The waiting queue and the running set, and how they produce. */
+  protected readonly pacer: Pacer;
   private gateLocks = 0;
-  private ticker: NodeJS.Timeout | null = null;
   private readonly idleWaiters = new Waiters();
   private readonly gateWaiters = new Waiters();
   private readonly outputWaiters = new Waiters();
-  private readonly tickMs: number;
-  private readonly instant: boolean;
   private rr = 0;
 
   constructor(
     private readonly opts: SchedulerOptions,
     private readonly modes: PauseModes<Mode>,
   ) {
-    this.instant = !Number.isFinite(opts.tokenRate) || opts.tokenRate <= 0;
-    this.tickMs = this.instant ? 0 : Math.max(1, Math.min(20, 1000 / opts.tokenRate));
+    const cost = opts.cost ?? COST_MODEL_DEFAULTS;
+    const host: PacerHost = {
+      admits: () => this.paused === null || this.modes[this.paused].admits,
+      produced: () => this.produced(),
+      progressed: (s) => s.onUpdate?.(s),
+      finished: (s, finish) => this.end(s, finish),
+      // Read at each call: an engine sets its hooks after the scheduler is built.
+      hooks: () => this.hooks,
+    };
+    this.pacer =
+      cost.kind === 'realistic'
+        ? new BatchPacer(cost, opts.maxRunningRequests, opts.dpSize, host)
+        : new FixedPacer({ tokenRate: opts.tokenRate, maxRunningRequests: opts.maxRunningRequests, dpSize: opts.dpSize }, host);
   }
 
   get gateOpen(): boolean {
@@ -67,7 +76,7 @@ export class Scheduler<Mode extends string> {
 
   /** Nothing waiting or running (held requests are not in the scheduler yet). */
   get idle(): boolean {
-    return this.waiting.length === 0 && this.running.size === 0;
+    return this.pacer.waitingCount === 0 && this.pacer.runningCount === 0;
   }
 
   isLive(rid: string): boolean {
@@ -79,19 +88,17 @@ export class Scheduler<Mode extends string> {
   }
 
   counts(): { held: number; waiting: number; running: number; live: number } {
-    return { held: this.held.size, waiting: this.waiting.length, running: this.running.size, live: this.live.size };
+    return { held: this.held.size, waiting: this.pacer.waitingCount, running: this.pacer.runningCount, live: this.live.size };
   }
 
-  /** Running/waiting per DP rank, and the tokens the running ones hold (held requests are in none). */
-  countsByRank(): Array<{ running: number; waiting: number; tokens: number }> {
-    const out = Array.from({ length: this.opts.dpSize }, () => ({ running: 0, waiting: 0, tokens: 0 }));
-    for (const s of this.running) {
-      const r = out[s.params.dpRank];
-      r.running++;
-      r.tokens += s.params.promptIds.length + s.outputIds.length;
-    }
-    for (const s of this.waiting) out[s.params.dpRank].waiting++;
-    return out;
+  /** Running/waiting per DP rank, and the KV tokens the running ones hold (held requests are in none). */
+  countsByRank(): RankLoad[] {
+    return this.pacer.byRank();
+  }
+
+  /** Per DP rank, the KV pool and cache as loads report them; null under the fixed model (no pool). */
+  kvByRank(): KvFacts[] | null {
+    return this.pacer.kv();
   }
 
   sequences(limit: number): Array<{ rid: string; state: string; outputTokens: number }> {
@@ -113,6 +120,7 @@ export class Scheduler<Mode extends string> {
       waiting: c.waiting,
       held: c.held,
       sequences: this.sequences(1000),
+      ...this.pacer.view(),
     };
   }
 
@@ -134,10 +142,7 @@ export class Scheduler<Mode extends string> {
       }
       return;
     }
-    for (const s of seqs) {
-      s.state = 'waiting';
-      this.waiting.push(s);
-    }
+    this.pacer.enqueue(seqs);
     this.admit();
   }
 
@@ -165,7 +170,7 @@ export class Scheduler<Mode extends string> {
   resume(): void {
     const wasFrozen = this.frozen;
     this.paused = null;
-    if (wasFrozen) this.rebase();
+    if (wasFrozen) this.pacer.thaw();
     this.openGateIfFree();
     this.admit();
   }
@@ -203,13 +208,13 @@ export class Scheduler<Mode extends string> {
   /** Flushes the prefix cache; refused (false) while anything waits or runs. */
   flushCache(): boolean {
     if (!this.idle) return false;
-    this.prefixCache.clear();
+    this.pacer.flush();
     this.hooks.flushed?.();
     return true;
   }
 
   close(): void {
-    this.stopTicker();
+    this.pacer.close();
     this.gateWaiters.wake();
     this.outputWaiters.wake();
   }
@@ -218,28 +223,24 @@ export class Scheduler<Mode extends string> {
   protected enterPause(mode: Mode): void {
     const wasFrozen = this.frozen;
     this.paused = mode;
-    if (this.modes[mode].freezes) this.stopTicker();
-    else if (wasFrozen) this.rebase();
+    if (this.modes[mode].freezes) this.pacer.freeze();
+    else if (wasFrozen) this.pacer.thaw();
   }
 
   /** Starts waiting requests while there is room, unless the pause forbids it. */
   protected admit(): void {
     if (this.paused !== null && !this.modes[this.paused].admits) return;
-    const now = performance.now();
-    while (this.waiting.length > 0 && this.running.size < this.opts.maxRunningRequests) {
-      const s = this.waiting.shift()!;
-      this.prefill(s);
-      s.state = 'running';
-      s.runStartedAt = now;
-      s.runBase = s.outputIds.length;
-      this.running.add(s);
-      if (s.done) {
-        this.end(s, s.finish!);
-        continue;
-      }
-      if (this.instant) this.runToEnd(s);
-    }
-    if (this.running.size > 0) this.startTicker();
+    this.pacer.admit();
+  }
+
+  /**
+   * Every running request back to the front of the waiting queue: its KV is dropped, the tokens
+   * it produced are kept and recomputed when it runs again. Returns them.
+   */
+  protected retractRunning(): Sequence[] {
+    const back = this.pacer.retractRunning();
+    this.pacer.enqueue(back, true);
+    return back;
   }
 
   protected end(s: Sequence, finish: Finish): void {
@@ -256,81 +257,13 @@ export class Scheduler<Mode extends string> {
     return this.paused !== null && this.modes[this.paused].freezes;
   }
 
-  /** Pacing restarts from now: a frozen request does not catch up on the time it was frozen. */
-  private rebase(): void {
-    const now = performance.now();
-    for (const s of this.running) {
-      s.runStartedAt = now;
-      s.runBase = s.outputIds.length;
-    }
-  }
-
   private openGateIfFree(): void {
     if (!this.gateOpen) return;
     if (this.held.size > 0) {
-      for (const s of this.held) {
-        s.state = 'waiting';
-        this.waiting.push(s);
-      }
+      this.pacer.enqueue([...this.held]);
       this.held.clear();
     }
     this.gateWaiters.wake();
-  }
-
-  private prefill(s: Sequence): void {
-    const h = s.params.promptHash;
-    const hit = this.prefixCache.has(h);
-    // Counted once, at the first prefill: a retracted request lost its KV (cachedTokens 0).
-    if (s.outputIds.length === 0 && s.retractions === 0) {
-      s.cachedTokens = hit ? Math.max(0, s.params.promptIds.length - 1) : 0;
-    }
-    if (this.prefixCache.size >= CACHE_LIMIT) this.prefixCache.clear();
-    this.prefixCache.add(h);
-    this.hooks.prefilled?.(s, hit);
-  }
-
-  private runToEnd(s: Sequence): void {
-    for (;;) {
-      const finished = s.step();
-      this.produced();
-      if (finished) break;
-      s.onUpdate?.(s);
-    }
-    this.end(s, s.finish!);
-  }
-
-  private startTicker(): void {
-    if (this.ticker || this.instant || this.frozen) return;
-    this.ticker = setTimeout(() => this.tick(), this.tickMs);
-  }
-
-  private stopTicker(): void {
-    if (this.ticker) clearTimeout(this.ticker);
-    this.ticker = null;
-  }
-
-  private tick(): void {
-    this.ticker = null;
-    if (this.frozen) return;
-    const now = performance.now();
-    const rate = this.opts.tokenRate / 1000;
-    for (const s of [...this.running]) {
-      const target = s.runBase + Math.floor((now - s.runStartedAt) * rate);
-      let produced = false;
-      let finished = false;
-      while (s.outputIds.length < target) {
-        produced = true;
-        if (s.step()) {
-          finished = true;
-          break;
-        }
-      }
-      if (produced) this.produced();
-      if (finished) this.end(s, s.finish!);
-      else if (produced) s.onUpdate?.(s);
-    }
-    this.admit();
-    if (this.running.size > 0) this.startTicker();
   }
 
   private produced(): void {
@@ -339,12 +272,8 @@ export class Scheduler<Mode extends string> {
   }
 
   private remove(s: Sequence): void {
-    if (s.state === 'running') this.running.delete(s);
-    else if (s.state === 'held') this.held.delete(s);
-    else if (s.state === 'waiting') {
-      const i = this.waiting.indexOf(s);
-      if (i >= 0) this.waiting.splice(i, 1);
-    }
+    if (s.state === 'held') this.held.delete(s);
+    else if (s.state === 'waiting' || s.state === 'running') this.pacer.remove(s);
   }
 
   private settle(): void {

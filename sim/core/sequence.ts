@@ -53,6 +53,11 @@ export class Sequence {
   /** Pacing: when the sequence (re)started running and how many tokens it had then. */
   runStartedAt = 0;
   runBase = 0;
+  /**
+   * The output length at which the model emits its end-of-sequence token (set by the realistic
+   * cost model when `ignore_eos` is off); null: the corpus walk never ends by itself.
+   */
+  eosAt: number | null = null;
   /** Called after new tokens and once at the end (`finish` set). Set by the wire's handler. */
   onUpdate: ((seq: Sequence) => void) | null = null;
 
@@ -75,7 +80,7 @@ export class Sequence {
   step(): boolean {
     if (this.finish) return true;
     const p = this.params;
-    const id = this.tokenAt(p.seed, this.outputIds.length);
+    const id = this.eosAt === this.outputIds.length + 1 ? EOS_TOKEN_ID : this.tokenAt(p.seed, this.outputIds.length);
     this.outputIds.push(id);
     const stopsAllowed = this.outputIds.length >= p.minNewTokens;
     if (stopsAllowed && ((p.stopTokenIds && p.stopTokenIds.has(id)) || (!p.ignoreEos && id === EOS_TOKEN_ID))) {

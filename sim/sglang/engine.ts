@@ -31,6 +31,7 @@ export class SimEngine {
       tokenRate: opts.tokenRate,
       maxRunningRequests: opts.maxRunningRequests,
       dpSize: opts.dpSize,
+      cost: opts.cost,
     });
     this.weights = new WeightStore(opts.model);
     this.recorder = new RequestLog(opts.recordLimit);

@@ -6,7 +6,14 @@ import { sendJson, type Call } from '../core/reply.ts';
 import { VOCAB_SIZE } from '../core/tokens.ts';
 import type { SimEngine } from './engine.ts';
 
-const MAX_TOTAL_TOKENS = 1_000_000;
+/** max_total_num_tokens under the fixed cost model, which has no KV pool. */
+const NOMINAL_TOTAL_TOKENS = 1_000_000;
+
+/** KV tokens per DP rank: the realistic model's pool, else the nominal figure. */
+function totalTokens(engine: SimEngine): number {
+  const c = engine.opts.cost;
+  return c.kind === 'realistic' ? c.kvCacheTokens : NOMINAL_TOTAL_TOKENS;
+}
 
 /** The ServerArgs fields that never change while the simulator runs. The api key is left out. */
 function staticServerArgs(engine: SimEngine, port: number): Record<string, unknown> {
@@ -27,12 +34,13 @@ function staticServerArgs(engine: SimEngine, port: number): Record<string, unkno
     port,
     mem_fraction_static: 0.8,
     max_running_requests: o.maxRunningRequests,
-    max_total_tokens: MAX_TOTAL_TOKENS,
-    chunked_prefill_size: 8192,
+    max_total_tokens: totalTokens(engine),
+    chunked_prefill_size: o.cost.chunkedPrefillSize,
+    page_size: o.cost.kind === 'realistic' ? o.cost.pageSize : 1,
     schedule_policy: 'fcfs',
     stream_interval: 1,
     stream_output: false,
-    random_seed: 0,
+    random_seed: o.cost.randomSeed,
     tp_size: o.tpSize,
     dp_size: o.dpSize,
     pp_size: o.ppSize,
@@ -45,7 +53,7 @@ function staticServerArgs(engine: SimEngine, port: number): Record<string, unkno
     encoder_only: false,
     enable_metrics: false,
     kv_events_config: null,
-    max_total_num_tokens: MAX_TOTAL_TOKENS,
+    max_total_num_tokens: totalTokens(engine),
     max_req_input_len: o.contextLength - 1,
     vocab_size: VOCAB_SIZE,
   };
@@ -73,7 +81,7 @@ export class InfoRoutes {
         last_gen_throughput: 0,
         num_running_reqs: r.running,
         num_waiting_reqs: r.waiting,
-        memory_usage: { weight: 1.0, kvcache: 0.5, token_capacity: MAX_TOTAL_TOKENS },
+        memory_usage: { weight: 1.0, kvcache: 0.5, token_capacity: totalTokens(e) },
       })),
       version: e.opts.version,
     });
@@ -98,21 +106,25 @@ export class InfoRoutes {
   loads = (_engine: SimEngine, call: Call): void => {
     const e = this.engine;
     const ranks = e.scheduler.countsByRank();
+    // Under the fixed model there is no pool: no tokens used, no cache hits.
+    const kv = e.scheduler.kvByRank();
+    const total = totalTokens(e);
     const loads = ranks.map((r, dp_rank) => ({
       dp_rank,
       num_running_reqs: r.running,
       num_waiting_reqs: r.waiting,
       num_total_reqs: r.running + r.waiting,
-      num_used_tokens: 0,
-      max_total_num_tokens: MAX_TOTAL_TOKENS,
-      token_usage: 0,
+      num_used_tokens: kv ? kv[dp_rank].usedTokens : 0,
+      max_total_num_tokens: total,
+      token_usage: kv ? kv[dp_rank].usedTokens / total : 0,
       gen_throughput: 0,
-      cache_hit_rate: 0,
+      cache_hit_rate: kv ? kv[dp_rank].cacheHitRate : 0,
       utilization: r.running / e.opts.maxRunningRequests,
       max_running_requests: e.opts.maxRunningRequests,
     }));
     const running = ranks.reduce((a, r) => a + r.running, 0);
     const waiting = ranks.reduce((a, r) => a + r.waiting, 0);
+    const usage = loads.reduce((a, l) => a + l.token_usage, 0) / loads.length;
     sendJson(call.res, 200, {
       timestamp: new Date().toISOString(),
       version: e.opts.version,
@@ -122,7 +134,7 @@ export class InfoRoutes {
         total_running_reqs: running,
         total_waiting_reqs: waiting,
         total_reqs: running + waiting,
-        avg_token_usage: 0,
+        avg_token_usage: usage,
         avg_throughput: 0,
         avg_utilization: running / (e.opts.maxRunningRequests * ranks.length),
       },
@@ -132,6 +144,7 @@ export class InfoRoutes {
   /** Deprecated `/get_load`: the older per-rank list. */
   getLoad = (_engine: SimEngine, call: Call): void => {
     const ranks = this.engine.scheduler.countsByRank();
+    const kv = this.engine.scheduler.kvByRank();
     sendJson(
       call.res,
       200,
@@ -139,7 +152,7 @@ export class InfoRoutes {
         dp_rank,
         num_reqs: r.running + r.waiting,
         num_waiting_reqs: r.waiting,
-        num_tokens: 0,
+        num_tokens: kv ? kv[dp_rank].usedTokens : 0,
       })),
     );
   };

@@ -2,6 +2,7 @@
 // --help text. It owns every option name and default; it never starts a server.
 
 import type { JoinGroup } from '../broadcast/types.ts';
+import { costModelHelp, readCostFlag, type CostModel } from '../core/cost-model.ts';
 import { flagJson, flagNumber } from '../core/flags.ts';
 import { positiveInt, readEngineFlags, resolveEngineOptions, type CommandLine, type EngineOptions } from '../core/options.ts';
 import { parseFaults, type Fault } from './faults.ts';
@@ -50,6 +51,7 @@ export interface ResolvedOptions {
   healthMode: HealthMode;
   groupTimeoutMs: number;
   recordLimit: number;
+  cost: CostModel;
   enableMemorySaver: boolean;
   joinGroup: JoinGroup | null;
   onExit: ((code: number) => void) | null;
@@ -99,7 +101,7 @@ Prints {"event":"listening","url":...,"port":...} on stdout when ready; SIGTERM/
   --token-rate <r>              tokens/s per request; 0 or inf = as fast as possible (default 2000)
   --max-running <n>             max running requests; more wait in the queue (default 256);
                                 also --max-running-requests
-  --context-length <n>          longest accepted prompt, in tokens (default 32768)
+${costModelHelp(32)}  --context-length <n>          longest accepted prompt, in tokens (default 32768)
   --api-key <key>               require "Authorization: Bearer <key>" (not on /health*, /_sim/*)
   --version <v>                 SGLang version reported by /server_info (default 0.5.19)
   --fault <json>                a fault object or list (repeatable); see sim/sglang/README.md
@@ -175,7 +177,7 @@ export function parseArgs(argv: readonly string[]): CliOptions {
         break;
       }
       default:
-        return false;
+        return readCostFlag(flag, next, o);
     }
     return true;
   });

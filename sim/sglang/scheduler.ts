@@ -1,5 +1,5 @@
-// SGLang's scheduler over the shared one (sim/core/scheduler.ts: gate, queues, pacing, prefix
-// cache): its pause modes (abort, retract, in_place: each stops the running set) and its
+// SGLang's scheduler over the shared one (sim/core/scheduler.ts: gate, queues, the cost model's
+// pacing and prefix cache): its pause modes (abort, retract, in_place: each stops the running set) and its
 // abort_request (an exact-rid gate at the tokenizer front, then a prefix match in the scheduler,
 // with SGLang's messages). It never parses HTTP and never knows weight versions.
 
@@ -35,13 +35,13 @@ export class Scheduler extends BaseScheduler<PauseMode> {
   abort(rid: string, all: boolean): number {
     if (!all && !this.live.has(rid)) return 0;
     let n = 0;
-    for (const s of [...this.waiting]) {
+    for (const s of this.pacer.waiting()) {
       if (all || s.rid.startsWith(rid)) {
         this.end(s, abortFinish(ABORT_WAITING));
         n++;
       }
     }
-    for (const s of [...this.running]) {
+    for (const s of this.pacer.running()) {
       if (all || s.rid.startsWith(rid)) {
         this.end(s, abortFinish(ABORT_RUNNING));
         n++;
@@ -57,15 +57,10 @@ export class Scheduler extends BaseScheduler<PauseMode> {
     } else if (mode === 'retract') {
       // Running requests go back to the front of the waiting queue; their KV is dropped, the
       // tokens already produced are kept and recomputed after continue.
-      const back = [...this.running];
-      this.running.clear();
-      for (const s of back) {
-        s.state = 'waiting';
+      for (const s of this.retractRunning()) {
         s.retractions++;
         s.cachedTokens = 0;
       }
-      this.waiting.unshift(...back);
-      if (back.length > 0) this.prefixCache.clear();
     }
   }
 }

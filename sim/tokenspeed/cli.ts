@@ -3,6 +3,7 @@
 // raw here: main.ts resolves it against the environment. It never starts anything.
 
 import { FaultError } from '../core/faults.ts';
+import { costModelHelp, readCostFlag } from '../core/cost-model.ts';
 import { flagJson, flagNumber } from '../core/flags.ts';
 import { readEngineFlags, type CommandLine } from '../core/options.ts';
 import { parseFaults, type FaultRule } from './faults.ts';
@@ -42,7 +43,7 @@ SIGTERM/SIGINT stop it (health NOT_SERVING, in-flight requests drain, then exit 
   --dp-size <n>                  attention-DP width (data_parallel_size; dp_size when > 1)
   --token-rate <r>               tokens/s per request; 0 or inf = as fast as possible (default 2000)
   --max-running-requests <n>     running requests; the rest wait (default 256)
-  --context-length <n>           longest prompt (default 32768)
+${costModelHelp(33)}  --context-length <n>           longest prompt (default 32768)
   --enable-output-logprobs       Generate returns output logprobs when asked (default off)
   --kv-events-config <json|off>  KV events ('{"enable_kv_cache_events": true, "publisher": "zmq"}');
                                  rust turns them on by default (env SMG_TOKENSPEED_SERVICER_KV_EVENTS=0 off)
@@ -164,7 +165,7 @@ export function parseArgs(argv: readonly string[]): CliOptions {
         o.drainMs = flagNumber(flag, next()) * 1000;
         break;
       default:
-        return false;
+        return readCostFlag(flag, next, o);
     }
     return true;
   });

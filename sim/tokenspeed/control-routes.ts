@@ -89,12 +89,14 @@ export function healthGenerate(_engine: TsEngine, call: Call): void {
 }
 
 export function loads(engine: TsEngine, call: Call): void {
+  const kv = engine.scheduler.kvByRank();
   sendJson(call.res, 200, {
     loads: engine.scheduler.countsByRank().map((r, dp_rank) => ({
       dp_rank,
       num_reqs: r.running + r.waiting,
       num_waiting_reqs: r.waiting,
-      num_pages: r.tokens,
+      // Pages held when the engine models them; the fixed model reports its tokens.
+      num_pages: kv ? Math.ceil(r.tokens / kv[dp_rank].pageSize) : r.tokens,
     })),
   });
 }

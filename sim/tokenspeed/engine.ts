@@ -8,13 +8,13 @@ import { Holds } from '../core/holds.ts';
 import { MemoryGate } from '../core/memory-gate.ts';
 import { Concurrency } from '../core/recorder.ts';
 import type { FaultRule } from './faults.ts';
-import { KvRelay } from './kv-events.ts';
+import { BLOCK_SIZE, KvRelay } from './kv-events.ts';
 import type { ResolvedOptions } from './options.ts';
 import { Recorder } from './recorder.ts';
 import { Scheduler } from './scheduler.ts';
 import { WeightStore } from './weights.ts';
 
-/** Reported as max_total_num_tokens; the simulator has no real KV pool. */
+/** Reported as max_total_num_tokens under the fixed cost model, which has no KV pool. */
 export const MAX_TOTAL_TOKENS = 1_000_000;
 
 export class TsEngine {
@@ -46,23 +46,35 @@ export class TsEngine {
   /** Control-app requests being handled now, and the most at once since the last reset. */
   readonly concurrency = new Concurrency();
   readonly startedAt = Date.now();
+  /** KV tokens per DP rank (max_total_num_tokens): the realistic model's pool, else a nominal figure. */
+  readonly maxTotalTokens: number;
+  /** page_size in server_args: the realistic model's page, else 1. */
+  readonly pageSize: number;
 
   constructor(readonly opts: ResolvedOptions) {
+    const realistic = opts.cost.kind === 'realistic';
+    this.maxTotalTokens = realistic ? opts.cost.kvCacheTokens : MAX_TOTAL_TOKENS;
+    this.pageSize = realistic ? opts.cost.pageSize : 1;
     this.weightVersion = opts.weightVersion;
     this.launchVersion = opts.weightVersion;
-    this.scheduler = new Scheduler({ tokenRate: opts.tokenRate, maxRunningRequests: opts.maxRunningRequests, dpSize: opts.dpSize });
+    this.scheduler = new Scheduler({ tokenRate: opts.tokenRate, maxRunningRequests: opts.maxRunningRequests, dpSize: opts.dpSize, cost: opts.cost });
     this.weights = new WeightStore(opts.model);
     this.recorder = new Recorder(opts.recordLimit);
     this.faults.add(opts.faults);
     this.kv = opts.kvEvents.enabled
-      ? new KvRelay({ replay: opts.profile.kvReplay, loadIntervalMs: opts.kvLoadIntervalMs, load: () => this.loadFacts() })
+      ? new KvRelay({
+          replay: opts.profile.kvReplay,
+          loadIntervalMs: opts.kvLoadIntervalMs,
+          // A block is a cache page when the engine models pages.
+          blockSize: opts.cost.kind === 'realistic' ? opts.cost.pageSize : BLOCK_SIZE,
+          load: () => this.loadFacts(),
+        })
       : null;
     if (this.kv) {
       const kv = this.kv;
       this.scheduler.hooks = {
-        prefilled: (seq, hit) => {
-          if (!hit) kv.stored(seq.params.promptIds, seq.params.dpRank);
-        },
+        stored: (tokens, from, rank) => kv.stored(tokens, from, rank),
+        removed: (tokens, from, rank) => kv.removed(tokens, from, rank),
         flushed: () => kv.cleared(),
       };
     }
@@ -94,11 +106,13 @@ export class TsEngine {
 
   loadFacts(): { running: number; waiting: number; usedTokens: number; maxTotalTokens: number; maxRunning: number } {
     const ranks = this.scheduler.countsByRank();
+    // With a KV pool per rank, the engine's capacity is every rank's.
+    const kv = this.scheduler.kvByRank();
     return {
       running: ranks.reduce((a, r) => a + r.running, 0),
       waiting: ranks.reduce((a, r) => a + r.waiting, 0),
       usedTokens: ranks.reduce((a, r) => a + r.tokens, 0),
-      maxTotalTokens: MAX_TOTAL_TOKENS,
+      maxTotalTokens: kv ? kv.reduce((a, k) => a + k.totalTokens, 0) : MAX_TOTAL_TOKENS,
       maxRunning: this.opts.maxRunningRequests,
     };
   }

@@ -1,10 +1,12 @@
-// The KV-event relay behind SubscribeKvEvents: numbered KvEventBatch messages for blocks stored at
-// prefill and for cache flushes, a bounded history (the rust relay replays from
-// start_sequence_number; the Python servicer starts from now), and load-only heartbeats carrying
-// EngineLoad. It never decides when blocks exist: the scheduler's hooks tell it.
+// The KV-event relay behind SubscribeKvEvents: numbered KvEventBatch messages for blocks stored and
+// removed as the prefix cache changes and for cache flushes, a bounded history (the rust relay
+// replays from start_sequence_number; the Python servicer starts from now), and load-only
+// heartbeats carrying EngineLoad. A block is one cache page; its hash chains on its parent's from
+// the root. It never decides when blocks exist: the scheduler's hooks tell it.
 
 import { createHash } from 'node:crypto';
 
+/** Blocks per event under the fixed cost model, which has no pages of its own. */
 export const BLOCK_SIZE = 16;
 const HISTORY_LIMIT = 10_000;
 
@@ -44,7 +46,7 @@ export class KvRelay {
   private readonly subscribers = new Set<Send>();
   private readonly timers = new Set<NodeJS.Timeout>();
 
-  constructor(private readonly opts: { replay: boolean; loadIntervalMs: number; load: () => EngineLoadFacts }) {}
+  constructor(private readonly opts: { replay: boolean; loadIntervalMs: number; blockSize: number; load: () => EngineLoadFacts }) {}
 
   get subscriberCount(): number {
     return this.subscribers.size;
@@ -54,18 +56,26 @@ export class KvRelay {
     return this.seq.toString();
   }
 
-  /** Full blocks of a freshly prefilled prompt (a cache hit stores nothing new). */
-  stored(promptIds: readonly number[], dpRank: number): void {
+  /** The blocks `tokens[from:]` (whole blocks only), `tokens` being their path from the root. */
+  stored(tokens: readonly number[], from: number, dpRank: number): void {
+    const size = this.opts.blockSize;
+    const chain = this.chain(tokens);
+    const first = Math.floor(from / size);
     const blocks: Array<Record<string, unknown>> = [];
-    let parent: string | null = null;
-    for (let at = 0; at + BLOCK_SIZE <= promptIds.length; at += BLOCK_SIZE) {
-      const tokens = promptIds.slice(at, at + BLOCK_SIZE);
-      const hash = blockHash(parent, tokens);
-      blocks.push({ block_hash: hash, token_ids: tokens, block_size: BLOCK_SIZE });
-      parent = hash;
+    for (let i = first; i < chain.length; i++) {
+      blocks.push({ block_hash: chain[i], token_ids: tokens.slice(i * size, (i + 1) * size), block_size: size });
     }
     if (blocks.length === 0) return;
-    this.publish([{ event_id: this.nextEventId(), stored: { blocks } }], dpRank);
+    const stored: Record<string, unknown> = { blocks };
+    if (first > 0) stored.parent_block_hash = chain[first - 1];
+    this.publish([{ event_id: this.nextEventId(), stored }], dpRank);
+  }
+
+  /** The blocks `tokens[from:]` left the cache. */
+  removed(tokens: readonly number[], from: number, dpRank: number): void {
+    const hashes = this.chain(tokens).slice(Math.floor(from / this.opts.blockSize));
+    if (hashes.length === 0) return;
+    this.publish([{ event_id: this.nextEventId(), removed: { block_hashes: hashes } }], dpRank);
   }
 
   cleared(): void {
@@ -122,6 +132,18 @@ export class KvRelay {
         max_total_num_tokens: f.maxTotalTokens,
       },
     };
+  }
+
+  /** The hash of every whole block of `tokens`, each chained on the one before. */
+  private chain(tokens: readonly number[]): string[] {
+    const size = this.opts.blockSize;
+    const out: string[] = [];
+    let parent: string | null = null;
+    for (let at = 0; at + size <= tokens.length; at += size) {
+      parent = blockHash(parent, tokens.slice(at, at + size));
+      out.push(parent);
+    }
+    return out;
   }
 
   private nextEventId(): string {

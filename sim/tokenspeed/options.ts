@@ -3,6 +3,7 @@
 // and default; the command line lives in cli.ts. It never starts a server.
 
 import type { JoinGroup } from '../broadcast/types.ts';
+import type { CostModel } from '../core/cost-model.ts';
 import { positiveInt, resolveEngineOptions, type EngineOptions } from '../core/options.ts';
 import type { FaultRule } from './faults.ts';
 import { healthCheckTimeoutMs, profileFor, rustTuning, type ImplSource, type RustTuning, type ServicerImpl, type ServicerProfile } from './profile.ts';
@@ -72,8 +73,12 @@ export interface KvEventsSetting {
 }
 
 export type ResolvedOptions = Required<
-  Omit<TokenspeedSimOptions, 'joinGroup' | 'onExit' | 'env' | 'kvEventsConfig' | 'rlControlPort' | 'rlControlApiKey' | 'attnTpSize' | 'kvstoreStorageBackend'>
+  Omit<
+    TokenspeedSimOptions,
+    'joinGroup' | 'onExit' | 'env' | 'kvEventsConfig' | 'rlControlPort' | 'rlControlApiKey' | 'attnTpSize' | 'kvstoreStorageBackend' | 'cost'
+  >
 > & {
+  cost: CostModel;
   rlControlPort: number | null;
   rlControlApiKey: string | null;
   attnTpSize: number | null;

@@ -3,7 +3,7 @@
 // redaction (recursive), and scheduler_info with `shm_namespace_id`. Read-only over engine state.
 
 import { readFileSync, statSync } from 'node:fs';
-import { MAX_TOTAL_TOKENS, type TsEngine } from './engine.ts';
+import type { TsEngine } from './engine.ts';
 
 const WILDCARD_HOSTS = new Set(['0.0.0.0', '::', '[::]', '']);
 
@@ -42,9 +42,9 @@ function rawServerArgs(engine: TsEngine): Record<string, unknown> {
     weight_version: engine.factsVersion(),
     context_length: o.contextLength,
     max_running_requests: o.maxRunningRequests,
-    max_total_tokens: MAX_TOTAL_TOKENS,
+    max_total_tokens: engine.maxTotalTokens,
     data_parallel_size: o.dpSize,
-    page_size: 1,
+    page_size: engine.pageSize,
     load_balance_method: 'round_robin',
     is_embedding: false,
     disaggregation_mode: 'null',
@@ -105,7 +105,7 @@ export function shmNamespaceId(): string {
 
 export function schedulerInfo(engine: TsEngine): Record<string, unknown> {
   return {
-    max_total_num_tokens: MAX_TOTAL_TOKENS,
+    max_total_num_tokens: engine.maxTotalTokens,
     max_req_input_len: engine.opts.contextLength - 1,
     max_running_requests: engine.opts.maxRunningRequests,
     shm_namespace_id: shmNamespaceId(),

@@ -7,7 +7,7 @@ import { status, type ServerWritableStream } from '@grpc/grpc-js';
 import { abortFinish } from '../core/sequence.ts';
 import { BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, VOCAB_SIZE } from '../core/tokens.ts';
 import { bundleChunks, zipStored } from './bundle.ts';
-import { MAX_TOTAL_TOKENS, type TsEngine } from './engine.ts';
+import type { TsEngine } from './engine.ts';
 import { RpcError } from './generate.ts';
 import { toStruct } from './proto.ts';
 import { schedulerInfo, serverArgs } from './server-args.ts';
@@ -74,7 +74,7 @@ export function unaryHandlers(engine: TsEngine): Record<string, UnaryHandler> {
         active_requests: engine.scheduler.counts().live,
         is_paused: o.profile.reportsPaused ? engine.paused : false,
         uptime_seconds: (Date.now() - engine.startedAt) / 1000,
-        max_total_num_tokens: MAX_TOTAL_TOKENS,
+        max_total_num_tokens: engine.maxTotalTokens,
         tokenspeed_version: o.version,
         start_time: { seconds: Math.floor(engine.startedAt / 1000), nanos: (engine.startedAt % 1000) * 1_000_000 },
       };
@@ -84,7 +84,9 @@ export function unaryHandlers(engine: TsEngine): Record<string, UnaryHandler> {
       const include = new Set<string>((req.include as string[] | undefined)?.length ? req.include : ['core']);
       const all = include.has('all');
       const ranks = engine.scheduler.countsByRank();
+      const kv = engine.scheduler.kvByRank();
       const paused = engine.scheduler.counts().held;
+      const total = engine.maxTotalTokens;
       const loads = ranks
         .map((r, dp_rank) => {
           const load: Msg = {
@@ -93,15 +95,15 @@ export function unaryHandlers(engine: TsEngine): Record<string, UnaryHandler> {
             num_waiting_reqs: r.waiting,
             num_total_reqs: r.running + r.waiting,
             num_used_tokens: r.tokens,
-            max_total_num_tokens: MAX_TOTAL_TOKENS,
+            max_total_num_tokens: total,
             max_running_requests: o.maxRunningRequests,
-            token_usage: r.tokens / MAX_TOTAL_TOKENS,
+            token_usage: r.tokens / total,
             gen_throughput: 0,
-            cache_hit_rate: 0,
+            cache_hit_rate: kv?.[dp_rank].cacheHitRate ?? 0,
             utilization: r.running / o.maxRunningRequests,
             num_waiting_uncached_tokens: 0,
           };
-          if (all || include.has('memory')) load.memory = { weight_gb: 2, kv_cache_gb: 8, graph_gb: 0.5, token_capacity: MAX_TOTAL_TOKENS };
+          if (all || include.has('memory')) load.memory = { weight_gb: 2, kv_cache_gb: 8, graph_gb: 0.5, token_capacity: total };
           if (all || include.has('queues')) load.queues = { waiting: r.waiting, grammar: 0, paused: dp_rank === 0 ? paused : 0, retracted: 0 };
           return load;
         })
