@@ -65,6 +65,10 @@ export interface CacheStats {
   evictions: number;
   evictedTokens: number;
   flushes: number;
+  /** Prompt tokens prefilled (cache hits excluded, retracted work counted again). */
+  prefilledTokens: number;
+  /** Tokens decoded. Prefilled + decoded is the work the engine did, which a benchmark compares across engines. */
+  decodedTokens: number;
 }
 
 export interface KvStats {
@@ -91,6 +95,8 @@ export class BatchEngine {
   private hitTokens = 0;
   private flushes = 0;
   private retractions = 0;
+  private prefilledTokens = 0;
+  private decodedTokens = 0;
 
   constructor(private readonly opts: BatchEngineOptions) {
     this.cache = new RadixCache(opts.model.pageSize, opts.now, opts.listener);
@@ -252,11 +258,13 @@ export class BatchEngine {
     };
     for (const { admitted: a, tokens } of step.prefill) {
       if (this.admitted.get(a.seq) !== a) continue;
+      this.prefilledTokens += tokens;
       a.kvLen += tokens;
       if (a.kvLen >= a.key.length) produce(a);
     }
     for (const a of step.decode) {
       if (this.admitted.get(a.seq) !== a) continue;
+      this.decodedTokens++;
       a.kvLen++;
       produce(a);
     }
@@ -274,6 +282,8 @@ export class BatchEngine {
       evictions: c.evictions,
       evictedTokens: c.evictedTokens,
       flushes: this.flushes,
+      prefilledTokens: this.prefilledTokens,
+      decodedTokens: this.decodedTokens,
     };
   }
 

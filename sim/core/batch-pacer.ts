@@ -127,7 +127,18 @@ export class BatchPacer implements Pacer {
     return {
       costModel: 'realistic',
       costFigures: this.model,
-      cache: sum(caches, ['tokens', 'evictableTokens', 'requests', 'promptTokens', 'hitTokens', 'evictions', 'evictedTokens', 'flushes']),
+      cache: sum(caches, [
+        'tokens',
+        'evictableTokens',
+        'requests',
+        'promptTokens',
+        'hitTokens',
+        'evictions',
+        'evictedTokens',
+        'flushes',
+        'prefilledTokens',
+        'decodedTokens',
+      ]),
       kv: {
         ...sum(kvs, ['usedTokens', 'totalTokens', 'heldTokens', 'running', 'waiting', 'retractions']),
         pageSize: this.model.pageSize,

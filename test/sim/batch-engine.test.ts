@@ -137,6 +137,10 @@ describe('prefix cache through the engine', () => {
     expect(first.step.prefillTokens).toBe(2);
     const stats = engine.cacheStats();
     expect(stats).toMatchObject({ requests: 2, promptTokens: 20, hitTokens: 8 });
+    drain();
+    // The work done: a's 10 prompt tokens and b's 2 uncached ones prefilled; each request's first
+    // token comes out of its prefill, its other two from decode steps.
+    expect(engine.cacheStats()).toMatchObject({ prefilledTokens: 12, decodedTokens: 4 });
   });
 
   it('text and token requests share the cache: only the ids count', () => {
