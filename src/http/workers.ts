@@ -12,7 +12,7 @@ import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
 import { checkLabels, LABEL_LIMITS } from '../fleet/label-limits.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
-import { healthOf, workerStats } from '../fleet/fleet-view.ts';
+import { healthOf, workerStats, workerTypeCounts } from '../fleet/fleet-view.ts';
 import { controlUrlFor } from '../fleet/control-url.ts';
 import { errorResponses } from '../api/error-responses.ts';
 import { ADMIN_SECURITY } from '../api/openapi.ts';
@@ -122,7 +122,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   const listSchema = {
     tags: TAG,
     summary: 'List workers',
-    description: 'Every registered worker, sorted by url.',
+    description:
+      "Every registered worker, sorted by url; `stats` is SMG's `{prefill_count, decode_count, regular_count}`, `rlgate` rlgate's own figures (totals, healthy, models, load).",
     response: { 200: WorkerListing, ...errorResponses() },
   };
   app.get('/workers', { schema: listSchema }, async () => {
@@ -130,7 +131,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     const workers = [...all]
       .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
       .map((w) => listedRow(w, view, services.config.workersListControlUrls));
-    return { workers, total: workers.length, stats: workerStats(all, view) };
+    // `stats` is SMG's shape exactly; rlgate's own figures have a key of their own (docs/decisions.md).
+    return { workers, total: workers.length, stats: workerTypeCounts(all), rlgate: workerStats(all, view) };
   });
 
   const rowSchema = {

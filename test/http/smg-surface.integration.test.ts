@@ -1,8 +1,9 @@
 // SMG's data-plane surface beyond /generate, against real simulators: `GET /v1/models` (the OpenAI
 // list shape, from the registered workers' models), `GET /loads` and its deprecated alias
 // `GET /get_loads` (SMG's `{"workers": [{"worker", "load", "details"?}]}`), `stats` on
-// `GET /workers` (SMG's WorkerStats), and HEAD on the `/v1/rl` engine pass-through, which goes to
-// the engine as HEAD (as SMG's GET routes take it) and answers its status without a body.
+// `GET /workers` (SMG's counts by type; rlgate's own figures under `rlgate`), and HEAD on the
+// `/v1/rl` engine pass-through, which goes to the engine as HEAD (as SMG's GET routes take it)
+// and answers its status without a body.
 
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -81,11 +82,12 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
     expect(await t.http('GET', '/readiness')).toMatchObject({ status: 200, json: { status: 'ready', healthy_workers: 4, total_workers: 5 } });
   });
 
-  it('GET /workers carries SMG stats: totals, healthy, models, load and counts by type', async () => {
+  it("GET /workers: `stats` is SMG's counts by type, exactly; rlgate's totals, healthy, models and load are under `rlgate`", async () => {
     const r = await t.http('GET', '/workers');
     expect(r.status).toBe(200);
     expect(r.json.total).toBe(5);
-    expect(r.json.stats).toEqual({
+    expect(r.json.stats).toEqual({ prefill_count: 0, decode_count: 1, regular_count: 4 });
+    expect(r.json.rlgate).toEqual({
       total_workers: 5,
       healthy_workers: 4,
       total_models: 3,
@@ -121,9 +123,9 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
     expect(byWorker.get(ts.url)).toEqual({ worker: ts.url, load: -1 });
     expect(byWorker.get(dead)).toEqual({ worker: dead, load: -1 });
 
-    // The gateway's own count of requests in flight is the stats' total_load meanwhile.
-    const stats = (await t.http('GET', '/workers')).json.stats;
-    expect(stats.total_load).toBe(1);
+    // The gateway's own count of requests in flight is rlgate's total_load meanwhile.
+    const figures = (await t.http('GET', '/workers')).json.rlgate;
+    expect(figures.total_load).toBe(1);
     expect((await slow.done).status).toBe(200);
   });
 
