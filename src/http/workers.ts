@@ -1,6 +1,7 @@
 // The data-plane worker registry API that slime and SMG clients call: POST /workers (202,
 // discovery in the background; re-registering a URL is idempotent), GET /workers,
-// GET /workers/:id, PUT|PATCH /workers/:id, DELETE /workers/:id. Secrets never appear in an answer.
+// GET /workers/:id, PUT|PATCH /workers/:id, DELETE /workers/:id (an id, or sgl-router 0.2.x's encoded
+// URL). Secrets never appear in an answer.
 
 import type { FastifyPluginAsync } from 'fastify';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
@@ -59,6 +60,15 @@ type Update = Static<typeof Update>;
 
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 256 }) });
 type IdParams = Static<typeof IdParams>;
+// sgl-router 0.2.x (and slime written for it) removes a worker by its URL, percent-encoded into
+// the path: as long as a registration's URL may be.
+const IdOrUrlParams = Type.Object({
+  id: Type.String({
+    minLength: 1,
+    maxLength: 2048,
+    description: 'The registry worker id, or the worker URL it was registered with, percent-encoded (sgl-router 0.2.x).',
+  }),
+});
 
 export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   const { registry, view } = services;
@@ -172,14 +182,19 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   const removeSchema = {
     tags: TAG,
     summary: 'Remove a worker',
-    description: 'Removes the worker from the registry. Needs the admin bearer when the gateway has one.',
+    description:
+      'Removes the worker from the registry, named by its id or by its registered URL percent-encoded (`DELETE /workers/http%3A%2F%2Fhost%3A8000`, as sgl-router 0.2.x takes it). Needs the admin bearer when the gateway has one.',
     security: ADMIN_SECURITY,
-    params: IdParams,
+    params: IdOrUrlParams,
     response: { 200: WorkerRemoved, ...errorResponses('unauthorized', 'worker_not_found', 'uri_too_long') },
   };
   app.delete<{ Params: IdParams }>('/workers/:id', { schema: removeSchema }, async (req) => {
     guard(req.headers, true);
-    const w = registry.remove(req.params.id);
+    const { id } = req.params;
+    // An id is a UUID and never holds `:`; a URL does. Only a registered URL matches: no DP-rank
+    // expansion here (`POST /remove_worker` has it), so one row is removed and answered.
+    const byUrl = registry.get(id) ? undefined : id.includes(':') ? registry.findByUrl(id) : undefined;
+    const w = registry.remove(byUrl?.id ?? id);
     return { id: w.id, url: w.url, status: 'removed' };
   });
 };
