@@ -16,7 +16,7 @@ export const WorkerRow = Type.Object(
       Type.String({ description: 'Listings only, with --workers-list-control-urls: the registry URL of a token engine listed by its control app URL.' }),
     ),
     model_id: Type.String(),
-    worker_type: Type.String({ description: '`regular`, `prefill` or `decode`.' }),
+    worker_type: Type.String({ description: '`regular`: prefill and decode (PD) workers are refused at registration.' }),
     connection_mode: Type.String({ description: '`http`, `grpc` or `zmq`.' }),
     runtime_type: Type.String({ description: 'The engine: `sglang`, `tokenspeed`, `vllm`, ...' }),
     status: Type.String({ description: '`ready` or `not_ready`.' }),

@@ -11,6 +11,7 @@ import { GatewayError } from '../api/errors.ts';
 import { bearerMatches, checkRegistrationBearer } from './admin-auth.ts';
 import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
 import { checkLabels, LABEL_LIMITS } from '../fleet/label-limits.ts';
+import { registeredWorkerType } from '../fleet/worker-type.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { healthOf, workerStats, workerTypeCounts } from '../fleet/fleet-view.ts';
@@ -30,9 +31,14 @@ const Registration = Type.Object(
     url: Type.String({ minLength: 1, maxLength: 2048 }),
     api_key: Type.Optional(Type.String({ maxLength: 4096 })),
     runtime_type: Type.Optional(Type.String({ maxLength: 64 })),
-    worker_type: Type.Optional(Type.String({ maxLength: 64 })),
+    worker_type: Type.Optional(
+      Type.String({
+        maxLength: 64,
+        description: '`regular` (the default). `prefill`, `decode` and `encode` are refused (400): PD disaggregated routing is not supported yet.',
+      }),
+    ),
     labels: Type.Optional(Labels),
-    bootstrap_port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
+    bootstrap_port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: "A PD prefill worker's: refused (400), as prefill workers are." })),
     http_pool: Type.Optional(
       Type.Object(
         {
@@ -51,7 +57,7 @@ const Update = Type.Object(
   {
     api_key: Type.Optional(Type.Union([Type.String({ maxLength: 4096 }), Type.Null()])),
     runtime_type: Type.Optional(Type.String({ maxLength: 64 })),
-    worker_type: Type.Optional(Type.String({ maxLength: 64 })),
+    worker_type: Type.Optional(Type.String({ maxLength: 64, description: '`regular`; a PD type is refused (400), as at registration.' })),
     labels: Type.Optional(Labels),
   },
   { additionalProperties: false },
@@ -96,7 +102,7 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     tags: TAG,
     summary: 'Register a worker',
     description:
-      'Accepts the worker and discovers it in the background (its row turns ready when discovery succeeds). Registering a URL again is idempotent and runs discovery again; with an admin key configured, it changes the worker only with the admin bearer. A key, `rl.*` labels or a `weight_version` label need the admin bearer when the gateway has one; a plain registration needs the registration bearer only when `--registration-key` is set. The URL must pass the worker URL rules (docs/operations.md).',
+      'Accepts the worker and discovers it in the background (its row turns ready when discovery succeeds). Registering a URL again is idempotent and runs discovery again; with an admin key configured, it changes the worker only with the admin bearer. A key, `rl.*` labels or a `weight_version` label need the admin bearer when the gateway has one; a plain registration needs the registration bearer only when `--registration-key` is set. The URL must pass the worker URL rules (docs/operations.md). Prefill, decode and encode workers (`worker_type`, `bootstrap_port`) are refused with 400 `invalid_request` naming the worker: PD disaggregated routing is not supported yet.',
     body: Registration,
     response: { 202: WorkerAccepted, ...errorResponses(...BODY_ERRORS, 'unauthorized') },
   };
@@ -105,6 +111,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     guard(req.headers, needsAdmin(req.body));
     checkWorkerUrl(req.body.url, allowedHostsOf(services.config.allowedWorkerHosts ?? []));
     checkLabels(req.body.labels);
+    // Before the re-registration branch below, which changes nothing and would answer 202.
+    registeredWorkerType(req.body.url.trim(), req.body.worker_type, req.body.bootstrap_port);
     // With an admin key, re-registering a known URL without its bearer changes nothing of the
     // worker (key, labels, version): discovery runs again, which is what slime needs for a
     // restarted engine. Without an admin key it replaces the registration, as it always did.

@@ -24,7 +24,7 @@ async function deadPort(): Promise<number> {
 describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
   let t: TestGateway;
   // `dp` is one SGLang engine with two DP ranks, registered as `@0` and `@1`; `other` serves a
-  // second model as a decode worker; `ts` is a TokenSpeed gRPC engine; `dead` answers nothing.
+  // second model; `ts` is a TokenSpeed gRPC engine; `dead` answers nothing.
   let dp: SimProcess;
   let other: SimProcess;
   let ts: TokenspeedSimProcess;
@@ -61,7 +61,7 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
 
   it('/v1/models lists each real model once, in the OpenAI list shape', async () => {
     // Three rows: the DP ranks share one.
-    await t.register([`${dp.url}@0`, `${dp.url}@1`, { url: other.url, worker_type: 'decode' }, ts.url], { ready: 3 });
+    await t.register([`${dp.url}@0`, `${dp.url}@1`, { url: other.url, worker_type: 'regular' }, ts.url], { ready: 3 });
     await t.register([dead], { ready: 0 });
     const r = await t.http('GET', '/v1/models');
     expect(r.status, r.text).toBe(200);
@@ -86,13 +86,13 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
     const r = await t.http('GET', '/workers');
     expect(r.status).toBe(200);
     expect(r.json.total).toBe(5);
-    expect(r.json.stats).toEqual({ prefill_count: 0, decode_count: 1, regular_count: 4 });
+    expect(r.json.stats).toEqual({ prefill_count: 0, decode_count: 0, regular_count: 5 });
     expect(r.json.rlgate).toEqual({
       total_workers: 5,
       healthy_workers: 4,
       total_models: 3,
       total_load: 0,
-      by_type: { regular: 4, prefill: 0, decode: 1 },
+      by_type: { regular: 5, prefill: 0, decode: 0 },
     });
   });
 
