@@ -15,21 +15,25 @@ type Fingerprint = Map<string, string>;
 
 interface Checker {
   snapshot: Fingerprint | null;
-  /** `weights.loads` when reset_tensors ran: until a load lands after it, the weights are noise. */
-  resetAtLoads: number | null;
+  /** The last reset_tensors: until a load lands after it (`weights.loads` moves), the weights are its noise. */
+  reset: { atLoads: number; epoch: number } | null;
+  resets: number;
 }
 
 const checkers = new WeakMap<SimEngine, Checker>();
+/** The fingerprint's entry for reset weights: each reset is noise of its own. */
+const NOISE = '<reset_tensors>';
 
 function checkerOf(engine: SimEngine): Checker {
   let c = checkers.get(engine);
-  if (!c) checkers.set(engine, (c = { snapshot: null, resetAtLoads: null }));
+  if (!c) checkers.set(engine, (c = { snapshot: null, reset: null, resets: 0 }));
   return c;
 }
 
-function fingerprint(engine: SimEngine): Fingerprint {
+function fingerprint(engine: SimEngine, c: Checker): Fingerprint {
   const f: Fingerprint = new Map([['<model_path>', engine.weights.modelPath]]);
   for (const t of engine.weights.tensors.values()) f.set(t.name, `${t.dtype}${JSON.stringify(t.shape)}:${t.checksum ?? 'metadata-only'}`);
+  if (c.reset && engine.weights.loads === c.reset.atLoads) f.set(NOISE, `reset #${c.reset.epoch}`);
   return f;
 }
 
@@ -50,26 +54,27 @@ export function weightsChecker(engine: SimEngine, call: Call): void {
   const c = checkerOf(engine);
   switch (action) {
     case 'snapshot':
-      c.snapshot = fingerprint(engine);
-      return checked(call.res, true, `Snapshot of ${c.snapshot.size - 1} tensors taken.`);
+      c.snapshot = fingerprint(engine, c);
+      return checked(call.res, true, `Snapshot of ${engine.weights.tensors.size} tensors taken.`);
     case 'reset_tensors':
-      c.resetAtLoads = engine.weights.loads;
+      c.reset = { atLoads: engine.weights.loads, epoch: ++c.resets };
       return checked(call.res, true, 'Tensors reset to random values.');
     case 'compare': {
       if (c.snapshot === null) return checked(call.res, false, 'No snapshot to compare with: call weights_checker with action snapshot first.');
-      if (c.resetAtLoads !== null && engine.weights.loads === c.resetAtLoads) {
+      const now = fingerprint(engine, c);
+      const diff = differences(c.snapshot, now);
+      if (diff.length === 0) return checked(call.res, true, 'Weights match the snapshot.');
+      if (now.has(NOISE) && !c.snapshot.has(NOISE)) {
         return checked(call.res, false, 'Weights differ from the snapshot: the tensors were reset and no weights were loaded since.');
       }
-      const diff = differences(c.snapshot, fingerprint(engine));
-      if (diff.length > 0) return checked(call.res, false, `Weights differ from the snapshot: ${diff.join(', ')}.`);
-      return checked(call.res, true, 'Weights match the snapshot.');
+      return checked(call.res, false, `Weights differ from the snapshot: ${diff.join(', ')}.`);
     }
     case 'checksum': {
-      const f = fingerprint(engine);
+      const f = fingerprint(engine, c);
       const digest = createHash('sha256')
         .update(JSON.stringify([...f].sort(([a], [b]) => (a < b ? -1 : 1))))
         .digest('hex');
-      return checked(call.res, true, `checksum ${digest} over ${f.size - 1} tensors.`);
+      return checked(call.res, true, `checksum ${digest} over ${engine.weights.tensors.size} tensors.`);
     }
     default:
       return checked(call.res, false, `Unsupported action=${JSON.stringify(action)}`);

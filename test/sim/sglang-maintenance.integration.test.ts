@@ -81,6 +81,14 @@ describe('weights_checker, post_process_weights, pull_weights, start_profile, st
     const other = await check('compare');
     expect(other).toMatchObject({ status: 400, json: { success: false } });
     expect(other.json.message).toContain('<model_path>');
+    // A snapshot of reset weights holds their noise: it matches until weights load again.
+    expect((await check('reset_tensors')).status).toBe(200);
+    expect((await check('snapshot')).status).toBe(200);
+    expect(await check('compare')).toMatchObject({ status: 200, json: { success: true } });
+    expect((await post(sim.url, '/update_weights_from_disk', { model_path: 'OTHER' })).status).toBe(200);
+    const reloaded = await check('compare');
+    expect(reloaded).toMatchObject({ status: 400, json: { success: false } });
+    expect(reloaded.json.message).toContain('<reset_tensors>');
     const sum = await check('checksum');
     expect(sum).toMatchObject({ status: 200, json: { success: true, message: expect.stringMatching(/^checksum [0-9a-f]{64} /) } });
   });
