@@ -23,6 +23,8 @@ import { refitRoutes } from './refits.ts';
 import { refitEventRoutes } from './refit-events.ts';
 import { fleetEventRoutes } from './fleet-events.ts';
 import { generateRoutes } from './generate.ts';
+import { tokenizeRoutes } from './tokenize.ts';
+import { healthGenerateRoutes } from './health-generate.ts';
 import { EXPOSED_HEADERS } from '../relay/stamping.ts';
 import { metricsRoutes } from './metrics.ts';
 import { modelRoutes } from './models.ts';
@@ -196,8 +198,10 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
       });
     },
   );
+  await app.register(healthGenerateRoutes, { services });
   await app.register(workerRoutes, { services });
   await app.register(generateRoutes, { services });
+  await app.register(tokenizeRoutes, { services });
   await app.register(metricsRoutes, { services });
   await app.register(modelRoutes, { services });
   await app.register(loadRoutes, { services });
