@@ -51,12 +51,14 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
     expect(r.json.error).toBe('no_available_workers');
   });
 
-  it('SMG probes on an empty registry: /readiness 503 not_ready, /liveness 200 alive', async () => {
+  it("SMG probes on an empty registry, in SMG's shapes: /readiness 503 `not ready`, /liveness 200 `OK`", async () => {
     expect(await t.http('GET', '/readiness')).toMatchObject({
       status: 503,
-      json: { status: 'not_ready', healthy_workers: 0, total_workers: 0, reason: 'no workers are registered' },
+      json: { status: 'not ready', reason: 'insufficient healthy workers', healthy_workers: 0, total_workers: 0, message: 'no workers are registered' },
     });
-    expect(await t.http('GET', '/liveness')).toMatchObject({ status: 200, json: { status: 'alive' } });
+    const live = await t.http('GET', '/liveness');
+    expect(live).toMatchObject({ status: 200, text: 'OK' });
+    expect(live.headers['content-type']).toMatch(/^text\/plain/);
   });
 
   it('/v1/models lists each real model once, in the OpenAI list shape', async () => {
