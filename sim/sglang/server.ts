@@ -12,9 +12,11 @@ import { SimEngine } from './engine.ts';
 import { generate } from './generation.ts';
 import * as group from './group.ts';
 import { InfoRoutes } from './info.ts';
+import { maintenanceRoutes } from './maintenance.ts';
 import { chatCompletions, completions } from './openai.ts';
 import { resolveOptions, type SglangSimOptions } from './options.ts';
 import { BUF, sendConst, sendError } from './reply.ts';
+import { tokenizeRoutes } from './tokenize.ts';
 import * as updates from './updates.ts';
 
 export type { SglangSimOptions } from './options.ts';
@@ -70,6 +72,10 @@ function routeTable(info: InfoRoutes): RouteTable<SimEngine> {
   t.add('/update_weights_from_distributed', POST, group.updateWeightsFromDistributed);
   t.add('/destroy_weights_update_group', POST, group.destroyWeightsUpdateGroup);
   t.add('/get_weights_by_name', GET_POST, group.getWeightsByName);
+  // maintenance.ts: /weights_checker, /post_process_weights, /pull_weights, /start_profile, /stop_profile
+  maintenanceRoutes(t);
+  // tokenize.ts: /v1/tokenize (+/tokenize), /v1/detokenize (+/detokenize)
+  tokenizeRoutes(t);
   return t;
 }
 

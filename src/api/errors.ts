@@ -31,6 +31,7 @@ export const ErrorStatus = {
   no_eligible_targets: 409,
   refit_id_conflict: 409,
   model_not_found: 404,
+  tokenizer_not_found: 400,
   no_available_workers: 503,
   bus_unavailable: 503,
   overloaded: 503,

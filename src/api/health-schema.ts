@@ -12,7 +12,7 @@ export const Unhealthy = Type.Object(
   { additionalProperties: true, description: 'Not connected to NATS (reconnecting): control calls and refits fail with bus_unavailable until it is back.' },
 );
 
-export const Alive = Type.Object({ status: Type.Literal('alive') }, { additionalProperties: true, description: 'The gateway process answers.' });
+export const Alive = Type.Literal('OK', { description: 'The gateway process answers.' });
 
 export const Ready = Type.Object(
   { status: Type.Literal('ready'), healthy_workers: Type.Integer({ minimum: 1 }), total_workers: Type.Integer({ minimum: 1 }) },
@@ -20,6 +20,12 @@ export const Ready = Type.Object(
 );
 
 export const NotReady = Type.Object(
-  { status: Type.Literal('not_ready'), healthy_workers: Type.Literal(0), total_workers: Type.Integer({ minimum: 0 }), reason: Type.String() },
-  { additionalProperties: true, description: 'No worker can take data-plane requests.' },
+  {
+    status: Type.Literal('not ready'),
+    reason: Type.Literal('insufficient healthy workers'),
+    healthy_workers: Type.Literal(0),
+    total_workers: Type.Integer({ minimum: 0 }),
+    message: Type.String({ description: 'rlgate: whether no worker is registered, or none is healthy.' }),
+  },
+  { additionalProperties: true, description: "No worker can take data-plane requests (SMG's `status` and `reason`)." },
 );

@@ -16,7 +16,7 @@ export const WorkerRow = Type.Object(
       Type.String({ description: 'Listings only, with --workers-list-control-urls: the registry URL of a token engine listed by its control app URL.' }),
     ),
     model_id: Type.String(),
-    worker_type: Type.String({ description: '`regular`, `prefill` or `decode`.' }),
+    worker_type: Type.String({ description: '`regular`: prefill and decode (PD) workers are refused at registration.' }),
     connection_mode: Type.String({ description: '`http`, `grpc` or `zmq`.' }),
     runtime_type: Type.String({ description: 'The engine: `sglang`, `tokenspeed`, `vllm`, ...' }),
     status: Type.String({ description: '`ready` or `not_ready`.' }),
@@ -28,7 +28,16 @@ export const WorkerRow = Type.Object(
   { additionalProperties: true, description: 'One registered worker (SMG-shaped). Secrets never appear.' },
 );
 
-export const WorkerStats = Type.Object(
+export const WorkerTypeCounts = Type.Object(
+  {
+    prefill_count: Type.Integer({ minimum: 0 }),
+    decode_count: Type.Integer({ minimum: 0 }),
+    regular_count: Type.Integer({ minimum: 0 }),
+  },
+  { additionalProperties: true, description: "SMG's `stats`: registry workers by type (DP ranks each)." },
+);
+
+export const RlgateWorkerStats = Type.Object(
   {
     total_workers: Type.Integer({ minimum: 0 }),
     healthy_workers: Type.Integer({ minimum: 0 }),
@@ -36,11 +45,20 @@ export const WorkerStats = Type.Object(
     total_load: Type.Number({ minimum: 0 }),
     by_type: Type.Object({ regular: Type.Integer(), prefill: Type.Integer(), decode: Type.Integer() }, { additionalProperties: true }),
   },
-  { additionalProperties: true, description: "Counts over every registry entry (DP ranks each), as SMG's registry gives them." },
+  {
+    additionalProperties: true,
+    description:
+      "rlgate's own figures over every registry entry (DP ranks each): `healthy_workers` counts `status: ready`, `total_models` the distinct real models, `total_load` the data-plane requests in flight.",
+  },
 );
 
 export const WorkerListing = Type.Object(
-  { workers: Type.Array(WorkerRow, { description: 'Sorted by url.' }), total: Type.Integer({ minimum: 0 }), stats: Type.Optional(WorkerStats) },
+  {
+    workers: Type.Array(WorkerRow, { description: 'Sorted by url.' }),
+    total: Type.Integer({ minimum: 0 }),
+    stats: WorkerTypeCounts,
+    rlgate: RlgateWorkerStats,
+  },
   { additionalProperties: true, description: 'Every registered worker.' },
 );
 

@@ -29,9 +29,12 @@ export class Tokenizer {
     this.hf = new HfTokenizer(tokenizerJson, this.config);
   }
 
-  /** SGLang's `tokenizer.encode(text)`: special tokens added as the tokenizer's post-processor says. */
-  encode(text: string): number[] {
-    return this.hf.encode(text).ids;
+  /**
+   * SGLang's `tokenizer.encode(text)`: special tokens added as the tokenizer's post-processor says,
+   * unless `addSpecialTokens` is false (the tokenize route's default, as SMG's).
+   */
+  encode(text: string, opts: { addSpecialTokens?: boolean } = {}): number[] {
+    return this.hf.encode(text, opts.addSpecialTokens === false ? { add_special_tokens: false } : undefined).ids;
   }
 
   decode(ids: readonly number[], opts: DecodeOptions): string {

@@ -290,7 +290,27 @@ export function healthOf(e: EngineView): string {
   return ONLINE.has(e.state) ? 'ready' : 'not_ready';
 }
 
-/** SMG's `stats` of the data-plane `GET /workers` listing (its `WorkerStats`). */
+/**
+ * SMG's `stats` of the data-plane `GET /workers` listing (its ListWorkersResult): workers by
+ * type. A type SMG has no count for (its EPD `encode`) is in the listing's `total` only.
+ */
+export interface WorkerTypeCounts {
+  prefill_count: number;
+  decode_count: number;
+  regular_count: number;
+}
+
+export function workerTypeCounts(workers: readonly Worker[]): WorkerTypeCounts {
+  const counts: WorkerTypeCounts = { prefill_count: 0, decode_count: 0, regular_count: 0 };
+  for (const w of workers) {
+    if (w.workerType === 'regular') counts.regular_count++;
+    else if (w.workerType === 'prefill') counts.prefill_count++;
+    else if (w.workerType === 'decode') counts.decode_count++;
+  }
+  return counts;
+}
+
+/** rlgate's own figures over the fleet: `rlgate` beside SMG's `stats` in `GET /workers`, and `/readiness`. */
 export interface WorkerStats {
   total_workers: number;
   healthy_workers: number;
@@ -301,7 +321,7 @@ export interface WorkerStats {
   by_type: { regular: number; prefill: number; decode: number };
 }
 
-/** The stats of a listing: every registry worker counted, DP ranks each (as SMG's registry does). */
+/** rlgate's figures of a listing: every registry worker counted, DP ranks each (as SMG's registry counts them). */
 export function workerStats(workers: readonly Worker[], view: FleetView): WorkerStats {
   const stats: WorkerStats = {
     total_workers: workers.length,

@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { GatewayError } from '../api/errors.ts';
 import { laneAddresses } from '../engines/zmq/handshake.ts';
 import { checkLabels } from './label-limits.ts';
+import { registeredWorkerType } from './worker-type.ts';
 import { parseWorkerUrl } from './worker-url.ts';
 import { baseUrlOf, mergedLabels, UNKNOWN_MODEL_ID, type Worker, type WorkerRegistration } from './worker.ts';
 
@@ -71,6 +72,8 @@ export class Registry extends EventEmitter<RegistryEvents> {
     // knows the allow-list.
     const { mode, canonical: url } = parseWorkerUrl(reg.url);
     checkLabels(reg.labels);
+    // No PD worker ever enters the registry: routing would take it for a regular one.
+    const workerType = registeredWorkerType(url, reg.worker_type, reg.bootstrap_port);
     if (mode === 'zmq') {
       try {
         laneAddresses(baseUrlOf(url).baseUrl);
@@ -88,7 +91,7 @@ export class Registry extends EventEmitter<RegistryEvents> {
       dpRank,
       connectionMode: mode,
       engine: reg.runtime_type?.trim() || defaultEngine(mode),
-      workerType: reg.worker_type?.trim() || 'regular',
+      workerType,
       modelId: existing?.modelId ?? UNKNOWN_MODEL_ID,
       apiKey: reg.api_key ?? null,
       httpPool: reg.http_pool ?? null,
@@ -113,11 +116,12 @@ export class Registry extends EventEmitter<RegistryEvents> {
   update(id: string, patch: { labels?: Record<string, string>; api_key?: string | null; worker_type?: string; runtime_type?: string }): Worker {
     const prev = this.require(id);
     checkLabels(patch.labels);
+    const workerType = patch.worker_type === undefined ? prev.workerType : registeredWorkerType(prev.url, patch.worker_type);
     const next: Worker = {
       ...prev,
       callerLabels: patch.labels !== undefined ? { ...patch.labels } : prev.callerLabels,
       apiKey: patch.api_key !== undefined ? patch.api_key : prev.apiKey,
-      workerType: patch.worker_type?.trim() || prev.workerType,
+      workerType,
       engine: patch.runtime_type?.trim() || prev.engine,
     };
     next.modelId = modelIdOf(next);

@@ -350,6 +350,9 @@ export function envName(flag: string): string {
   return `RLGATE_${flag.toUpperCase().replace(/-/g, '_')}`;
 }
 
+/** sgl-router's and SMG's launch flags of PD disaggregation: refused with the reason, not as unknown. */
+const PD_FLAGS = new Set(['pd-disaggregation', 'prefill', 'decode', 'prefill-policy', 'decode-policy']);
+
 function parseFlags(argv: string[]): Map<string, string> {
   const known = new Map<string, Setting>(SETTINGS.map((s) => [s.flag, s]));
   const out = new Map<string, string>();
@@ -364,6 +367,11 @@ function parseFlags(argv: string[]): Map<string, string> {
       continue;
     }
     const s = known.get(name);
+    if (!s && PD_FLAGS.has(name)) {
+      throw new ConfigError(
+        `--${name}: PD disaggregated routing is not supported yet (rlgate routes regular workers only); give engines started without disaggregation to --worker-urls`,
+      );
+    }
     if (!s) throw new ConfigError(`unknown flag --${name}; see --help`);
     if (s.kind === 'bool') {
       out.set(name, inline ?? 'true');

@@ -23,6 +23,8 @@ import { refitRoutes } from './refits.ts';
 import { refitEventRoutes } from './refit-events.ts';
 import { fleetEventRoutes } from './fleet-events.ts';
 import { generateRoutes } from './generate.ts';
+import { tokenizeRoutes } from './tokenize.ts';
+import { healthGenerateRoutes } from './health-generate.ts';
 import { EXPOSED_HEADERS } from '../relay/stamping.ts';
 import { metricsRoutes } from './metrics.ts';
 import { modelRoutes } from './models.ts';
@@ -171,8 +173,15 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   // (every replica's /health 503 at once) does not take every replica out of a load balancer.
   app.get(
     '/liveness',
-    { schema: { tags: ['gateway'], summary: 'Liveness', description: 'Always 200 while the process answers.', response: { 200: Alive } } },
-    async () => ({ status: 'alive' }),
+    {
+      schema: {
+        tags: ['gateway'],
+        summary: 'Liveness',
+        description: 'Always 200 `OK` (text, as SMG answers it) while the process answers.',
+        response: { 200: { description: 'The process answers.', content: { 'text/plain': { schema: Alive } } } },
+      },
+    },
+    async (_req, reply) => reply.type('text/plain; charset=utf-8').send('OK'),
   );
   app.get(
     '/readiness',
@@ -188,16 +197,20 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     async (_req, reply) => {
       const { healthy_workers, total_workers } = workerStats(services.registry.all(), services.view);
       if (healthy_workers > 0) return { status: 'ready', healthy_workers, total_workers };
+      // SMG's `status` and `reason`; rlgate's counts and which of the two cases it is beside them.
       return reply.code(503).send({
-        status: 'not_ready',
+        status: 'not ready',
+        reason: 'insufficient healthy workers',
         healthy_workers: 0,
         total_workers,
-        reason: total_workers === 0 ? 'no workers are registered' : 'no healthy workers available',
+        message: total_workers === 0 ? 'no workers are registered' : 'no healthy workers available',
       });
     },
   );
+  await app.register(healthGenerateRoutes, { services });
   await app.register(workerRoutes, { services });
   await app.register(generateRoutes, { services });
+  await app.register(tokenizeRoutes, { services });
   await app.register(metricsRoutes, { services });
   await app.register(modelRoutes, { services });
   await app.register(loadRoutes, { services });

@@ -20,9 +20,9 @@ import { tokenRelay, type TokenAttempt } from '../relay/token-relay.ts';
 import { tokenRequestOf } from '../relay/token-sampling.ts';
 import { openAiTokenRelay } from '../relay/openai-tokens.ts';
 import { checkTokenLimits, tokenLimitsOf } from '../relay/token-limits.ts';
+import { resolveModel } from './model-resolution.ts';
 import { smallestContextLength } from '../fleet/context-length.ts';
 import type { Worker } from '../fleet/worker.ts';
-import { UNKNOWN_MODEL_ID } from '../fleet/worker.ts';
 import type { TokenEngine } from '../engines/generation.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
@@ -104,7 +104,13 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   }
   const rl = services.config.rl.enabled;
   const policy = rl ? requestPolicy(services.config.rl.versionPolicy, req) : undefined;
-  const modelId = resolveModel(services, path, parsed.model);
+  let modelId: string;
+  try {
+    modelId = resolveModel(services, parsed.model);
+  } catch (err) {
+    services.metrics.request(path, 404);
+    throw err;
+  }
 
   // A batch of `input_ids` is one prompt per call on gRPC/ZMQ: it goes to HTTP engines only.
   const batch = path === '/generate' && isIdBatch(parsed.input_ids);
@@ -185,31 +191,6 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
 /** `input_ids` as a list of lists: SGLang's batch form. */
 function isIdBatch(ids: unknown): boolean {
   return Array.isArray(ids) && ids.length > 0 && Array.isArray(ids[0]);
-}
-
-/**
- * The model a request is routed for (slime §8.2): a named model must be served by some worker;
- * an unnamed one (or the placeholder itself) resolves to the fleet's single real model. Workers
- * registered as `unknown` serve no real model. The name is only a routing filter: nothing about
- * it is sent upstream (§8.3: HTTP bodies go up as received, token engines have no model field).
- */
-function resolveModel(services: Services, path: DataPlanePath, named: unknown): string {
-  const name = typeof named === 'string' ? named.trim() : '';
-  const models = services.router.models();
-  if (name && name !== UNKNOWN_MODEL_ID) {
-    if (models.has(name)) return name;
-    services.metrics.request(path, 404);
-    throw new GatewayError('model_not_found', `model \`${name}\` is not served by any registered worker`, { model: name });
-  }
-  if (models.size === 1) return models.values().next().value!;
-  // No worker registered at all is an empty fleet, not a model question: the retryable 503 below.
-  if (models.size === 0 && services.registry.all().length === 0) return UNKNOWN_MODEL_ID;
-  services.metrics.request(path, 404);
-  const why =
-    models.size === 0
-      ? 'no registered worker serves a known model yet'
-      : `the fleet serves ${models.size} models (${[...models].sort().join(', ')}); name one in \`model\``;
-  throw new GatewayError('model_not_found', `the request names no model and ${why}`, { model: null });
 }
 
 /**

@@ -1,6 +1,7 @@
 // The data-plane worker registry API that slime and SMG clients call: POST /workers (202,
 // discovery in the background; re-registering a URL is idempotent), GET /workers,
-// GET /workers/:id, PUT|PATCH /workers/:id, DELETE /workers/:id. Secrets never appear in an answer.
+// GET /workers/:id, PUT|PATCH /workers/:id, DELETE /workers/:id (an id, or sgl-router 0.2.x's encoded
+// URL). Secrets never appear in an answer.
 
 import type { FastifyPluginAsync } from 'fastify';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
@@ -10,9 +11,10 @@ import { GatewayError } from '../api/errors.ts';
 import { bearerMatches, checkRegistrationBearer } from './admin-auth.ts';
 import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
 import { checkLabels, LABEL_LIMITS } from '../fleet/label-limits.ts';
+import { registeredWorkerType } from '../fleet/worker-type.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
-import { healthOf, workerStats } from '../fleet/fleet-view.ts';
+import { healthOf, workerStats, workerTypeCounts } from '../fleet/fleet-view.ts';
 import { controlUrlFor } from '../fleet/control-url.ts';
 import { errorResponses } from '../api/error-responses.ts';
 import { ADMIN_SECURITY } from '../api/openapi.ts';
@@ -29,9 +31,14 @@ const Registration = Type.Object(
     url: Type.String({ minLength: 1, maxLength: 2048 }),
     api_key: Type.Optional(Type.String({ maxLength: 4096 })),
     runtime_type: Type.Optional(Type.String({ maxLength: 64 })),
-    worker_type: Type.Optional(Type.String({ maxLength: 64 })),
+    worker_type: Type.Optional(
+      Type.String({
+        maxLength: 64,
+        description: '`regular` (the default). `prefill`, `decode` and `encode` are refused (400): PD disaggregated routing is not supported yet.',
+      }),
+    ),
     labels: Type.Optional(Labels),
-    bootstrap_port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
+    bootstrap_port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: "A PD prefill worker's: refused (400), as prefill workers are." })),
     http_pool: Type.Optional(
       Type.Object(
         {
@@ -50,7 +57,7 @@ const Update = Type.Object(
   {
     api_key: Type.Optional(Type.Union([Type.String({ maxLength: 4096 }), Type.Null()])),
     runtime_type: Type.Optional(Type.String({ maxLength: 64 })),
-    worker_type: Type.Optional(Type.String({ maxLength: 64 })),
+    worker_type: Type.Optional(Type.String({ maxLength: 64, description: '`regular`; a PD type is refused (400), as at registration.' })),
     labels: Type.Optional(Labels),
   },
   { additionalProperties: false },
@@ -59,6 +66,15 @@ type Update = Static<typeof Update>;
 
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 256 }) });
 type IdParams = Static<typeof IdParams>;
+// sgl-router 0.2.x (and slime written for it) removes a worker by its URL, percent-encoded into
+// the path: as long as a registration's URL may be.
+const IdOrUrlParams = Type.Object({
+  id: Type.String({
+    minLength: 1,
+    maxLength: 2048,
+    description: 'The registry worker id, or the worker URL it was registered with, percent-encoded (sgl-router 0.2.x).',
+  }),
+});
 
 export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   const { registry, view } = services;
@@ -86,7 +102,7 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     tags: TAG,
     summary: 'Register a worker',
     description:
-      'Accepts the worker and discovers it in the background (its row turns ready when discovery succeeds). Registering a URL again is idempotent and runs discovery again; with an admin key configured, it changes the worker only with the admin bearer. A key, `rl.*` labels or a `weight_version` label need the admin bearer when the gateway has one; a plain registration needs the registration bearer only when `--registration-key` is set. The URL must pass the worker URL rules (docs/operations.md).',
+      'Accepts the worker and discovers it in the background (its row turns ready when discovery succeeds). Registering a URL again is idempotent and runs discovery again; with an admin key configured, it changes the worker only with the admin bearer. A key, `rl.*` labels or a `weight_version` label need the admin bearer when the gateway has one; a plain registration needs the registration bearer only when `--registration-key` is set. The URL must pass the worker URL rules (docs/operations.md). Prefill, decode and encode workers (`worker_type`, `bootstrap_port`) are refused with 400 `invalid_request` naming the worker: PD disaggregated routing is not supported yet.',
     body: Registration,
     response: { 202: WorkerAccepted, ...errorResponses(...BODY_ERRORS, 'unauthorized') },
   };
@@ -95,6 +111,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     guard(req.headers, needsAdmin(req.body));
     checkWorkerUrl(req.body.url, allowedHostsOf(services.config.allowedWorkerHosts ?? []));
     checkLabels(req.body.labels);
+    // Before the re-registration branch below, which changes nothing and would answer 202.
+    registeredWorkerType(req.body.url.trim(), req.body.worker_type, req.body.bootstrap_port);
     // With an admin key, re-registering a known URL without its bearer changes nothing of the
     // worker (key, labels, version): discovery runs again, which is what slime needs for a
     // restarted engine. Without an admin key it replaces the registration, as it always did.
@@ -122,7 +140,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   const listSchema = {
     tags: TAG,
     summary: 'List workers',
-    description: 'Every registered worker, sorted by url.',
+    description:
+      "Every registered worker, sorted by url; `stats` is SMG's `{prefill_count, decode_count, regular_count}`, `rlgate` rlgate's own figures (totals, healthy, models, load).",
     response: { 200: WorkerListing, ...errorResponses() },
   };
   app.get('/workers', { schema: listSchema }, async () => {
@@ -130,7 +149,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     const workers = [...all]
       .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
       .map((w) => listedRow(w, view, services.config.workersListControlUrls));
-    return { workers, total: workers.length, stats: workerStats(all, view) };
+    // `stats` is SMG's shape exactly; rlgate's own figures have a key of their own (docs/decisions.md).
+    return { workers, total: workers.length, stats: workerTypeCounts(all), rlgate: workerStats(all, view) };
   });
 
   const rowSchema = {
@@ -170,14 +190,19 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   const removeSchema = {
     tags: TAG,
     summary: 'Remove a worker',
-    description: 'Removes the worker from the registry. Needs the admin bearer when the gateway has one.',
+    description:
+      'Removes the worker from the registry, named by its id or by its registered URL percent-encoded (`DELETE /workers/http%3A%2F%2Fhost%3A8000`, as sgl-router 0.2.x takes it). Needs the admin bearer when the gateway has one.',
     security: ADMIN_SECURITY,
-    params: IdParams,
+    params: IdOrUrlParams,
     response: { 200: WorkerRemoved, ...errorResponses('unauthorized', 'worker_not_found', 'uri_too_long') },
   };
   app.delete<{ Params: IdParams }>('/workers/:id', { schema: removeSchema }, async (req) => {
     guard(req.headers, true);
-    const w = registry.remove(req.params.id);
+    const { id } = req.params;
+    // An id is a UUID and never holds `:`; a URL does. Only a registered URL matches: no DP-rank
+    // expansion here (`POST /remove_worker` has it), so one row is removed and answered.
+    const byUrl = registry.get(id) ? undefined : id.includes(':') ? registry.findByUrl(id) : undefined;
+    const w = registry.remove(byUrl?.id ?? id);
     return { id: w.id, url: w.url, status: 'removed' };
   });
 };

@@ -31,7 +31,7 @@ interface Route {
 /** 5xx codes that speak of an engine or of load, never of the gateway failing. */
 const UPSTREAM_CODES = new Set(['upstream_unreachable', 'upstream_timeout', 'logprobs_unavailable', 'no_available_workers', 'bus_unavailable', 'overloaded']);
 /** Engine routes a refused request must never have reached. */
-const DATA_PLANE = new Set(['/generate', '/v1/chat/completions', '/v1/completions', '/v1/loads']);
+const DATA_PLANE = new Set(['/generate', '/v1/chat/completions', '/v1/completions', '/v1/loads', '/v1/tokenize', '/v1/detokenize']);
 
 const hostileJson = fc.oneof(
   fc.jsonValue({ maxDepth: 6 }),

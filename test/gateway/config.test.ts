@@ -163,6 +163,20 @@ describe('the same rules through flags, environment and config file (SMG names)'
     expect(() => loadConfig(['--config', join(dir, 'missing.json')], {})).toThrow(ConfigError);
   });
 
+  it("sgl-router's and SMG's PD launch flags are refused with the reason, not as unknown flags", () => {
+    for (const argv of [
+      ['--pd-disaggregation'],
+      ['--prefill', 'http://127.0.0.1:1', '8998'],
+      ['--decode', 'http://127.0.0.1:2'],
+      ['--prefill-policy', 'random'],
+    ]) {
+      const e = configError(() => loadConfig(argv, {}));
+      expect(e.message).toContain(`${argv[0]}: PD disaggregated routing is not supported yet`);
+      expect(e.message).toContain('--worker-urls');
+    }
+    expect(configError(() => loadConfig(['--prefil'], {})).message).toBe('unknown flag --prefil; see --help');
+  });
+
   it('port is validated whether or not RL is on', () => {
     for (const enabled of [false, true]) {
       configError(() => validateConfig(withRl({ enabled }, { port: 70000 })));

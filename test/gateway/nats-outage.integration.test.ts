@@ -100,7 +100,7 @@ describe('the embedded nats-server dies', () => {
     // The data plane needs no NATS: SMG's readiness probe stays ready (a load balancer keeps
     // routing rollouts here), and liveness says the process answers.
     expect(await http(gw, 'GET', '/readiness')).toMatchObject({ status: 200, json: { status: 'ready', healthy_workers: 1, total_workers: 1 } });
-    expect(await http(gw, 'GET', '/liveness')).toMatchObject({ status: 200, json: { status: 'alive' } });
+    expect(await http(gw, 'GET', '/liveness')).toMatchObject({ status: 200, text: 'OK' });
 
     const one = await fast('a per-worker call', () => http(gw, 'POST', `/v1/rl/workers/${id}/engine/pause_generation`, {}));
     expect(one.status).toBe(503);

@@ -155,7 +155,7 @@ describe('API document', () => {
     expect(doc.paths['/openapi.json']).toBeUndefined();
   });
 
-  it('data plane: /health, /liveness, /readiness, /metrics, /workers (202 too), /generate and a chat completion answer what the document says', async () => {
+  it('data plane: /health, /liveness, /readiness, /metrics, /workers (202 too), /generate, a chat completion and the tokenizer routes answer what the document says', async () => {
     await documented('GET', '/health', '/health');
     await documented('GET', '/liveness', '/liveness');
     await documented('GET', '/readiness', '/readiness');
@@ -174,6 +174,9 @@ describe('API document', () => {
       body: { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 },
     });
     expect(chat.status).toBe(200);
+    const tok = await documented('POST', '/v1/tokenize', '/v1/tokenize', { body: { prompt: ['Hi', 'there'] } });
+    expect(tok.status).toBe(200);
+    expect((await documented('POST', '/v1/detokenize', '/v1/detokenize', { body: { tokens: tok.json.tokens } })).json.text).toEqual(['Hi', 'there']);
   });
 
   it('/v1/rl rows, a state write, a per-worker call and a fan-out answer what the document says', async () => {
@@ -224,6 +227,9 @@ describe('API document', () => {
       ['POST', '/v1/rl/refits', '/v1/rl/refits', 415, 'unsupported_media_type', { raw: '{}', headers: { 'content-type': 'text/plain' } }],
       ['POST', '/workers', '/workers', 403, 'origin_not_allowed', { body: { url: sims[0]!.url }, headers: { origin: 'https://elsewhere.example' } }],
       ['DELETE', '/v1/rl/engine/{*}', '/v1/rl/engine/flush_cache', 405, 'method_not_allowed'],
+      ['DELETE', '/workers/{id}', `/workers/${encodeURIComponent('http://127.0.0.1:1')}`, 404, 'worker_not_found'],
+      ['POST', '/v1/tokenize', '/v1/tokenize', 400, 'invalid_request', { body: { prompt: 1 } }],
+      ['POST', '/v1/detokenize', '/v1/detokenize', 404, 'model_not_found', { body: { model: 'nope', tokens: [1] } }],
     ];
     for (const [method, template, path, status, error, opts] of cases) {
       const res = await documented(method, template, path, opts);

@@ -1,8 +1,9 @@
 // SMG's data-plane surface beyond /generate, against real simulators: `GET /v1/models` (the OpenAI
 // list shape, from the registered workers' models), `GET /loads` and its deprecated alias
 // `GET /get_loads` (SMG's `{"workers": [{"worker", "load", "details"?}]}`), `stats` on
-// `GET /workers` (SMG's WorkerStats), and HEAD on the `/v1/rl` engine pass-through, which goes to
-// the engine as HEAD (as SMG's GET routes take it) and answers its status without a body.
+// `GET /workers` (SMG's counts by type; rlgate's own figures under `rlgate`), and HEAD on the
+// `/v1/rl` engine pass-through, which goes to the engine as HEAD (as SMG's GET routes take it)
+// and answers its status without a body.
 
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -23,7 +24,7 @@ async function deadPort(): Promise<number> {
 describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
   let t: TestGateway;
   // `dp` is one SGLang engine with two DP ranks, registered as `@0` and `@1`; `other` serves a
-  // second model as a decode worker; `ts` is a TokenSpeed gRPC engine; `dead` answers nothing.
+  // second model; `ts` is a TokenSpeed gRPC engine; `dead` answers nothing.
   let dp: SimProcess;
   let other: SimProcess;
   let ts: TokenspeedSimProcess;
@@ -50,17 +51,19 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
     expect(r.json.error).toBe('no_available_workers');
   });
 
-  it('SMG probes on an empty registry: /readiness 503 not_ready, /liveness 200 alive', async () => {
+  it("SMG probes on an empty registry, in SMG's shapes: /readiness 503 `not ready`, /liveness 200 `OK`", async () => {
     expect(await t.http('GET', '/readiness')).toMatchObject({
       status: 503,
-      json: { status: 'not_ready', healthy_workers: 0, total_workers: 0, reason: 'no workers are registered' },
+      json: { status: 'not ready', reason: 'insufficient healthy workers', healthy_workers: 0, total_workers: 0, message: 'no workers are registered' },
     });
-    expect(await t.http('GET', '/liveness')).toMatchObject({ status: 200, json: { status: 'alive' } });
+    const live = await t.http('GET', '/liveness');
+    expect(live).toMatchObject({ status: 200, text: 'OK' });
+    expect(live.headers['content-type']).toMatch(/^text\/plain/);
   });
 
   it('/v1/models lists each real model once, in the OpenAI list shape', async () => {
     // Three rows: the DP ranks share one.
-    await t.register([`${dp.url}@0`, `${dp.url}@1`, { url: other.url, worker_type: 'decode' }, ts.url], { ready: 3 });
+    await t.register([`${dp.url}@0`, `${dp.url}@1`, { url: other.url, worker_type: 'regular' }, ts.url], { ready: 3 });
     await t.register([dead], { ready: 0 });
     const r = await t.http('GET', '/v1/models');
     expect(r.status, r.text).toBe(200);
@@ -81,16 +84,17 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
     expect(await t.http('GET', '/readiness')).toMatchObject({ status: 200, json: { status: 'ready', healthy_workers: 4, total_workers: 5 } });
   });
 
-  it('GET /workers carries SMG stats: totals, healthy, models, load and counts by type', async () => {
+  it("GET /workers: `stats` is SMG's counts by type, exactly; rlgate's totals, healthy, models and load are under `rlgate`", async () => {
     const r = await t.http('GET', '/workers');
     expect(r.status).toBe(200);
     expect(r.json.total).toBe(5);
-    expect(r.json.stats).toEqual({
+    expect(r.json.stats).toEqual({ prefill_count: 0, decode_count: 0, regular_count: 5 });
+    expect(r.json.rlgate).toEqual({
       total_workers: 5,
       healthy_workers: 4,
       total_models: 3,
       total_load: 0,
-      by_type: { regular: 4, prefill: 0, decode: 1 },
+      by_type: { regular: 5, prefill: 0, decode: 0 },
     });
   });
 
@@ -121,9 +125,9 @@ describe('GET /v1/models, /loads, /get_loads, GET /workers stats', () => {
     expect(byWorker.get(ts.url)).toEqual({ worker: ts.url, load: -1 });
     expect(byWorker.get(dead)).toEqual({ worker: dead, load: -1 });
 
-    // The gateway's own count of requests in flight is the stats' total_load meanwhile.
-    const stats = (await t.http('GET', '/workers')).json.stats;
-    expect(stats.total_load).toBe(1);
+    // The gateway's own count of requests in flight is rlgate's total_load meanwhile.
+    const figures = (await t.http('GET', '/workers')).json.rlgate;
+    expect(figures.total_load).toBe(1);
     expect((await slow.done).status).toBe(200);
   });
 
