@@ -1,6 +1,8 @@
 // One buffered call to an HTTP engine's data-plane route that generates nothing for a rollout
 // (`/v1/tokenize`, `/v1/detokenize`, `/health_generate`): sent on the engine's data pool with its
-// key, read whole, bounded by `--request-timeout-secs`. It counts no load and no breaker outcome:
+// key, read whole, bounded by LIGHT_CALL_SECS (or `--request-timeout-secs` when shorter: the data
+// plane's bound is sized for long generations, and a hung engine must not hold a tokenize or a
+// health probe for hours). It counts no load and no breaker outcome:
 // these calls are light, and a probe's failure is the caller's answer, not a routing fact. It
 // never retries and never picks an engine.
 
@@ -9,6 +11,14 @@ import { GatewayError } from '../api/errors.ts';
 import type { HttpEngineClient } from '../engines/http.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { RelayServices } from './relay-services.ts';
+
+/** Longest wait for a light call's answer: a tokenize or a one-token generation takes well under a second. */
+export const LIGHT_CALL_SECS = 30;
+
+/** The deadline of a light call, in seconds. */
+export function lightCallSecs(config: { requestTimeoutSecs: number }): number {
+  return Math.min(LIGHT_CALL_SECS, config.requestTimeoutSecs);
+}
 
 export interface EngineAnswer {
   status: number;
@@ -30,7 +40,7 @@ export async function callHttpEngine(
   client: HttpEngineClient,
   req: EngineRequest,
 ): Promise<EngineAnswer> {
-  const timeoutSecs = services.config.requestTimeoutSecs;
+  const timeoutSecs = lightCallSecs(services.config);
   const headers: Record<string, string> = {};
   if (worker.apiKey) headers.authorization = `Bearer ${worker.apiKey}`;
   if (req.body !== undefined) headers['content-type'] = 'application/json';

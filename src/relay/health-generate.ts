@@ -8,13 +8,13 @@ import type { EngineClient } from '../engines/engine-client.ts';
 import { HttpEngineClient } from '../engines/http.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
-import { callHttpEngine, type EngineAnswer } from './engine-call.ts';
+import { callHttpEngine, lightCallSecs, type EngineAnswer } from './engine-call.ts';
 import type { RelayServices } from './relay-services.ts';
 
 export async function healthGenerateOn(services: RelayServices & { log: Logger }, worker: Worker, client: EngineClient): Promise<EngineAnswer> {
   if (client instanceof HttpEngineClient) return callHttpEngine(services, worker, client, { method: 'GET', path: '/health_generate' });
   try {
-    await client.probe(AbortSignal.timeout(services.config.requestTimeoutSecs * 1000));
+    await client.probe(AbortSignal.timeout(lightCallSecs(services.config) * 1000));
     return { status: 200, headers: {}, body: Buffer.alloc(0) };
   } catch (err) {
     services.log.warn({ worker_id: worker.id, url: worker.url, err: (err as Error).message }, 'health_generate: the engine failed its health check');

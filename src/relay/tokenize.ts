@@ -12,7 +12,7 @@ import { HttpEngineClient } from '../engines/http.ts';
 import { loadTokenizerPath, type Tokenizer } from '../engines/tokenizer.ts';
 import { contextLengthOf } from '../fleet/context-length.ts';
 import type { Worker } from '../fleet/worker.ts';
-import { callHttpEngine, type EngineAnswer } from './engine-call.ts';
+import { callHttpEngine, lightCallSecs, type EngineAnswer } from './engine-call.ts';
 import type { RelayServices } from './relay-services.ts';
 import { tokenizerFor } from './token-relay.ts';
 
@@ -68,7 +68,7 @@ export async function tokenizerCall(services: RelayServices, worker: Worker, cli
       return { kind: 'unfit', why: `${worker.url} has no /v1/${ask.kind} (it answered ${answer.status}); ${(err as Error).message}` };
     }
   }
-  const { tokenizer, why } = await tokenizerFor(services, client as EngineClient & TokenEngine, AbortSignal.timeout(services.config.requestTimeoutSecs * 1000));
+  const { tokenizer, why } = await tokenizerFor(services, client as EngineClient & TokenEngine, AbortSignal.timeout(lightCallSecs(services.config) * 1000));
   if (!tokenizer) return { kind: 'unfit', why: `${worker.url}: ${why}` };
   return local(worker, tokenizer, ask);
 }
