@@ -216,7 +216,7 @@ export class Router {
  * New weights flush SGLang's prefix cache; so do a restart (the engine back through
  * `unreachable` or `registering`) and sleep (memory released). Seen at the next rebuild.
  */
-function cacheEmptied(was: EngineView, now: EngineView): boolean {
+export function cacheEmptied(was: EngineView, now: EngineView): boolean {
   if (was.version !== now.version) return true;
   if (now.state !== was.state && (now.state === 'unreachable' || now.state === 'registering')) return true;
   return now.control === 'asleep' && was.control !== 'asleep';
