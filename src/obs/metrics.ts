@@ -3,7 +3,8 @@
 // `--metrics-prefix smg` gives SMG's names and SMG's dashboards read this gateway unchanged
 // (docs/operations.md#metrics has the mapping). RL series (`<prefix>_rl_…`, spec §15) exist only
 // when RL is on and appear when first recorded. Label values stay bounded: `op` is mapped by
-// engines/engine-path.ts, workers are registry URLs, models are registry model ids.
+// engines/engine-path.ts, workers are registry URLs, models are registry model ids, routing
+// reasons are the policies' fixed set.
 
 import type { ServerResponse } from 'node:http';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
