@@ -132,9 +132,12 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);
   if (!worker) {
     services.metrics.request(path, 503);
-    throw new GatewayError('no_available_workers', 'no available workers: every engine is paused, refitting, unreachable or breaker-open; retry', {
-      retryable: true,
-    });
+    // Engines were eligible, and the policy took none: the target worker names none of them.
+    const why =
+      candidates.length > 0 && routed.targetWorker !== undefined
+        ? 'X-SMG-Target-Worker names no eligible engine'
+        : 'every engine is paused, refitting, unreachable or breaker-open';
+    throw new GatewayError('no_available_workers', `no available workers: ${why}; retry`, { retryable: true });
   }
 
   // One deadline for the whole request, every attempt included (SMG's request_timeout_secs).
