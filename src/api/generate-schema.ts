@@ -84,7 +84,17 @@ export const VersionPolicyHeaders = Type.Object(
       Type.String({ description: 'RL on: `any`, `latest-only`, `min-version:<v>` or `max-staleness:<k>`; wins over x-smg-version-policy.' }),
     ),
     'x-smg-version-policy': Type.Optional(Type.String({ description: "SMG's name for the same policy." })),
-    'x-smg-routing-key': Type.Optional(Type.String({ description: 'Same key, same engine (consistent hashing).' })),
+    'x-smg-routing-key': Type.Optional(
+      Type.String({
+        description:
+          'Session affinity: the same key goes to the same engine under least_inflight (the default), consistent_hashing and manual, or any policy with --routing-key-override.',
+      }),
+    ),
+    'x-smg-target-worker': Type.Optional(
+      Type.String({
+        description: 'consistent_hashing: the engine to route to, as its index among the eligible engines, its worker id or its URL; none eligible: 503.',
+      }),
+    ),
   },
   { additionalProperties: true },
 );

@@ -30,6 +30,8 @@ export interface GatewayConfig {
     fanoutConcurrency: number | undefined;
     versionPolicy: string;
   };
+  /** The data plane's routing policy and its settings, by SMG's flag names (fleet/policies/). */
+  routing: RoutingSettings;
   maxBodyBytes: number;
   /** Data-plane deadline of one relayed request, in seconds (SMG's request_timeout_secs). */
   requestTimeoutSecs: number;
@@ -67,4 +69,33 @@ export interface GatewayConfig {
   shutdownTimeoutSecs: number;
   /** First word of every Prometheus series name; `smg` gives SMG's names (obs/metrics.ts). */
   metricsPrefix: string;
+}
+
+/** `--policy` and the settings SMG's policies read; defaults are SMG's CLI's (docs/routing.md). */
+export interface RoutingSettings {
+  /** least_inflight (rlgate's default) or one of SMG's policy names. */
+  policy: string;
+  /** PD routing's policies: checked and kept, not used (rlgate has no PD routing yet). */
+  prefillPolicy: string | undefined;
+  decodePolicy: string | undefined;
+  /** cache_aware: a prefix match above this share of the prompt routes to its engine. */
+  cacheThreshold: number;
+  /** cache_aware: imbalanced when max − min in flight is above this… */
+  balanceAbsThreshold: number;
+  /** …and max is above this times min. */
+  balanceRelThreshold: number;
+  /** cache_aware's tree eviction and manual's idle sweep, every this many seconds. */
+  evictionIntervalSecs: number;
+  /** cache_aware: characters (or tokens) each engine's share of the tree is cut to. */
+  maxTreeSize: number;
+  /** prefix_hash: tokens (characters, for text) of the prompt hashed. */
+  prefixTokenCount: number;
+  /** prefix_hash: an engine above this times the average in flight passes the request on. */
+  prefixHashLoadFactor: number;
+  /** manual: a routing key idle this long is forgotten. */
+  maxIdleSecs: number;
+  /** manual: how a new routing key gets its engine (random, min_load, min_group). */
+  assignmentMode: string;
+  /** Every policy honours X-SMG-Routing-Key by manual's sticky map. */
+  routingKeyOverride: boolean;
 }

@@ -1,16 +1,23 @@
-// Data-plane worker selection: which engine serves the next request. Among the eligible ones the
-// least in-flight wins (ties round-robin), or, with a routing key, the rendezvous-hash winner.
-// With RL off only `serving`, breaker-not-open, control-active engines are eligible. With RL on
-// the version pre-filter of spec §13.3 runs over the candidates (online engines whose breaker is
-// not open) and counts its drops. Never reads HTTP headers: the caller hands policy and key in.
-// What it reads of the fleet (each worker's engine view, each model's fleet maximum) is kept in a
-// table rebuilt only when the registry or an engine actor changed, not per request.
+// Data-plane worker selection: which engine serves the next request. The router finds the
+// eligible engines and hands them to the configured routing policy (policies/, `--policy`), which
+// picks one and says why; by default least in flight (ties round robin), or, with a routing key,
+// the rendezvous-hash winner. With RL off only `serving`, breaker-not-open, control-active engines
+// are eligible. With RL on the version pre-filter of spec §13.3 runs over the candidates (online
+// engines whose breaker is not open) and counts its drops. Never reads HTTP headers: the caller
+// hands policy, key and prompt in. What it reads of the fleet (each worker's engine view, each
+// model's fleet maximum) is kept in a table rebuilt only when the registry or an engine actor
+// changed, not per request; a rebuild that shows an engine's cache emptied (new weights, a
+// restart, sleep) tells the policy.
 
 import type { EngineHost } from './engine-host.ts';
 import type { EngineView, FleetView } from './fleet-view.ts';
+import { LeastInflightPolicy } from './policies/least-inflight.ts';
+import type { Decision, LoadReport, Reason, RoutingInputs, RoutingPolicy } from './policies/policy.ts';
 import type { Registry } from './registry.ts';
 import { admit, type DropReason, type VersionPolicy } from './version-policy.ts';
 import type { Worker } from './worker.ts';
+
+export { rendezvous } from './policies/rendezvous.ts';
 
 /** Where the pre-filter reports (obs/metrics.ts implements it). */
 export interface RoutingCounts {
@@ -18,7 +25,12 @@ export interface RoutingCounts {
   unroutable(): void;
 }
 
-export interface PickOptions {
+/** Where each decision is counted, by worker URL and reason (obs/metrics.ts implements it). */
+export interface DecisionCounts {
+  routingDecision(workerUrl: string, reason: Reason): void;
+}
+
+export interface PickOptions extends RoutingInputs {
   modes?: ReadonlySet<string>;
   exclude?: ReadonlySet<string>;
   /** Only workers serving this model (the request's resolved model; slime §8.2). */
@@ -27,8 +39,9 @@ export interface PickOptions {
   policy?: VersionPolicy;
   counts?: RoutingCounts;
   /**
-   * Session affinity (slime's `X-SMG-Routing-Key`): the same key goes to the same eligible
-   * engine, whatever its load; removing an engine moves only the keys it held.
+   * Session affinity (slime's `X-SMG-Routing-Key`): under the default policy the same key goes to
+   * the same eligible engine, whatever its load; removing an engine moves only the keys it held.
+   * Other policies read it as SMG's do.
    */
   routingKey?: string;
 }
@@ -51,10 +64,42 @@ interface RoutingTable {
 }
 
 export class Router {
-  private cursor = 0;
   private table: RoutingTable | null = null;
+  private readonly policy: RoutingPolicy;
+  private readonly inFlight: (id: string) => number;
 
-  constructor(private readonly deps: { registry: Registry; view: FleetView; host: EngineHost }) {}
+  constructor(
+    private readonly deps: {
+      registry: Registry;
+      view: FleetView;
+      host: EngineHost;
+      /** The data plane's policy (`--policy`); least in flight by default. */
+      policy?: RoutingPolicy;
+      decisions?: DecisionCounts;
+      /** The engines' own load reports, once a wire gives them. */
+      reports?: (id: string) => LoadReport | undefined;
+    },
+  ) {
+    const policy: RoutingPolicy = deps.policy ?? new LeastInflightPolicy();
+    this.policy = policy;
+    this.inFlight = (id) => deps.host.load(id);
+    if (policy.workerRemoved) deps.registry.on('removed', (w: Worker) => policy.workerRemoved!(w.id));
+  }
+
+  /** The policy's name (`--policy`). */
+  get policyName(): string {
+    return this.policy.name;
+  }
+
+  /** Whether the policy reads the prompt: callers extract it only then. */
+  get needsPrompt(): boolean {
+    return this.policy.needsPrompt;
+  }
+
+  /** Whether the policy wants to hear when a request ends (`finished`). */
+  get tracksFinish(): boolean {
+    return this.policy.finished !== undefined;
+  }
 
   /**
    * The table for this moment. Every actor transition bumps the host's generation and every
@@ -71,6 +116,7 @@ export class Router {
       entries: registry.all().map((w) => ({ w, e: view.engine(w) })),
       maxByModel: new Map(),
     };
+    if (t && this.policy.cacheFlushed) this.noticeFlushes(t, fresh);
     this.table = fresh;
     return fresh;
   }
@@ -123,67 +169,55 @@ export class Router {
 
   /** One of `candidates` (by default the eligible engines for `opts`, read once per request by a caller that needs them too). */
   pick(opts: PickOptions = {}, candidates: Worker[] = this.eligible(opts)): Worker | undefined {
-    const n = candidates.length;
-    if (n === 0) return undefined;
-    if (opts.routingKey !== undefined) return rendezvous(opts.routingKey, candidates);
-    // One pass from a rotating start: the first engine with the fewest requests in flight wins,
-    // so equal loads (an idle fleet) still spread round-robin. No sort on the hot path.
-    this.cursor = (this.cursor + 1) % 1_000_000_007;
-    const start = this.cursor % n;
-    const { host } = this.deps;
-    let best = candidates[start]!;
-    let bestLoad = host.load(best.id);
-    for (let i = 1; i < n && bestLoad > 0; i++) {
-      const w = candidates[(start + i) % n]!;
-      const load = host.load(w.id);
-      if (load < bestLoad) {
-        best = w;
-        bestLoad = load;
-      }
+    return this.decide(opts, candidates)?.worker;
+  }
+
+  /**
+   * The policy's pick among `candidates` and why, counted by worker and reason; the request is
+   * taken as sent to it (the policy's `routed`). Undefined when there is no candidate, or when the
+   * policy finds none fits (a target worker that is not eligible).
+   */
+  decide(opts: PickOptions = {}, candidates: Worker[] = this.eligible(opts)): Decision<Worker> | undefined {
+    if (candidates.length === 0) return undefined;
+    const { policy } = this;
+    const d = policy.pick({
+      candidates,
+      modelId: opts.modelId,
+      inFlight: this.inFlight,
+      report: this.deps.reports,
+      text: opts.text,
+      tokens: opts.tokens,
+      routingKey: opts.routingKey,
+      targetWorker: opts.targetWorker,
+      implicitKey: opts.implicitKey,
+    });
+    if (!d) return undefined;
+    policy.routed?.(d.worker.id, opts);
+    this.deps.decisions?.routingDecision(d.worker.url, d.reason);
+    return d;
+  }
+
+  /** A request `decide` sent to `workerId` ended; `inputs` are the ones it was routed with. */
+  finished(workerId: string, inputs: RoutingInputs): void {
+    this.policy.finished?.(workerId, inputs);
+  }
+
+  /** Tells the policy of every engine whose cache the change from `prev` to `next` emptied. */
+  private noticeFlushes(prev: RoutingTable, next: RoutingTable): void {
+    const before = new Map(prev.entries.map(({ w, e }) => [w.id, e]));
+    for (const { w, e } of next.entries) {
+      const was = before.get(w.id);
+      if (was && cacheEmptied(was, e)) this.policy.cacheFlushed!(w.id);
     }
-    return best;
   }
 }
 
 /**
- * Rendezvous (highest-random-weight) hashing: each engine scores hash(key, engine id) and the
- * highest wins. Removing an engine moves only the keys it won; adding one takes keys only onto
- * itself. The key's hash state is computed once, then continued per engine.
+ * New weights flush SGLang's prefix cache; so do a restart (the engine back through
+ * `unreachable` or `registering`) and sleep (memory released). Seen at the next rebuild.
  */
-export function rendezvous<T extends { id: string }>(key: string, candidates: readonly T[]): T | undefined {
-  // A separator byte after the key keeps ("ab","c") and ("a","bc") apart.
-  const seed = Math.imul(fnv1a(key, FNV_OFFSET) ^ 0xff, FNV_PRIME) >>> 0;
-  let best: T | undefined;
-  let bestScore = -1;
-  for (const w of candidates) {
-    const score = fmix32(fnv1a(w.id, seed));
-    // Ties (astronomically rare) go to the smaller id, so the answer never depends on order.
-    if (score > bestScore || (score === bestScore && best !== undefined && w.id < best.id)) {
-      best = w;
-      bestScore = score;
-    }
-  }
-  return best;
-}
-
-const FNV_OFFSET = 0x811c9dc5;
-const FNV_PRIME = 0x01000193;
-
-/** 32-bit FNV-1a over UTF-16 code units, continuing from `h`. */
-function fnv1a(s: string, h: number): number {
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, FNV_PRIME);
-  }
-  return h >>> 0;
-}
-
-/** MurmurHash3's finaliser: FNV alone avalanches poorly on the last characters (ids ending in 0-9). */
-function fmix32(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
+export function cacheEmptied(was: EngineView, now: EngineView): boolean {
+  if (was.version !== now.version) return true;
+  if (now.state !== was.state && (now.state === 'unreachable' || now.state === 'registering')) return true;
+  return now.control === 'asleep' && was.control !== 'asleep';
 }

@@ -6,13 +6,15 @@ import { readFileSync } from 'node:fs';
 import { NATS_CLIENT_FLAGS } from '../bus/client-flags.ts';
 import { checkNatsSettings, noNatsAuth, NatsSettingsError } from '../bus/connect-options.ts';
 import type { GatewayConfig } from '../config/gateway-config.ts';
+import { DECODE_POLICY_NAMES, DEFAULT_POLICY, POLICY_NAMES, PREFILL_POLICY_NAMES } from '../fleet/policies/catalogue.ts';
+import { ASSIGNMENT_MODES } from '../fleet/policies/manual.ts';
 import { parseVersionPolicy } from '../fleet/version-policy.ts';
 import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
 import { parseAllowedOrigins } from '../http/origin-policy.ts';
 import { DEFAULT_METRICS_PREFIX, METRICS_PREFIX_PATTERN } from '../obs/metrics-prefix.ts';
 import { redactUrl } from '../obs/redact-url.ts';
 
-type Kind = 'string' | 'int' | 'bool' | 'list';
+type Kind = 'string' | 'int' | 'number' | 'bool' | 'list';
 
 interface Setting {
   flag: string;
@@ -20,10 +22,84 @@ interface Setting {
   key: string;
   kind: Kind;
   help: string;
+  /** Other spellings of the flag (SMG's Rust CLI's, where they differ from its Python CLI's). */
   aliases?: string[];
   /** A second environment variable read when RLGATE_<FLAG> is unset (NATS_URL, as the NATS tools). */
   envFallback?: string;
 }
+
+/** The routing policy (`--policy`) and its settings, by SMG's names, with SMG's CLI defaults (docs/routing.md). */
+const ROUTING_SETTINGS: Setting[] = [
+  {
+    flag: 'policy',
+    key: 'routing.policy',
+    kind: 'string',
+    help: `data-plane routing policy: ${POLICY_NAMES.join(' | ')} (default ${DEFAULT_POLICY}: least in flight, a routing key by rendezvous hashing)`,
+  },
+  {
+    flag: 'prefill-policy',
+    key: 'routing.prefillPolicy',
+    kind: 'string',
+    help: 'PD prefill policy (also bucket): checked and kept; rlgate has no PD routing yet',
+  },
+  { flag: 'decode-policy', key: 'routing.decodePolicy', kind: 'string', help: 'PD decode policy: checked and kept; rlgate has no PD routing yet' },
+  {
+    flag: 'cache-threshold',
+    key: 'routing.cacheThreshold',
+    kind: 'number',
+    help: 'cache_aware: a prefix match above this share of the prompt (0.0-1.0) routes to its engine (default 0.3)',
+  },
+  {
+    flag: 'balance-abs-threshold',
+    key: 'routing.balanceAbsThreshold',
+    kind: 'int',
+    help: 'cache_aware: the loads are imbalanced when max - min in flight is above this and the relative threshold is met too (default 64)',
+  },
+  {
+    flag: 'balance-rel-threshold',
+    key: 'routing.balanceRelThreshold',
+    kind: 'number',
+    help: 'cache_aware: … and max in flight is above this times min (at least 1.0; default 1.5)',
+  },
+  {
+    flag: 'eviction-interval-secs',
+    key: 'routing.evictionIntervalSecs',
+    kind: 'int',
+    help: "cache_aware's tree eviction and manual's idle-key sweep, every this many seconds (default 60)",
+    aliases: ['eviction-interval'],
+  },
+  {
+    flag: 'max-tree-size',
+    key: 'routing.maxTreeSize',
+    kind: 'int',
+    help: "cache_aware: characters (tokens, for token ids) each engine's share of the tree is cut to at each eviction (default 67108864)",
+  },
+  {
+    flag: 'prefix-token-count',
+    key: 'routing.prefixTokenCount',
+    kind: 'int',
+    help: 'prefix_hash: tokens (characters, for text) of the prompt hashed (default 256)',
+  },
+  {
+    flag: 'prefix-hash-load-factor',
+    key: 'routing.prefixHashLoadFactor',
+    kind: 'number',
+    help: 'prefix_hash: an engine above this times the average in flight passes the request on (at least 1.0; default 1.25)',
+  },
+  { flag: 'max-idle-secs', key: 'routing.maxIdleSecs', kind: 'int', help: 'manual: a routing key idle this long is forgotten (default 14400)' },
+  {
+    flag: 'assignment-mode',
+    key: 'routing.assignmentMode',
+    kind: 'string',
+    help: `manual: how a new routing key gets its engine: ${ASSIGNMENT_MODES.join(' | ')} (default random)`,
+  },
+  {
+    flag: 'routing-key-override',
+    key: 'routing.routingKeyOverride',
+    kind: 'bool',
+    help: "every policy honours X-SMG-Routing-Key, by manual's sticky map (default off)",
+  },
+];
 
 export const SETTINGS: Setting[] = [
   { flag: 'host', key: 'host', kind: 'string', help: 'address to listen on (default 127.0.0.1)' },
@@ -82,6 +158,7 @@ export const SETTINGS: Setting[] = [
     help: 'engine calls in flight per fan-out and owning replica, for every call (default: 32 for calls that move weights, the fleet size and at least 256 for the others)',
   },
   { flag: 'rl-version-policy', key: 'rl.versionPolicy', kind: 'string', help: 'any | latest-only | min-version:<v> | max-staleness:<k> (default any)' },
+  ...ROUTING_SETTINGS,
   { flag: 'request-timeout-secs', key: 'requestTimeoutSecs', kind: 'int', help: 'deadline of one data-plane request (default 14400)' },
   {
     flag: 'request-body-timeout-secs',
@@ -181,6 +258,7 @@ export function defaultConfig(): GatewayConfig {
     workerUrls: [],
     allowedWorkerHosts: [],
     rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: undefined, versionPolicy: 'any' },
+    routing: defaultRouting(),
     maxBodyBytes: 64 * 1024 * 1024,
     requestTimeoutSecs: 14400,
     requestBodyTimeoutSecs: 30,
@@ -204,6 +282,25 @@ export function defaultConfig(): GatewayConfig {
     synthesizeLogprobs: false,
     shutdownTimeoutSecs: 30,
     metricsPrefix: DEFAULT_METRICS_PREFIX,
+  };
+}
+
+/** SMG's CLI defaults (router_args.py), but the policy: rlgate keeps its own default (docs/decisions.md). */
+export function defaultRouting(): GatewayConfig['routing'] {
+  return {
+    policy: DEFAULT_POLICY,
+    prefillPolicy: undefined,
+    decodePolicy: undefined,
+    cacheThreshold: 0.3,
+    balanceAbsThreshold: 64,
+    balanceRelThreshold: 1.5,
+    evictionIntervalSecs: 60,
+    maxTreeSize: 2 ** 26,
+    prefixTokenCount: 256,
+    prefixHashLoadFactor: 1.25,
+    maxIdleSecs: 4 * 3600,
+    assignmentMode: 'random',
+    routingKeyOverride: false,
   };
 }
 
@@ -274,6 +371,7 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
     throw new ConfigError(`allowed_origins: ${(err as Error).message}`);
   }
   checkWorkerUrls(cfg);
+  checkRouting(cfg.routing);
   const policy = cfg.rl.versionPolicy.trim();
   if (!cfg.rl.enabled) {
     if (policy !== 'any') throw new ConfigError('rl.version_policy requires rl.enabled');
@@ -288,6 +386,44 @@ export function validateConfig(cfg: GatewayConfig): GatewayConfig {
     throw new ConfigError(`rl.version_policy: ${(err as Error).message}`);
   }
   return cfg;
+}
+
+/**
+ * The routing settings, as SMG checks them: the policy names its CLI takes, and each policy's own
+ * settings only when a configured policy (main, prefill or decode) uses them; the counts SMG keeps
+ * unsigned are never negative.
+ */
+function checkRouting(r: GatewayConfig['routing']): void {
+  const oneOf = (flag: string, value: string, names: readonly string[]) => {
+    if (!names.includes(value)) throw new ConfigError(`--${flag} must be one of ${names.join(', ')}; got \`${value}\``);
+  };
+  if (r.policy === 'bucket') throw new ConfigError('--policy bucket: bucket is a prefill policy; give it as --prefill-policy');
+  oneOf('policy', r.policy, POLICY_NAMES);
+  if (r.prefillPolicy !== undefined) oneOf('prefill-policy', r.prefillPolicy, PREFILL_POLICY_NAMES);
+  if (r.decodePolicy === 'bucket') throw new ConfigError('--decode-policy bucket: Decode policy should not be allowed to be bucket');
+  if (r.decodePolicy !== undefined) oneOf('decode-policy', r.decodePolicy, DECODE_POLICY_NAMES);
+  oneOf('assignment-mode', r.assignmentMode, ASSIGNMENT_MODES);
+  for (const [flag, v] of [
+    ['balance-abs-threshold', r.balanceAbsThreshold],
+    ['eviction-interval-secs', r.evictionIntervalSecs],
+    ['max-idle-secs', r.maxIdleSecs],
+  ] as const) {
+    if (!(Number.isSafeInteger(v) && v >= 0)) throw new ConfigError(`--${flag} must be >= 0, got \`${v}\``);
+  }
+  const used = new Set([r.policy, r.prefillPolicy, r.decodePolicy]);
+  if (used.has('cache_aware') || used.has('bucket')) {
+    if (!(r.balanceRelThreshold >= 1)) throw new ConfigError(`--balance-rel-threshold must be >= 1.0, got \`${r.balanceRelThreshold}\``);
+  }
+  if (used.has('cache_aware')) {
+    if (!(r.cacheThreshold >= 0 && r.cacheThreshold <= 1)) throw new ConfigError(`--cache-threshold must be between 0.0 and 1.0, got \`${r.cacheThreshold}\``);
+    if (!(r.evictionIntervalSecs > 0)) throw new ConfigError(`--eviction-interval-secs must be > 0 with cache_aware, got \`${r.evictionIntervalSecs}\``);
+    if (!(Number.isSafeInteger(r.maxTreeSize) && r.maxTreeSize > 0)) throw new ConfigError(`--max-tree-size must be > 0, got \`${r.maxTreeSize}\``);
+  }
+  if (used.has('prefix_hash')) {
+    if (!(Number.isSafeInteger(r.prefixTokenCount) && r.prefixTokenCount > 0))
+      throw new ConfigError(`--prefix-token-count must be > 0, got \`${r.prefixTokenCount}\``);
+    if (!(r.prefixHashLoadFactor >= 1)) throw new ConfigError(`--prefix-hash-load-factor must be >= 1.0, got \`${r.prefixHashLoadFactor}\``);
+  }
 }
 
 /** Receive timeouts and connection caps (http/bounds.ts); Node refuses a header timeout past the body's. */
@@ -341,7 +477,8 @@ export function helpText(command = 'rlgate gateway'): string {
   lines.push(`  --config FILE${' '.repeat(24)}JSON config file (keys as in docs/operations.md)`);
   for (const s of SETTINGS) {
     const left = `  --${s.flag}${s.kind === 'bool' ? '' : s.kind === 'list' ? ' U ...' : ' V'}`;
-    lines.push(`${left.padEnd(39)}${s.help}  [${[envName(s.flag), s.envFallback].filter(Boolean).join(', then ')}]`);
+    const also = s.aliases ? ` (also ${s.aliases.map((a) => `--${a}`).join(', ')})` : '';
+    lines.push(`${left.padEnd(39)}${s.help}${also}  [${[envName(s.flag), s.envFallback].filter(Boolean).join(', then ')}]`);
   }
   return lines.join('\n');
 }
@@ -354,7 +491,7 @@ export function envName(flag: string): string {
 const PD_FLAGS = new Set(['pd-disaggregation', 'prefill', 'decode', 'prefill-policy', 'decode-policy']);
 
 function parseFlags(argv: string[]): Map<string, string> {
-  const known = new Map<string, Setting>(SETTINGS.map((s) => [s.flag, s]));
+  const known = new Map<string, Setting>(SETTINGS.flatMap((s) => [s.flag, ...(s.aliases ?? [])].map((f) => [f, s] as const)));
   const out = new Map<string, string>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
@@ -373,16 +510,17 @@ function parseFlags(argv: string[]): Map<string, string> {
       );
     }
     if (!s) throw new ConfigError(`unknown flag --${name}; see --help`);
+    // An alias sets its setting's flag: the value is read under that name.
     if (s.kind === 'bool') {
-      out.set(name, inline ?? 'true');
+      out.set(s.flag, inline ?? 'true');
     } else if (s.kind === 'list') {
       const values: string[] = inline !== undefined ? [inline] : [];
       while (i + 1 < argv.length && !argv[i + 1]!.startsWith('--')) values.push(argv[++i]!);
-      out.set(name, [out.get(name), ...values].filter(Boolean).join(','));
+      out.set(s.flag, [out.get(s.flag), ...values].filter(Boolean).join(','));
     } else {
       const v = inline ?? argv[++i];
       if (v === undefined) throw new ConfigError(`--${name} needs a value`);
-      out.set(name, v);
+      out.set(s.flag, v);
     }
   }
   return out;
@@ -400,6 +538,12 @@ function coerce(s: Setting, raw: string, where: string): unknown {
     case 'int': {
       if (!/^-?\d+$/.test(raw.trim())) throw new ConfigError(`${where} must be an integer, got \`${raw}\``);
       return Number(raw.trim());
+    }
+    case 'number': {
+      const v = Number(raw.trim());
+      if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(raw.trim()) || !Number.isFinite(v))
+        throw new ConfigError(`${where} must be a number, got \`${raw}\``);
+      return v;
     }
     case 'bool': {
       const v = raw.trim().toLowerCase();
@@ -454,8 +598,20 @@ const FILE_ALIASES: Record<string, string> = {
   nats_ping_interval_secs: 'natsPingIntervalSecs',
   discovery_timeout_secs: 'discoveryTimeoutSecs',
   metrics_prefix: 'metricsPrefix',
+  ...routingFileKeys(),
   ...Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [`nats.${f.fileKey}`, `nats.${f.key}`])),
 };
+
+/** SMG's snake_case names of the routing settings, flat (`cache_threshold`) and under `routing.` */
+function routingFileKeys(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const s of ROUTING_SETTINGS) {
+    const snake = s.flag.replace(/-/g, '_');
+    out[snake] = s.key;
+    out[`routing.${snake}`] = s.key;
+  }
+  return out;
+}
 
 function applyObject(cfg: GatewayConfig, obj: Record<string, unknown>, prefix = ''): void {
   const byKey = new Map(SETTINGS.map((s) => [s.key, s]));
@@ -476,10 +632,11 @@ function fileValue(s: Setting, v: unknown, where: string): unknown {
   if (typeof v === 'string') return coerce(s, v, where);
   const ok =
     (s.kind === 'int' && Number.isInteger(v)) ||
+    (s.kind === 'number' && typeof v === 'number' && Number.isFinite(v)) ||
     (s.kind === 'bool' && typeof v === 'boolean') ||
     (s.kind === 'list' && Array.isArray(v) && v.every((x) => typeof x === 'string'));
   if (!ok) {
-    const want = { int: 'an integer', bool: 'true or false', string: 'a string', list: 'a list of strings' }[s.kind];
+    const want = { int: 'an integer', number: 'a number', bool: 'true or false', string: 'a string', list: 'a list of strings' }[s.kind];
     throw new ConfigError(`${where} must be ${want}, got \`${JSON.stringify(v)}\``);
   }
   return s.kind === 'list' ? [...(v as string[])] : v;

@@ -28,6 +28,7 @@ import { Ownership } from '../fleet/ownership.ts';
 import { PauseReconciler } from '../fleet/pause-reconciler.ts';
 import { Registry } from '../fleet/registry.ts';
 import { RegistrySync } from '../fleet/registry-sync.ts';
+import { createPolicy } from '../fleet/policies/catalogue.ts';
 import { Router } from '../fleet/router.ts';
 import { onMixedComparison } from '../fleet/versions.ts';
 import { buildApp } from '../http/app.ts';
@@ -216,7 +217,9 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       refits.drain();
       return worker.drain();
     });
-    const router = new Router({ registry, view, host });
+    // The policy's clock only measures intervals (tree eviction, idle keys): a monotonic one.
+    const policy = createPolicy(config.routing, { clock: () => performance.now(), random: Math.random });
+    const router = new Router({ registry, view, host, policy, decisions: metrics });
     const feed = new FleetFeed({ bus, subjects: subj, registry, view });
     const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, refitEvents, feed, router, bus, fence };
     // Trainers on the bus: one replica answers each refit request.
@@ -233,7 +236,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     registerWorkerUrls(registry, config.workerUrls);
     new FdBudget(child('limits')).watch(registry);
     ownership.setUrl(url);
-    log.info({ url, nats_url: redactUrl(natsUrl), replica_id: replicaId, rl: config.rl.enabled }, 'gateway listening');
+    log.info({ url, nats_url: redactUrl(natsUrl), replica_id: replicaId, rl: config.rl.enabled, policy: router.policyName }, 'gateway listening');
     return { url, port, natsUrl: redactUrl(natsUrl), replicaId, services, app, close };
   } catch (err) {
     await close();

@@ -15,6 +15,8 @@ import { RequestWatch } from '../relay/request-watch.ts';
 import { GatewayError } from '../api/errors.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { checkDataPlaneBody, type DataPlanePath } from '../relay/data-plane-input.ts';
+import { routingPromptOf, type RoutingPrompt } from '../relay/routing-prompt.ts';
+import type { RoutingInputs } from '../fleet/policies/policy.ts';
 import type { RouteOptions, Services } from './services.ts';
 import { tokenRelay, type TokenAttempt } from '../relay/token-relay.ts';
 import { tokenRequestOf } from '../relay/token-sampling.ts';
@@ -115,23 +117,33 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   // A batch of `input_ids` is one prompt per call on gRPC/ZMQ: it goes to HTTP engines only.
   const batch = path === '/generate' && isIdBatch(parsed.input_ids);
   const modes = batch ? HTTP_ONLY : undefined;
-  // slime under consistent hashing sends its session id here: same key, same engine.
-  const key = req.headers['x-smg-routing-key'];
-  const routingKey = typeof key === 'string' && key !== '' ? key : undefined;
+  // What the routing policy reads: the prompt (only if it reads one) and SMG's routing headers.
+  // slime under consistent hashing sends its session id as the routing key: same key, same engine.
+  const { router } = services;
+  const prompt: RoutingPrompt = router.needsPrompt ? routingPromptOf(path, parsed) : {};
+  const routed: RoutingInputs = {
+    ...prompt,
+    routingKey: headerValue(req.headers['x-smg-routing-key']),
+    targetWorker: headerValue(req.headers['x-smg-target-worker']),
+    implicitKey: headerValue(req.headers.authorization) ?? headerValue(req.headers['x-forwarded-for']) ?? headerValue(req.headers.cookie),
+  };
   // Token limits past the context length are refused before any engine is called; the smallest
   // among the eligible engines, so the answer does not depend on which one routing picks.
   // One scan of the fleet serves both the check and the pick.
-  const candidates = services.router.eligible({ modes, modelId, policy, counts: services.metrics });
+  const candidates = router.eligible({ modes, modelId, policy, counts: services.metrics });
   const limits = tokenLimitsOf(path, parsed);
   if (limits.length > 0) checkTokenLimits(limits, smallestContextLength(candidates));
-  let worker = services.router.pick({ modes, modelId, policy, routingKey }, candidates);
+  let worker = router.pick({ modes, modelId, policy, ...routed }, candidates);
   // A token-engine-only fleet answers a batch with token-relay's own 400 (spec §18 line 44).
   if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);
   if (!worker) {
     services.metrics.request(path, 503);
-    throw new GatewayError('no_available_workers', 'no available workers: every engine is paused, refitting, unreachable or breaker-open; retry', {
-      retryable: true,
-    });
+    // Engines were eligible, and the policy took none: the target worker names none of them.
+    const why =
+      candidates.length > 0 && routed.targetWorker !== undefined
+        ? 'X-SMG-Target-Worker names no eligible engine'
+        : 'every engine is paused, refitting, unreachable or breaker-open';
+    throw new GatewayError('no_available_workers', `no available workers: ${why}; retry`, { retryable: true });
   }
 
   // One deadline for the whole request, every attempt included (SMG's request_timeout_secs).
@@ -142,21 +154,33 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   const tried = new Set<string>();
   let unreachable: { worker: Worker; error: Error } | undefined;
   let unfit: GatewayError | undefined;
+  // A retry goes by the prompt alone, as it always has: no key, no target, on another engine.
+  let inputs = routed;
+  const retry: RoutingInputs = prompt;
   for (;;) {
     tried.add(worker.id);
     timing.attempt(worker);
     const client = services.host.client(worker.id);
     let sent: Sent | TokenAttempt;
-    if (client && isTokenEngine(client)) {
-      const signals = watch.signals();
-      sent =
-        path === '/generate'
-          ? await tokenRelay(services, worker, client, parsed, reply, signals)
-          : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals);
-    } else if (client instanceof HttpEngineClient) {
-      sent = await relayToHttpEngine(services, path, stream, body, worker, client, reply, watch);
-    } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
-    if (sent.kind === 'answered') return reply;
+    try {
+      if (client && isTokenEngine(client)) {
+        const signals = watch.signals();
+        sent =
+          path === '/generate'
+            ? await tokenRelay(services, worker, client, parsed, reply, signals)
+            : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals);
+      } else if (client instanceof HttpEngineClient) {
+        sent = await relayToHttpEngine(services, path, stream, body, worker, client, reply, watch);
+      } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
+    } catch (err) {
+      if (router.tracksFinish) router.finished(worker.id, inputs);
+      throw err;
+    }
+    if (sent.kind === 'answered') {
+      if (router.tracksFinish) finishOnClose(reply.raw, router, worker.id, inputs);
+      return reply;
+    }
+    if (router.tracksFinish) router.finished(worker.id, inputs);
     if (sent.kind === 'deadline') {
       services.metrics.request(path, 504);
       throw new GatewayError('upstream_timeout', `request to \`${worker.url}\` timed out after ${timeoutSecs}s`, { worker_id: worker.id, url: worker.url });
@@ -167,10 +191,10 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       // This engine cannot take the request (`text` without a tokenizer, a field its wire lacks),
       // a fact about the engine, not a failure: every other eligible engine may still be tried.
       unfit ??= sent.error;
-      next = services.router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics });
+      next = router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics, ...retry });
     } else {
       // Nothing reached the caller yet: one more engine may take it (issue 4 item 6), any wire.
-      next = unreachable ? undefined : services.router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics });
+      next = unreachable ? undefined : router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics, ...retry });
       unreachable = { worker, error: sent.error };
       if (next)
         services.log.warn(
@@ -185,7 +209,20 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       throw new GatewayError('upstream_unreachable', `upstream \`${failed.url}\` unreachable: ${error.message}`, { worker_id: failed.id, url: failed.url });
     }
     worker = next;
+    inputs = retry;
   }
+}
+
+/** A header's value when it is one non-empty string. */
+function headerValue(v: string | string[] | undefined): string | undefined {
+  return typeof v === 'string' && v !== '' ? v : undefined;
+}
+
+/** Tells the router the request ended when its answer is done or cut off (a stream outlives the handler). */
+function finishOnClose(res: FastifyReply['raw'], router: Services['router'], workerId: string, inputs: RoutingInputs): void {
+  const done = () => router.finished(workerId, inputs);
+  if (res.closed) done();
+  else res.once('close', done);
 }
 
 /** `input_ids` as a list of lists: SGLang's batch form. */

@@ -3,7 +3,8 @@
 // `--metrics-prefix smg` gives SMG's names and SMG's dashboards read this gateway unchanged
 // (docs/operations.md#metrics has the mapping). RL series (`<prefix>_rl_…`, spec §15) exist only
 // when RL is on and appear when first recorded. Label values stay bounded: `op` is mapped by
-// engines/engine-path.ts, workers are registry URLs, models are registry model ids.
+// engines/engine-path.ts, workers are registry URLs, models are registry model ids, routing
+// reasons are the policies' fixed set.
 
 import type { ServerResponse } from 'node:http';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
@@ -55,6 +56,9 @@ export class Metrics {
   private readonly mixed: Lazy<Counter>;
   private readonly inflightChanges: Lazy<Counter>;
   private readonly requests: Counter<'route' | 'status_class'>;
+  private readonly decisions: Counter<'worker' | 'reason'>;
+  /** The reasons counted per worker, so a removed worker's series can go. */
+  private readonly decisionReasons = new Map<string, Set<string>>();
   private readonly engineStates: Gauge<'worker' | 'state'>;
   private readonly dataPlane: DataPlaneSeries;
   /** Read on every scrape by the per-worker gauges (gateway.ts sets it). */
@@ -150,6 +154,12 @@ export class Metrics {
       name: name('requests_total'),
       help: 'Data-plane requests by route and status class',
       labelNames: ['route', 'status_class'] as const,
+      registers,
+    });
+    this.decisions = new Counter({
+      name: name('routing_decisions_total'),
+      help: "Data-plane routing decisions by the chosen worker and the policy's reason",
+      labelNames: ['worker', 'reason'] as const,
       registers,
     });
     this.engineStates = new Gauge({
@@ -295,6 +305,14 @@ export class Metrics {
     else this.weightVersion().remove({ worker: engine });
   }
 
+  /** One routing decision (fleet/router.ts): the worker chosen and why, retries included. */
+  routingDecision(workerUrl: string, reason: string): void {
+    this.decisions.inc({ worker: workerUrl, reason });
+    let seen = this.decisionReasons.get(workerUrl);
+    if (!seen) this.decisionReasons.set(workerUrl, (seen = new Set()));
+    seen.add(reason);
+  }
+
   request(route: string, status: number): void {
     this.requests.inc({ route, status_class: `${Math.floor(status / 100)}xx` });
   }
@@ -304,6 +322,8 @@ export class Metrics {
     const prev = this.lastState.get(url);
     if (prev !== undefined) this.engineStates.remove({ worker: url, state: prev });
     this.lastState.delete(url);
+    for (const reason of this.decisionReasons.get(url) ?? []) this.decisions.remove({ worker: url, reason });
+    this.decisionReasons.delete(url);
     if (this.rl && goneEngine !== undefined) {
       this.weightVersion().remove({ worker: goneEngine });
       this.controlState().remove({ worker: goneEngine });
