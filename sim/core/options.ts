@@ -19,6 +19,8 @@ export interface EngineOptions {
   /** Tokens/s per request; 0 or Infinity = as fast as possible. Default 2000. */
   tokenRate?: number;
   maxRunningRequests?: number;
+  /** SGLang's `--stream-interval`: a streamed answer sends an event every this many tokens (and at the first and the last). Default 1. */
+  streamInterval?: number;
   contextLength?: number;
   /** Broadcast-group rendezvous and per-chunk receive deadline; default 120 s. */
   groupTimeoutMs?: number;
@@ -36,6 +38,7 @@ export interface ResolvedEngineOptions {
   weightVersion: string;
   tokenRate: number;
   maxRunningRequests: number;
+  streamInterval: number;
   contextLength: number;
   groupTimeoutMs: number;
   recordLimit: number;
@@ -57,6 +60,7 @@ export function resolveEngineOptions(o: EngineOptions): ResolvedEngineOptions {
     weightVersion: o.weightVersion ?? 'default',
     tokenRate: o.tokenRate === undefined ? 2000 : o.tokenRate <= 0 ? Infinity : o.tokenRate,
     maxRunningRequests: positiveInt(o.maxRunningRequests, 256, 'maxRunningRequests'),
+    streamInterval: positiveInt(o.streamInterval, 1, 'streamInterval'),
     contextLength: positiveInt(o.contextLength, 32768, 'contextLength'),
     groupTimeoutMs: o.groupTimeoutMs ?? 120_000,
     recordLimit: o.recordLimit ?? 10_000,

@@ -40,11 +40,22 @@ export function runSequences(engine: SimEngine, call: Call, seqs: Sequence[], on
   engine.scheduler.submit(seqs);
 }
 
-/** runSequences for a streamed answer: the SSE head goes out at once, then `onUpdate` writes events. */
+/**
+ * runSequences for a streamed answer: the SSE head goes out at once, then `onUpdate` writes an
+ * event at the first token, every `--stream-interval` tokens and at the end (as SGLang streams).
+ */
 export function streamSequences(engine: SimEngine, call: Call, seqs: Sequence[], onUpdate: (seq: Sequence, k: number) => void, onDone: () => void): void {
   call.res.writeHead(200, SSE_HEADERS);
   call.res.flushHeaders();
-  runSequences(engine, call, seqs, onUpdate, onDone);
+  const every = engine.opts.streamInterval;
+  const due =
+    every === 1
+      ? onUpdate
+      : (seq: Sequence, k: number) => {
+          const n = seq.outputIds.length;
+          if (seq.done || n <= 1 || n % every === 0) onUpdate(seq, k);
+        };
+  runSequences(engine, call, seqs, due, onDone);
 }
 
 interface LogprobAsk {

@@ -46,6 +46,7 @@ export interface ResolvedOptions {
   version: string;
   faults: Fault[];
   maxRunningRequests: number;
+  streamInterval: number;
   contextLength: number;
   healthCheckTimeoutMs: number;
   healthMode: HealthMode;
@@ -85,7 +86,7 @@ export interface CliOptions extends CommandLine {
 
 export const HELP = `Usage: rlgate sim sglang [flags]
 
-An SGLang-shaped HTTP engine (spec/engines.md §1) for demos, tests and benchmarks.
+An SGLang-shaped HTTP engine for demos, tests and benchmarks.
 Prints {"event":"listening","url":...,"port":...} on stdout when ready; SIGTERM/SIGINT stop it.
 
   --host <addr>                 bind address (default 127.0.0.1)
@@ -101,6 +102,8 @@ Prints {"event":"listening","url":...,"port":...} on stdout when ready; SIGTERM/
   --token-rate <r>              tokens/s per request; 0 or inf = as fast as possible (default 2000)
   --max-running <n>             max running requests; more wait in the queue (default 256);
                                 also --max-running-requests
+  --stream-interval <n>         a streamed answer sends an event every n tokens, and at the first
+                                and the last (SGLang's --stream-interval; default 1)
 ${costModelHelp(32)}  --context-length <n>          longest accepted prompt, in tokens (default 32768)
   --api-key <key>               require "Authorization: Bearer <key>" (not on /health*, /_sim/*)
   --version <v>                 SGLang version reported by /server_info (default 0.5.19)
@@ -149,6 +152,9 @@ export function parseArgs(argv: readonly string[]): CliOptions {
       case '--max-running':
       case '--max-running-requests':
         o.maxRunningRequests = flagNumber(flag, next());
+        break;
+      case '--stream-interval':
+        o.streamInterval = flagNumber(flag, next());
         break;
       case '--api-key':
         o.apiKey = next();

@@ -17,7 +17,7 @@ export interface CliOptions extends CommandLine {
 
 export const HELP = `Usage: rlgate sim tokenspeed [flags]
 
-A TokenSpeed-shaped gRPC engine (spec/engines.md §2–§4) with its HTTP RL control app.
+A TokenSpeed-shaped gRPC engine with its HTTP RL control app.
 Prints {"event":"listening","url":"grpc://...","port":...,"control_url":...,"control_port":...,
 "admin_url":...,"servicer_impl":...,"servicer_impl_source":...} on stdout when ready;
 SIGTERM/SIGINT stop it (health NOT_SERVING, in-flight requests drain, then exit 0).

@@ -140,6 +140,22 @@ describe('generation (as fast as possible)', () => {
   });
 });
 
+describe('--stream-interval', () => {
+  let sim: SimProcess;
+  beforeAll(async () => {
+    sim = await spawnSglangSim(['--token-rate', '0', '--stream-interval', '4']);
+  });
+  afterAll(() => sim?.stop());
+
+  it('a streamed answer sends an event at the first token, every 4th and the last, as SGLang streams', async () => {
+    const r = await post(sim.url, '/generate', { input_ids: [1, 2, 3], stream: true, sampling_params: { max_new_tokens: 10, ignore_eos: true } });
+    const events = r.text.split('\n\n').filter(Boolean);
+    expect(events.at(-1)).toBe('data: [DONE]');
+    const lengths = events.slice(0, -1).map((e) => (JSON.parse(e.replace(/^data: /, '')) as { output_ids: number[] }).output_ids.length);
+    expect(lengths).toEqual([1, 4, 8, 10]);
+  });
+});
+
 describe('pause, abort and flush (timer-paced generation)', () => {
   let sim: SimProcess;
   const long = (rid: string) => ({ text: `prompt ${rid}`, rid, sampling_params: { max_new_tokens: 100_000 } });
