@@ -12,7 +12,7 @@
 import type { EngineHost } from './engine-host.ts';
 import type { EngineView, FleetView } from './fleet-view.ts';
 import { LeastInflightPolicy } from './policies/least-inflight.ts';
-import type { Decision, LoadReport, Reason, RoutingInputs, RoutingPolicy } from './policies/policy.ts';
+import type { Decision, LoadReport, Reason, RequestOutcome, RoutingInputs, RoutingPolicy } from './policies/policy.ts';
 import type { Registry } from './registry.ts';
 import { admit, type DropReason, type VersionPolicy } from './version-policy.ts';
 import type { Worker } from './worker.ts';
@@ -198,8 +198,8 @@ export class Router {
   }
 
   /** A request `decide` sent to `workerId` ended; `inputs` are the ones it was routed with. */
-  finished(workerId: string, inputs: RoutingInputs): void {
-    this.policy.finished?.(workerId, inputs);
+  finished(workerId: string, inputs: RoutingInputs, outcome?: RequestOutcome): void {
+    this.policy.finished?.(workerId, inputs, outcome);
   }
 
   /** Tells the policy of every engine whose cache the change from `prev` to `next` emptied. */

@@ -488,7 +488,7 @@ export function envName(flag: string): string {
 }
 
 /** sgl-router's and SMG's launch flags of PD disaggregation: refused with the reason, not as unknown. */
-const PD_FLAGS = new Set(['pd-disaggregation', 'prefill', 'decode', 'prefill-policy', 'decode-policy']);
+const PD_FLAGS = new Set(['pd-disaggregation', 'prefill', 'decode']);
 
 function parseFlags(argv: string[]): Map<string, string> {
   const known = new Map<string, Setting>(SETTINGS.flatMap((s) => [s.flag, ...(s.aliases ?? [])].map((f) => [f, s] as const)));

@@ -16,7 +16,8 @@ import { GatewayError } from '../api/errors.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
 import { checkDataPlaneBody, type DataPlanePath } from '../relay/data-plane-input.ts';
 import { routingPromptOf, type RoutingPrompt } from '../relay/routing-prompt.ts';
-import type { RoutingInputs } from '../fleet/policies/policy.ts';
+import type { RequestOutcome, RoutingInputs } from '../fleet/policies/policy.ts';
+import type { PickOptions } from '../fleet/router.ts';
 import type { RouteOptions, Services } from './services.ts';
 import { tokenRelay, type TokenAttempt } from '../relay/token-relay.ts';
 import { tokenRequestOf } from '../relay/token-sampling.ts';
@@ -133,7 +134,9 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   const candidates = router.eligible({ modes, modelId, policy, counts: services.metrics });
   const limits = tokenLimitsOf(path, parsed);
   if (limits.length > 0) checkTokenLimits(limits, smallestContextLength(candidates));
-  let worker = router.pick({ modes, modelId, policy, ...routed }, candidates);
+  // The object the policy is told about when the request ends is the one it was picked with.
+  const first = { modes, modelId, policy, ...routed };
+  let worker = router.pick(first, candidates);
   // A token-engine-only fleet answers a batch with token-relay's own 400 (spec §18 line 44).
   if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);
   if (!worker) {
@@ -155,12 +158,14 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   let unreachable: { worker: Worker; error: Error } | undefined;
   let unfit: GatewayError | undefined;
   // A retry goes by the prompt alone, as it always has: no key, no target, on another engine.
-  let inputs = routed;
+  let inputs: RoutingInputs = first;
   const retry: RoutingInputs = prompt;
   for (;;) {
     tried.add(worker.id);
     timing.attempt(worker);
     const client = services.host.client(worker.id);
+    // What the engine's answer said, for the policy's bookkeeping (filled by the HTTP relay).
+    const outcome: RequestOutcome = { answered: false };
     let sent: Sent | TokenAttempt;
     try {
       if (client && isTokenEngine(client)) {
@@ -170,17 +175,19 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
             ? await tokenRelay(services, worker, client, parsed, reply, signals)
             : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals);
       } else if (client instanceof HttpEngineClient) {
-        sent = await relayToHttpEngine(services, path, stream, body, worker, client, reply, watch);
+        sent = await relayToHttpEngine(services, path, stream, body, worker, client, reply, watch, outcome);
       } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
     } catch (err) {
-      if (router.tracksFinish) router.finished(worker.id, inputs);
+      if (router.tracksFinish) router.finished(worker.id, inputs, outcome);
       throw err;
     }
     if (sent.kind === 'answered') {
-      if (router.tracksFinish) finishOnClose(reply.raw, router, worker.id, inputs);
+      // A token engine's answer is whole when the relay returns; an HTTP one says so at its end.
+      if (!(client instanceof HttpEngineClient)) outcome.answered = true;
+      if (router.tracksFinish) finishOnClose(reply.raw, router, worker.id, inputs, outcome);
       return reply;
     }
-    if (router.tracksFinish) router.finished(worker.id, inputs);
+    if (router.tracksFinish) router.finished(worker.id, inputs, outcome);
     if (sent.kind === 'deadline') {
       services.metrics.request(path, 504);
       throw new GatewayError('upstream_timeout', `request to \`${worker.url}\` timed out after ${timeoutSecs}s`, { worker_id: worker.id, url: worker.url });
@@ -191,10 +198,14 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       // This engine cannot take the request (`text` without a tokenizer, a field its wire lacks),
       // a fact about the engine, not a failure: every other eligible engine may still be tried.
       unfit ??= sent.error;
-      next = router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics, ...retry });
+      const again: PickOptions = { modes, modelId, policy, exclude: tried, counts: services.metrics, ...retry };
+      next = router.pick(again);
+      inputs = again;
     } else {
       // Nothing reached the caller yet: one more engine may take it (issue 4 item 6), any wire.
-      next = unreachable ? undefined : router.pick({ modes, modelId, policy, exclude: tried, counts: services.metrics, ...retry });
+      const again: PickOptions = { modes, modelId, policy, exclude: tried, counts: services.metrics, ...retry };
+      next = unreachable ? undefined : router.pick(again);
+      inputs = again;
       unreachable = { worker, error: sent.error };
       if (next)
         services.log.warn(
@@ -209,7 +220,6 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       throw new GatewayError('upstream_unreachable', `upstream \`${failed.url}\` unreachable: ${error.message}`, { worker_id: failed.id, url: failed.url });
     }
     worker = next;
-    inputs = retry;
   }
 }
 
@@ -219,8 +229,8 @@ function headerValue(v: string | string[] | undefined): string | undefined {
 }
 
 /** Tells the router the request ended when its answer is done or cut off (a stream outlives the handler). */
-function finishOnClose(res: FastifyReply['raw'], router: Services['router'], workerId: string, inputs: RoutingInputs): void {
-  const done = () => router.finished(workerId, inputs);
+function finishOnClose(res: FastifyReply['raw'], router: Services['router'], workerId: string, inputs: RoutingInputs, outcome: RequestOutcome): void {
+  const done = () => router.finished(workerId, inputs, outcome);
   if (res.closed) done();
   else res.once('close', done);
 }

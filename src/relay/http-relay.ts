@@ -8,12 +8,14 @@ import type { FastifyReply } from 'fastify';
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { HttpEngineClient } from '../engines/http.ts';
+import type { RequestOutcome } from '../fleet/policies/policy.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { DataPlanePath } from './data-plane-input.ts';
 import type { RequestWatch } from './request-watch.ts';
 import type { RelayServices } from './relay-services.ts';
 import { streamedChunk } from '../obs/request-timing.ts';
+import { readAnswerCounts } from './answer-counts.ts';
 import { EXPOSED_HEADERS, GATEWAY_ONLY_HEADERS, MIXED_HEADERS, ROUTED_HEADER, WEIGHT_HEADERS, isJsonContentType, isMixedBytes } from './stamping.ts';
 
 const HOP_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade', ...GATEWAY_ONLY_HEADERS]);
@@ -34,9 +36,10 @@ export function relayToHttpEngine(
   client: HttpEngineClient,
   reply: FastifyReply,
   watch: RequestWatch,
+  outcome: RequestOutcome,
 ): Promise<Sent> {
   return new Promise<Sent>((resolve, reject) => {
-    const attempt = new HttpAttempt(services, path, stream, worker, reply, watch, resolve, reject);
+    const attempt = new HttpAttempt(services, path, stream, worker, reply, watch, outcome, resolve, reject);
     services.host.acquire(worker.id);
     const headers: Record<string, string> = worker.apiKey
       ? { 'content-type': 'application/json', authorization: `Bearer ${worker.apiKey}` }
@@ -60,6 +63,9 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
   private started = false;
   private settled = false;
   private released = false;
+  /** The answer's last two chunks: its counts are read off them at the end (answer-counts.ts). */
+  private last: Buffer | undefined;
+  private prev: Buffer | undefined;
 
   constructor(
     private readonly services: RelayServices,
@@ -68,6 +74,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
     private readonly worker: Worker,
     private readonly reply: FastifyReply,
     private readonly watch: RequestWatch,
+    private readonly answer: RequestOutcome,
     private readonly resolve: (s: Sent) => void,
     private readonly reject: (err: unknown) => void,
   ) {}
@@ -102,6 +109,8 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.stream && this.status < 300) streamedChunk(this.reply.raw, chunk);
+    this.prev = this.last;
+    this.last = chunk;
     if (this.chunks) this.chunks.push(chunk);
     else if (!this.reply.raw.write(chunk)) controller.pause(); // the caller's socket is full: wait for 'drain'
   }
@@ -109,6 +118,10 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
   onResponseEnd(): void {
     this.watch.attach(null);
     const res = this.reply.raw;
+    if (this.status >= 200 && this.status < 300) {
+      this.answer.answered = true;
+      readAnswerCounts([this.last, this.prev], this.answer);
+    }
     if (!this.chunks) {
       res.end();
       this.release(this.outcome);

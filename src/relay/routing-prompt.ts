@@ -10,10 +10,24 @@ import type { DataPlanePath } from './data-plane-input.ts';
 export interface RoutingPrompt {
   text?: string;
   tokens?: readonly number[];
+  /** `ignore_eos` with a token bound: exactly that many output tokens. */
+  expectedOutputTokens?: number;
+  /** The request's bound on output tokens (`max_new_tokens`; the OpenAI routes' `max_tokens`, `max_completion_tokens`). */
+  maxOutputTokens?: number;
 }
 
-/** The routing prompt of a body `checkDataPlaneBody` accepted for `path`. */
+/** The routing prompt of a body `checkDataPlaneBody` accepted for `path`, with its output bounds. */
 export function routingPromptOf(path: DataPlanePath, body: Record<string, unknown>): RoutingPrompt {
+  const prompt = promptOf(path, body);
+  const sp = path === '/generate' ? body.sampling_params : body;
+  if (!sp || typeof sp !== 'object' || Array.isArray(sp)) return prompt;
+  const o = sp as Record<string, unknown>;
+  const max = [o.max_new_tokens, o.max_completion_tokens, o.max_tokens].find((v) => Number.isInteger(v) && (v as number) >= 0) as number | undefined;
+  if (max === undefined) return prompt;
+  return o.ignore_eos === true ? { ...prompt, expectedOutputTokens: max, maxOutputTokens: max } : { ...prompt, maxOutputTokens: max };
+}
+
+function promptOf(path: DataPlanePath, body: Record<string, unknown>): RoutingPrompt {
   if (path === '/generate') {
     if (typeof body.text === 'string') return { text: body.text };
     return idsOf(body.input_ids) ?? {};

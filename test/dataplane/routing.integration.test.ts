@@ -1,10 +1,11 @@
-// Issue 4 item 4 and slime-data-plane.md §2/§9 item 6: among the eligible engines the least
+// Issue 4 item 4 (`--policy least_inflight`, rlgate's routing before bounded_affinity): among the eligible engines the least
 // in-flight one is picked (ties round-robin), and a routing key picks by rendezvous hashing,
 // ignoring load, so that removing an engine moves only its keys. Where requests went is read
 // from the simulators' own request records and the gateway's routed-worker header.
 
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
+import { defaultConfig } from '../../src/gateway/config.ts';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
@@ -39,7 +40,10 @@ function openStream(base: string, body: unknown): Promise<{ req: ClientRequest; 
   });
 }
 
-describe('least in-flight first', () => {
+// rlgate's routing before bounded_affinity, kept as `--policy least_inflight`.
+const LEAST_INFLIGHT = { routing: { ...defaultConfig().routing, policy: 'least_inflight' } };
+
+describe('least in-flight first (--policy least_inflight)', () => {
   let slow: SimProcess;
   let fast: SimProcess;
   let t: TestGateway;
@@ -49,7 +53,7 @@ describe('least in-flight first', () => {
     // 20 tokens a second: a 100000-token stream stays open for the whole test, a 1-token answer
     // is quick.
     [slow, fast] = await Promise.all([spawnSglangSim(['--token-rate', '20']), spawnSglangSim(['--token-rate', '20'])]);
-    t = await startTestGateway();
+    t = await startTestGateway(LEAST_INFLIGHT);
   });
   afterAll(async () => {
     for (const c of held) c.destroy();
@@ -95,7 +99,7 @@ describe('least in-flight first', () => {
   });
 });
 
-describe('routing key: rendezvous hashing over the eligible engines', () => {
+describe('routing key: rendezvous hashing over the eligible engines (--policy least_inflight)', () => {
   let sims: SimProcess[];
   let t: TestGateway;
   let ids: string[];
@@ -104,7 +108,7 @@ describe('routing key: rendezvous hashing over the eligible engines', () => {
 
   beforeAll(async () => {
     sims = await Promise.all([0, 1, 2, 3].map(() => spawnSglangSim(['--token-rate', '0'])));
-    t = await startTestGateway();
+    t = await startTestGateway(LEAST_INFLIGHT);
     ids = await t.register(sims.map((s) => s.url));
   });
   afterEach(() => {

@@ -164,12 +164,7 @@ describe('the same rules through flags, environment and config file (SMG names)'
   });
 
   it("sgl-router's and SMG's PD launch flags are refused with the reason, not as unknown flags", () => {
-    for (const argv of [
-      ['--pd-disaggregation'],
-      ['--prefill', 'http://127.0.0.1:1', '8998'],
-      ['--decode', 'http://127.0.0.1:2'],
-      ['--prefill-policy', 'random'],
-    ]) {
+    for (const argv of [['--pd-disaggregation'], ['--prefill', 'http://127.0.0.1:1', '8998'], ['--decode', 'http://127.0.0.1:2']]) {
       const e = configError(() => loadConfig(argv, {}));
       expect(e.message).toContain(`${argv[0]}: PD disaggregated routing is not supported yet`);
       expect(e.message).toContain('--worker-urls');

@@ -30,9 +30,9 @@ function startupError(argv: string[], env: NodeJS.ProcessEnv = {}): string {
 }
 
 describe('defaults', () => {
-  it("SMG's CLI defaults (router_args.py); the policy is rlgate's least_inflight", () => {
+  it("SMG's CLI defaults (router_args.py); the policy is rlgate's bounded_affinity", () => {
     expect(defaultConfig().routing).toEqual({
-      policy: 'least_inflight',
+      policy: 'bounded_affinity',
       prefillPolicy: undefined,
       decodePolicy: undefined,
       cacheThreshold: 0.3,
@@ -113,8 +113,8 @@ describe('where the settings come from', () => {
 });
 
 describe('startup errors name the flag', () => {
-  it('policy names: SMG’s choices and least_inflight; bucket only for prefill', () => {
-    expect(startupError(['--policy', 'fastest'])).toMatch(/^--policy must be one of least_inflight, cache_aware, .*; got `fastest`$/);
+  it('policy names: SMG’s choices, bounded_affinity and least_inflight; bucket only for prefill', () => {
+    expect(startupError(['--policy', 'fastest'])).toMatch(/^--policy must be one of bounded_affinity, least_inflight, cache_aware, .*; got `fastest`$/);
     expect(startupError(['--policy', 'bucket'])).toBe('--policy bucket: bucket is a prefill policy; give it as --prefill-policy');
     expect(startupError(['--decode-policy', 'bucket'])).toBe('--decode-policy bucket: Decode policy should not be allowed to be bucket');
     expect(startupError(['--prefill-policy', 'nope'])).toMatch(/^--prefill-policy must be one of .*bucket; got `nope`$/);

@@ -36,4 +36,23 @@ describe('routingPromptOf', () => {
     ];
     expect(routingPromptOf('/v1/chat/completions', { messages })).toEqual({ text: 'be brief look at this done thought' });
   });
+
+  it('the output bounds: exact with ignore_eos and a token bound, else the bound alone, else none', () => {
+    expect(routingPromptOf('/generate', { input_ids: [1, 2], sampling_params: { max_new_tokens: 300, ignore_eos: true } })).toEqual({
+      tokens: [1, 2],
+      expectedOutputTokens: 300,
+      maxOutputTokens: 300,
+    });
+    expect(routingPromptOf('/generate', { text: 'hi', sampling_params: { max_new_tokens: 64 } })).toEqual({ text: 'hi', maxOutputTokens: 64 });
+    expect(routingPromptOf('/generate', { text: 'hi', sampling_params: { ignore_eos: true } })).toEqual({ text: 'hi' });
+    expect(routingPromptOf('/v1/completions', { prompt: 'hi', max_tokens: 16, ignore_eos: true })).toEqual({
+      text: 'hi',
+      expectedOutputTokens: 16,
+      maxOutputTokens: 16,
+    });
+    expect(routingPromptOf('/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_completion_tokens: 8 })).toEqual({
+      text: 'x',
+      maxOutputTokens: 8,
+    });
+  });
 });

@@ -1,6 +1,7 @@
 // The policies by name, as `--policy`, `--prefill-policy` and `--decode-policy` take them: SMG's
 // names (its CLI's choices), rlgate's own default, and the one policy built from the settings.
 
+import { BOUNDED_AFFINITY_DEFAULTS, BoundedAffinityPolicy } from './bounded-affinity.ts';
 import { CacheAwarePolicy } from './cache-aware.ts';
 import { ConsistentHashingPolicy } from './consistent-hashing.ts';
 import type { KvEventIndex } from './kv-event-index.ts';
@@ -15,12 +16,13 @@ import { RandomPolicy } from './random.ts';
 import { RoundRobinPolicy } from './round-robin.ts';
 import { withRoutingKeyOverride } from './routing-key-override.ts';
 
-/** rlgate's default: least in flight, ties in turn, a routing key by rendezvous hashing. */
-export const DEFAULT_POLICY = 'least_inflight';
+/** rlgate's default: the longest prefix within a load bound counted in tokens of work (bounded-affinity.ts). */
+export const DEFAULT_POLICY = 'bounded_affinity';
 
-/** What `--policy` takes: SMG's choices (`router_args.py`) and rlgate's default. */
+/** What `--policy` takes: SMG's choices (`router_args.py`), rlgate's default and its routing before it. */
 export const POLICY_NAMES = [
   DEFAULT_POLICY,
+  'least_inflight',
   'cache_aware',
   'round_robin',
   'random',
@@ -68,6 +70,8 @@ export function createPolicy(settings: PolicySettings, deps: PolicyDeps): Routin
 
 function byName(name: PolicyName, s: PolicySettings, deps: PolicyDeps): RoutingPolicy {
   switch (name) {
+    case 'bounded_affinity':
+      return new BoundedAffinityPolicy(BOUNDED_AFFINITY_DEFAULTS, deps);
     case 'least_inflight':
       return new LeastInflightPolicy();
     case 'cache_aware':

@@ -28,6 +28,10 @@ export interface LoadReport {
 export interface RoutingInputs {
   /** The prompt as text (SGLang's `text`, the OpenAI routes' messages or prompt). */
   text?: string;
+  /** Output tokens the request will produce, when it says exactly (`ignore_eos` with `max_new_tokens`). */
+  expectedOutputTokens?: number;
+  /** The most output tokens it may produce (`max_new_tokens`, `max_tokens`), when it names a bound. */
+  maxOutputTokens?: number;
   /** The prompt as token ids (`input_ids`, or an OpenAI prompt of ids). */
   tokens?: readonly number[];
   /** `X-SMG-Routing-Key`. */
@@ -81,6 +85,16 @@ export type Reason =
   /** passthrough: the first candidate. */
   | 'first_available';
 
+/** How a routed request ended, as far as the gateway saw its answer. */
+export interface RequestOutcome {
+  /** The engine answered it (2xx, to the end); false for a failure, a refusal, or one cut off. */
+  answered: boolean;
+  /** `meta_info` / `usage` counts of the answer, when the relay read them. */
+  promptTokens?: number;
+  cachedTokens?: number;
+  completionTokens?: number;
+}
+
 export interface Decision<W extends Candidate> {
   worker: W;
   reason: Reason;
@@ -95,8 +109,8 @@ export interface RoutingPolicy {
   pick<W extends Candidate>(req: PolicyRequest<W>): Decision<W> | undefined;
   /** The request was sent to `workerId`, right after the pick that chose it. */
   routed?(workerId: string, inputs: RoutingInputs): void;
-  /** That request ended (answered, failed or cut off). */
-  finished?(workerId: string, inputs: RoutingInputs): void;
+  /** That request ended (answered, failed or cut off), with what its answer said when it was read. */
+  finished?(workerId: string, inputs: RoutingInputs, outcome?: RequestOutcome): void;
   /** The worker left the registry. */
   workerRemoved?(workerId: string): void;
   /** The engine's prefix cache is empty (a weight update, a restart): what was routed to it is gone. */

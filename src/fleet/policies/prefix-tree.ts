@@ -72,6 +72,27 @@ export class PrefixTree {
     return { matched: at, tenant };
   }
 
+  /**
+   * How much of `prompt` each tenant holds: tenant → code units matched (whole units). One walk
+   * down the prompt's path: a tenant holding a node holds every node above it, so its match ends
+   * at the deepest node it holds.
+   */
+  matchAll(prompt: string): Map<string, number> {
+    const out = new Map<string, number>();
+    let node = this.root;
+    let at = 0;
+    while (at < prompt.length) {
+      const child = node.children.get(prompt.slice(at, at + this.unit));
+      if (!child) break;
+      const shared = this.shared(prompt, at, child.edge);
+      at += shared;
+      for (const tenant of child.tenants.keys()) out.set(tenant, at);
+      if (shared < child.edge.length) break;
+      node = child;
+    }
+    return out;
+  }
+
   /** Records `prompt` as routed to `tenant` now. */
   insert(prompt: string, tenant: string): void {
     const { unit } = this;

@@ -6,7 +6,7 @@
 // record them, as in SMG.
 
 import type { ManualPolicy } from './manual.ts';
-import type { Candidate, Decision, PolicyRequest, RoutingInputs, RoutingPolicy } from './policy.ts';
+import type { Candidate, Decision, PolicyRequest, RequestOutcome, RoutingInputs, RoutingPolicy } from './policy.ts';
 
 /** Policies the override leaves alone: they honour the key themselves. */
 const KEY_AWARE = new Set(['manual', 'consistent_hashing', 'least_inflight']);
@@ -36,8 +36,8 @@ class RoutingKeyOverride implements RoutingPolicy {
     else this.sticky.routed(workerId, inputs);
   }
 
-  finished(workerId: string, inputs: RoutingInputs): void {
-    if (inputs.routingKey === undefined) this.inner.finished?.(workerId, inputs);
+  finished(workerId: string, inputs: RoutingInputs, outcome?: RequestOutcome): void {
+    if (inputs.routingKey === undefined) this.inner.finished?.(workerId, inputs, outcome);
     else this.sticky.finished(workerId, inputs);
   }
 

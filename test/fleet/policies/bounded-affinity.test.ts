@@ -1,0 +1,160 @@
+// bounded_affinity (src/fleet/policies/bounded-affinity.ts), rlgate's default, on the rules its
+// documentation states: GRPO siblings stay with their prefix on an idle fleet; a new prompt goes to
+// the soonest-done engine; load is counted in tokens of work (a long output weighs more than many
+// short ones); no engine is chosen past the load bound, whatever it holds or whatever routing key
+// names it; a session's next turn (prompt + the output it was answered) finds its engine; a slow
+// engine gets less; a flushed engine is forgotten; the tree is bounded by the engine's KV size.
+
+import { describe, expect, it } from 'vitest';
+import { BOUNDED_AFFINITY_DEFAULTS, BoundedAffinityPolicy, type BoundedAffinitySettings } from '../../../src/fleet/policies/bounded-affinity.ts';
+import type { Candidate, RoutingInputs } from '../../../src/fleet/policies/policy.ts';
+import { fleet, request, steppedClock } from '../../fixtures/policy-fleet.ts';
+
+function policy(patch: Partial<BoundedAffinitySettings> = {}, clock = steppedClock()) {
+  return { p: new BoundedAffinityPolicy({ ...BOUNDED_AFFINITY_DEFAULTS, ...patch }, { clock }), clock };
+}
+
+function route(p: BoundedAffinityPolicy, candidates: Candidate[], inputs: RoutingInputs) {
+  const d = p.pick(request(candidates, inputs))!;
+  p.routed(d.worker.id, inputs);
+  return d;
+}
+
+/** `n` distinct token ids from `from`. */
+const ids = (n: number, from = 1000) => Array.from({ length: n }, (_, i) => from + i);
+const ws = fleet(4);
+
+describe('GRPO groups', () => {
+  it('the 8 siblings of a prompt stay on one engine of an idle fleet; the next group takes another', () => {
+    const { p } = policy();
+    const prompt = ids(256);
+    const first = route(p, ws, { tokens: prompt, expectedOutputTokens: 300 });
+    expect(first.reason).toBe('min_load');
+    for (let s = 1; s < 8; s++) {
+      const d = route(p, ws, { tokens: prompt, expectedOutputTokens: 300 });
+      expect(d.worker).toBe(first.worker);
+      expect(d.reason).toBe('cache_hit');
+    }
+    const next = route(p, ws, { tokens: ids(256, 5000), expectedOutputTokens: 300 });
+    expect(next.worker).not.toBe(first.worker);
+    expect(next.reason).toBe('min_load');
+  });
+
+  it('siblings leave their engine once it is more than the slack behind the soonest one', () => {
+    const { p } = policy({ slackTokens: 1000, slackFraction: 0 });
+    const prompt = ids(160);
+    const seen = Array.from({ length: 6 }, () => route(p, ws, { tokens: prompt, expectedOutputTokens: 300 }).worker.id);
+    // Each sibling adds 300 tokens of decode (the prompt is held after the first): the holder is
+    // within 1,000 of an idle engine's ~348 for three more siblings, then one goes elsewhere.
+    expect(seen.slice(0, 4)).toEqual([seen[0], seen[0], seen[0], seen[0]]);
+    expect(seen[4]).not.toBe(seen[0]);
+  });
+});
+
+describe('load in tokens of work', () => {
+  it('one long-output request weighs more than several short ones', () => {
+    const { p } = policy({ slackTokens: 0, slackFraction: 0 });
+    const two = fleet(2);
+    route(p, two, { tokens: ids(32, 1), expectedOutputTokens: 4000 }); // w0 or w1
+    const long = p.pick(request(two, { tokens: ids(32, 100), expectedOutputTokens: 10 }))!.worker;
+    // Three short requests all go to the other engine: 3 × ~20 tokens of work is far below 4,000.
+    const shorts = [1, 2, 3].map((k) => route(p, two, { tokens: ids(32, 200 * k), expectedOutputTokens: 10 }).worker);
+    expect(new Set(shorts).size).toBe(1);
+    expect(shorts[0]).toBe(long);
+  });
+
+  it('finished work leaves the queue: an engine that answered is as free as an idle one', () => {
+    const { p } = policy({ slackTokens: 0, slackFraction: 0 });
+    const two = fleet(2);
+    const a: RoutingInputs = { tokens: ids(32, 1), expectedOutputTokens: 4000 };
+    const first = route(p, two, a).worker;
+    p.finished(first.id, a, { answered: true, completionTokens: 4000 });
+    // Both queues empty again: the next new prompt may go to either; the held one wins nothing new.
+    const d = p.pick(request(two, { tokens: ids(32, 900), expectedOutputTokens: 10 }))!;
+    expect(d.reason).toBe('min_load');
+  });
+});
+
+describe('the load bound', () => {
+  it('a prefix holder past the bound is passed over for the soonest engine', () => {
+    const { p } = policy({ slackTokens: 500, slackFraction: 0 });
+    const two = fleet(2);
+    const prompt = ids(64);
+    const holder = route(p, two, { tokens: prompt, expectedOutputTokens: 2000 }).worker;
+    const d = route(p, two, { tokens: prompt, expectedOutputTokens: 100 });
+    expect(d.worker).not.toBe(holder);
+    expect(d.reason).toBe('min_load');
+  });
+
+  it('a routing key keeps its session on its engine within the bound, never past it', () => {
+    const { p } = policy({ slackTokens: 500, slackFraction: 0 });
+    const two = fleet(2);
+    const home = route(p, two, { text: 'turn one', routingKey: 's1', expectedOutputTokens: 100 }).worker;
+    // Within the bound: the key's engine, though another prompt there is new.
+    const again = route(p, two, { text: 'something else', routingKey: 's1', expectedOutputTokens: 100 });
+    expect(again).toEqual({ worker: home, reason: 'routing_key' });
+    // Its engine 4,000 tokens behind: past the bound, the key does not override it.
+    p.routed(home.id, { text: 'heavy', expectedOutputTokens: 4000 });
+    const past = p.pick(request(two, { text: 'turn three', routingKey: 's1', expectedOutputTokens: 100 }))!;
+    expect(past.worker).not.toBe(home);
+    expect(past.reason).not.toBe('routing_key');
+  });
+});
+
+describe('sessions', () => {
+  it("a session's next turn (its last prompt, the answer and the tool's output) goes to the engine that answered it", () => {
+    const { p } = policy();
+    const turn1 = ids(512);
+    const t1: RoutingInputs = { tokens: turn1, expectedOutputTokens: 64 };
+    const home = route(p, ws, t1).worker;
+    const output = ids(64, 90_000);
+    p.finished(home.id, t1, { answered: true, completionTokens: 64 });
+    // Other engines get other work meanwhile, so a blind pick would not land on `home` by chance.
+    for (let k = 0; k < 3; k++) route(p, ws, { tokens: ids(512, 10_000 * (k + 2)), expectedOutputTokens: 64 });
+    const turn2 = [...turn1, ...output, ...ids(300, 50_000)];
+    const d = route(p, ws, { tokens: turn2, expectedOutputTokens: 64 });
+    expect(d).toEqual({ worker: home, reason: 'cache_hit' });
+  });
+});
+
+describe('slow engines', () => {
+  it('an engine whose requests took ten times longer per unit of work gets the next new prompts less often', () => {
+    const { p, clock } = policy({ slackTokens: 0, slackFraction: 0 });
+    const two = fleet(2);
+    // Teach it: one request on each, the w1 one ten times slower.
+    for (const [w, ms] of [
+      ['w0', 100],
+      ['w1', 1000],
+    ] as const) {
+      const inputs: RoutingInputs = { tokens: ids(32, w === 'w0' ? 1 : 500), expectedOutputTokens: 100 };
+      p.routed(w, inputs);
+      clock.advance(ms);
+      p.finished(w, inputs, { answered: true, completionTokens: 100 });
+    }
+    const picks = Array.from({ length: 11 }, (_, k) => route(p, two, { tokens: ids(32, 2000 + 100 * k), expectedOutputTokens: 100 }).worker.id);
+    const onSlow = picks.filter((id) => id === 'w1').length;
+    expect(onSlow).toBeLessThanOrEqual(1);
+  });
+});
+
+describe('what it remembers', () => {
+  it('a flushed engine holds nothing: its prompts are new again', () => {
+    const { p } = policy();
+    const prompt = ids(256);
+    const home = route(p, ws, { tokens: prompt, expectedOutputTokens: 10 }).worker;
+    p.cacheFlushed(home.id);
+    const d = p.pick(request(ws, { tokens: prompt, expectedOutputTokens: 10 }))!;
+    expect(d.reason).toBe('min_load');
+  });
+
+  it("the tree keeps at most an engine's KV size per engine, least recently used out first", () => {
+    const { p } = policy({ kvTokens: 1024 });
+    const one = fleet(1);
+    const old = ids(512, 1);
+    route(p, one, { tokens: old, expectedOutputTokens: 1 });
+    route(p, one, { tokens: ids(512, 10_000), expectedOutputTokens: 1 });
+    route(p, one, { tokens: ids(512, 20_000), expectedOutputTokens: 1 });
+    expect(p.tokenTree.sizeOf('w0')).toBeLessThanOrEqual(1024);
+    expect(p.pick(request(one, { tokens: old, expectedOutputTokens: 1 }))!.reason).toBe('min_load');
+  });
+});
