@@ -48,12 +48,14 @@ import { emptyScaleResult, FANOUT_GROUP, measureScale, SCALE_GOALS, scaleGoals, 
 import { startEmbeddedNats, type EmbeddedNats } from '../src/bus/server.ts';
 import { ms, profileSummary, type CpuProfile } from './stats.ts';
 import { WRK } from './wrk.ts';
+import { ROLLOUT_POLICIES, rolloutMarkdown, runRollout } from './rollout/suite.ts';
+import { REALISTIC, type Workload } from './rollout/workload.ts';
 
 // The flags, in a plain file so that bench/bench.sh can print them before anything is installed.
 const HELP = readFileSync(new URL('./help.txt', import.meta.url), 'utf8');
 
-type Suite = 'fanout' | 'generate' | 'replicas' | 'scale';
-const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale'];
+type Suite = 'fanout' | 'generate' | 'replicas' | 'scale' | 'rollout';
+const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale', 'rollout'];
 
 interface Args {
   suites: Suite[];
@@ -76,6 +78,10 @@ interface Args {
   idleSeconds: number;
   registerConcurrency: number;
   logLevel: string;
+  rolloutSizes: number[];
+  rolloutPolicies: string[];
+  rolloutWorkloads: Array<Workload['kind']>;
+  rolloutSeed: number;
   /** Default 300 s, or 900 s when the scale suite runs. */
   maxSeconds: number;
   profile: boolean;
@@ -104,6 +110,10 @@ function parseArgs(argv: string[]): Args {
     idleSeconds: 30,
     registerConcurrency: 64,
     logLevel: 'info',
+    rolloutSizes: [4, 16],
+    rolloutPolicies: [...ROLLOUT_POLICIES],
+    rolloutWorkloads: ['grpo-short', 'grpo-long-system', 'agentic'],
+    rolloutSeed: 20261203,
     maxSeconds: 0,
     profile: false,
     out: join(ROOT, 'bench/results'),
@@ -127,6 +137,27 @@ function parseArgs(argv: string[]): Args {
         a.suites = names as Suite[];
         break;
       }
+      case '--rollout-sizes':
+        a.rolloutSizes = (value() ?? '').split(',').map((x) => int(flag, x, 1, 64));
+        break;
+      case '--rollout-policies': {
+        const names = (value() ?? '').split(',').filter(Boolean);
+        const bad = names.filter((x) => !(ROLLOUT_POLICIES as readonly string[]).includes(x));
+        if (bad.length || names.length === 0) throw new Error(`--rollout-policies takes ${ROLLOUT_POLICIES.join(', ')}, got ${bad.join(',') || 'nothing'}`);
+        a.rolloutPolicies = names;
+        break;
+      }
+      case '--rollout-workloads': {
+        const kinds = ['grpo-short', 'grpo-long-system', 'agentic'];
+        const names = (value() ?? '').split(',').filter(Boolean);
+        const bad = names.filter((x) => !kinds.includes(x));
+        if (bad.length || names.length === 0) throw new Error(`--rollout-workloads takes ${kinds.join(', ')}, got ${bad.join(',') || 'nothing'}`);
+        a.rolloutWorkloads = names as Array<Workload['kind']>;
+        break;
+      }
+      case '--rollout-seed':
+        a.rolloutSeed = int(flag, value(), 0, 2 ** 31 - 1);
+        break;
       case '--latency-rounds':
         a.latencyRounds = int(flag, value(), 10, 1_000_000);
         break;
@@ -202,7 +233,7 @@ function parseArgs(argv: string[]): Args {
         throw new Error(`unknown flag ${flag}\n${HELP}`);
     }
   }
-  a.maxSeconds ||= a.suites.includes('scale') ? 900 : 300;
+  a.maxSeconds ||= a.suites.includes('scale') || a.suites.includes('rollout') ? 1800 : 300;
   return a;
 }
 
@@ -828,13 +859,16 @@ async function main(args: Args): Promise<void> {
   process.stdout.write(`bench: child logs in ${ctx.logDir} (removed after a clean run)\n`);
 
   const parts: string[] = [];
-  const scaleShare = args.suites.includes('scale') ? scaleBudgetMs(args) : 0;
+  // The rollout suite runs last and takes what is left; the others leave it a third of the run.
+  const rolloutShare = args.suites.includes('rollout') ? (args.maxSeconds * 1000) / 3 : 0;
+  const scaleShare = args.suites.includes('scale') ? scaleBudgetMs(args) + rolloutShare : rolloutShare;
   const replicasShare = args.suites.includes('replicas') ? replicasBudgetMs(args) : 0;
   const generateShare = args.suites.includes('generate') ? generateBudgetMs(args) : 0;
   if (args.suites.includes('fanout')) parts.push(await runFanout(ctx, runDeadline - generateShare - replicasShare - scaleShare));
   if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline - replicasShare - scaleShare));
   if (args.suites.includes('replicas')) parts.push(await runReplicas(ctx, runDeadline - scaleShare));
-  if (args.suites.includes('scale')) parts.push(await runScale(ctx, runDeadline));
+  if (args.suites.includes('scale')) parts.push(await runScale(ctx, runDeadline - rolloutShare));
+  if (args.suites.includes('rollout')) parts.push(await runRolloutSuite(ctx, runDeadline));
   if (!args.profile) writeFileSync(join(args.out, 'latest.md'), latestTables(args.out));
   if (ctx.profileDir) {
     for (const f of readdirSync(ctx.profileDir).filter((f) => f.endsWith('.cpuprofile'))) {
@@ -848,6 +882,23 @@ async function main(args: Args): Promise<void> {
     // Logs matter only when something failed (then this line is never reached, or keepLogs is set).
     rmSync(ctx.logDir, { recursive: true, force: true });
   }
+}
+
+async function runRolloutSuite(ctx: RunContext, deadline: number): Promise<string> {
+  const { args } = ctx;
+  const runs = await runRollout({
+    sizes: args.rolloutSizes,
+    policies: args.rolloutPolicies,
+    workloads: args.rolloutWorkloads,
+    seed: args.rolloutSeed,
+    logDir: ctx.logDir,
+    // One event per 16 tokens: SGLang's --stream-interval, so long outputs stream without an event a token.
+    simArgs: ['--stream-interval', '16'],
+    deadline,
+  });
+  const md = rolloutMarkdown(runs, machineLine(ctx));
+  writeResult(ctx, 'rollout', { machine: ctx.machine, seed: args.rolloutSeed, cost_model: REALISTIC, runs }, md);
+  return md;
 }
 
 let stopping = false;

@@ -38,7 +38,7 @@ export interface RolloutOptions {
   logDir: string;
   /** Extra simulator flags (after the cost model's). */
   simArgs: string[];
-  /** Stop starting new runs after this (epoch ms). */
+  /** Stop starting new runs after this (performance.now() ms). */
   deadline: number;
 }
 
@@ -90,12 +90,12 @@ export async function runRollout(o: RolloutOptions): Promise<RolloutRun[]> {
     const fleet = await startEngines(n, o);
     try {
       for (const policy of o.policies) {
-        if (Date.now() > o.deadline) break;
+        if (performance.now() > o.deadline) break;
         const gw = await startGateway(['--policy', policy, '--log-level', 'warn'], o.logDir, undefined, `rollout-${n}-${policy}`);
         try {
           await registerAll(gw.url, fleet.urls);
           for (const kind of o.workloads) {
-            if (Date.now() > o.deadline) break;
+            if (performance.now() > o.deadline) break;
             const w = workloadOf(kind, o.seed);
             await flushAll(fleet.urls);
             const before = await Promise.all(fleet.urls.map(computedTokens));

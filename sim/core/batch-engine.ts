@@ -15,9 +15,9 @@ interface Admitted {
   readonly seq: Sequence;
   /** What this admission prefills: the prompt, and the tokens it had produced before a retraction. */
   readonly key: readonly number[];
-  /** Its cached prefix (page-aligned), locked in the tree while it runs. */
-  readonly prefixLen: number;
-  readonly node: RadixNode;
+  /** Its cached prefix (page-aligned), locked in the tree while it runs; its whole prompt once prefilled. */
+  prefixLen: number;
+  node: RadixNode;
   /** Tokens whose KV is computed (the prefix counts: it is reused). */
   kvLen: number;
   /** KV slots it holds: the prefix plus its own pages. */
@@ -260,7 +260,10 @@ export class BatchEngine {
       if (this.admitted.get(a.seq) !== a) continue;
       this.prefilledTokens += tokens;
       a.kvLen += tokens;
-      if (a.kvLen >= a.key.length) produce(a);
+      if (a.kvLen >= a.key.length) {
+        this.cacheUnfinished(a);
+        produce(a);
+      }
     }
     for (const a of step.decode) {
       if (this.admitted.get(a.seq) !== a) continue;
@@ -346,6 +349,26 @@ export class BatchEngine {
     this.admitted.delete(a.seq);
     this.ownTokens -= a.capacity - a.prefixLen;
     this.cache.unlock(a.node);
+  }
+
+  /**
+   * SGLang's cache_unfinished_req, once a prompt is prefilled: its whole pages go into the tree,
+   * locked by the request, so a request admitted after it (a GRPO sibling, the next turn) reuses
+   * them while it still runs. Pages another request put there first are the tree's; this request's
+   * copies are freed, as SGLang frees duplicate KV.
+   */
+  private cacheUnfinished(a: Admitted): void {
+    const page = this.opts.model.pageSize;
+    const aligned = a.key.length - (a.key.length % page);
+    if (aligned <= a.prefixLen) return;
+    const prompt = a.key.slice(0, aligned);
+    this.cache.insert(prompt);
+    const held = this.cache.match(prompt);
+    this.cache.lock(held.node);
+    this.cache.unlock(a.node);
+    this.ownTokens -= held.length - a.prefixLen;
+    a.prefixLen = held.length;
+    a.node = held.node;
   }
 
   /** SGLang's cache_finished_req: what has KV goes into the tree, whole pages; the rest is freed. */

@@ -175,7 +175,8 @@ describe('KV capacity', () => {
     expect(engine.cacheStats()).toMatchObject({ tokens: 40, evictions: 0 });
     const next = step()!;
     expect(next.step.prefill.map((c) => c.admitted.seq)).toEqual([b]);
-    expect(engine.cacheStats()).toMatchObject({ tokens: 0, evictions: 1, evictedTokens: 40 });
+    // a's 40 evicted; b's prompt, once prefilled, is in the tree (SGLang's cache_unfinished_req).
+    expect(engine.cacheStats()).toMatchObject({ tokens: 24, evictions: 1, evictedTokens: 40 });
   });
 
   it('a request the whole pool could never hold is aborted with SGLang’s message', () => {
@@ -310,17 +311,33 @@ describe('flush and release', () => {
     expect(again.cachedTokens).toBe(0);
   });
 
-  it('a removed running request frees its pages and its lock, inserting nothing', () => {
+  it('a removed running request frees its own pages and its lock; its prompt, cached once prefilled, stays evictable', () => {
     const { engine, step } = rig();
     const a = seq(range(100, 30), 50);
     engine.enqueue(a);
     step();
     step();
     expect(engine.kvStats().usedTokens).toBe(32);
+    // Prefilled: its 28 whole prompt tokens went into the tree at once, held by it.
+    expect(engine.cacheStats()).toMatchObject({ tokens: 28, evictableTokens: 0 });
     expect(engine.remove(a)).toBe(true);
-    expect(engine.kvStats()).toMatchObject({ usedTokens: 0, running: 0 });
-    expect(engine.cacheStats().tokens).toBe(0);
+    expect(engine.kvStats()).toMatchObject({ usedTokens: 28, running: 0 });
+    expect(engine.cacheStats()).toMatchObject({ tokens: 28, evictableTokens: 28 });
     expect(engine.begin(true).step).toBeNull();
+  });
+
+  it('a prompt is reusable once prefilled: a sibling admitted while the first still decodes hits it', () => {
+    const { engine, step } = rig();
+    const prompt = range(10, 20);
+    const a = seq(prompt, 20);
+    engine.enqueue(a);
+    step(); // a prefilled; its 20 whole prompt tokens are in the tree
+    const b = seq(prompt, 2);
+    engine.enqueue(b);
+    step();
+    expect(a.done).toBe(false);
+    // 19 matchable tokens (the last is always computed), 16 of them whole pages.
+    expect(b.cachedTokens).toBe(16);
   });
 
   it('a step completed after its request left is skipped for that request', () => {
