@@ -2,6 +2,7 @@
 // (router.ts). What it must never do is route on a table older than a change: every state,
 // control, version and registration change is seen by the very next pick.
 
+import type { PickOptions } from '../../src/fleet/router.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
@@ -16,7 +17,7 @@ describe('routing table: a change is seen by the next pick', () => {
   const picks = (n: number, policy = parseVersionPolicy('any')) =>
     new Set(
       Array.from({ length: n }, () => {
-        const opts = { policy };
+        const opts: PickOptions = { policy };
         const id = t.gw.services.router.pick(opts)?.id;
         if (id) t.gw.services.router.finished(id, opts, { answered: true });
         return id;

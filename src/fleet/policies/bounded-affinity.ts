@@ -10,7 +10,8 @@
 //   lives until that engine is a slack's worth behind the others;
 // - load is counted in tokens of work, not requests: a long-output sample weighs what it costs;
 // - an engine whose requests take longer per unit of work than the fleet's (a slower GPU, a
-//   saturated one) has its time scaled by how much slower, so new work goes elsewhere;
+//   saturated one) has its time scaled by how much slower and gets no absolute slack, so new
+//   work goes elsewhere;
 // - a routing key (`X-SMG-Routing-Key`) keeps a session on its engine within the bound, never past it;
 // - the engines' KV events, where they stream them, say what each holds; else an approximate tree
 //   of the prompts routed to each engine, bounded per engine by its KV size, least recently used
@@ -129,20 +130,26 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     // Each candidate's time for its queue plus this request, and the best of them.
     const times = new Array<number>(n);
     const holds = new Array<number>(n);
+    const slow = new Array<boolean>(n);
     let bestTime = Number.POSITIVE_INFINITY;
     for (let i = 0; i < n; i++) {
       const w = candidates[i]!;
       const raw = Math.min(held.get(w.id) ?? 0, promptTokens);
       const h = raw >= MIN_HELD_TOKENS ? raw : 0;
       const work = this.settings.prefillWeight * (promptTokens - h) + output;
-      const t = ((this.queued.get(w.id) ?? 0) + work) * this.factor(w.id, median);
+      const f = this.factor(w.id, median);
+      const t = ((this.queued.get(w.id) ?? 0) + work) * f;
       times[i] = t;
       holds[i] = h;
+      slow[i] = f > 1;
       if (t < bestTime) bestTime = t;
     }
     // The bound: no engine takes the request if it would finish its queue later than the best
-    // engine by more than the slack (absolute, for a fleet near idle; relative, for a busy one).
-    const bound = bestTime + Math.max(this.settings.slackTokens, this.settings.slackFraction * bestTime);
+    // engine by more than the slack: absolute (a GRPO group's worth, for a fleet near idle) or
+    // relative (for a busy one). An engine slower than the fleet gets the relative slack only:
+    // on a quiet fleet the absolute one would let it keep every prefix it holds.
+    const relative = bestTime * (1 + this.settings.slackFraction);
+    const bound = Math.max(bestTime + this.settings.slackTokens, relative);
     const keyWorker = req.routingKey !== undefined ? this.keys.get(req.routingKey) : undefined;
     // Within the bound: the routing key's engine, else the one holding the most of the prompt,
     // else (nobody holds any) the soonest done; ties from a rotating start, so an idle fleet is
@@ -152,7 +159,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     let pick = -1;
     for (let k = 0; k < n; k++) {
       const i = (start + k) % n;
-      if (times[i]! > bound) continue;
+      if (times[i]! > (slow[i] ? relative : bound)) continue;
       if (candidates[i]!.id === keyWorker) return { worker: candidates[i]!, reason: 'routing_key' };
       if (pick < 0 || holds[i]! > holds[pick]! || (holds[i] === holds[pick] && times[i]! < times[pick]!)) pick = i;
     }

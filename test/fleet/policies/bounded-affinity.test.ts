@@ -137,6 +137,25 @@ describe('slow engines', () => {
   });
 });
 
+describe('slow engines and their prefixes', () => {
+  it('a session on an engine found ten times slower moves, though the engine holds its prefix and the fleet is quiet', () => {
+    const { p, clock } = policy();
+    const two = fleet(2);
+    const context = ids(800);
+    // The session's first turn on w1, answered ten times slower per unit of work than w0's request.
+    const t1: RoutingInputs = { tokens: context, expectedOutputTokens: 32 };
+    p.routed('w1', t1);
+    const other: RoutingInputs = { tokens: ids(800, 50_000), expectedOutputTokens: 32 };
+    p.routed('w0', other);
+    clock.advance(300);
+    p.finished('w0', other, { answered: true });
+    clock.advance(2_700);
+    p.finished('w1', t1, { answered: true });
+    const next = p.pick(request(two, { tokens: [...context, ...ids(100, 90_000)], expectedOutputTokens: 32 }))!;
+    expect(next).toEqual({ worker: two[0], reason: 'min_load' });
+  });
+});
+
 describe('what it remembers', () => {
   it('a flushed engine holds nothing: its prompts are new again', () => {
     const { p } = policy();
