@@ -1,5 +1,5 @@
 // Tensor sizes for the broadcast group: the byte width of every dtype the engines name
-// (spec/engines.md §6.6) and the size of one tensor from its spec. Pure; never touches a socket.
+// and the size of one tensor from its spec. Pure; never touches a socket.
 // Dtype names are torch's without the `torch.` prefix; anything else is unknown and rejected.
 
 import type { Dtype, TensorSpec } from './types.ts';

@@ -1,5 +1,5 @@
 // The contract between an engine simulator and the GPU-free broadcast group that stands in for
-// NCCL (spec/engines.md §6.6). The SGLang and TokenSpeed simulators call `joinGroup` from their
+// NCCL. The SGLang and TokenSpeed simulators call `joinGroup` from their
 // `init_weights_update_group` route; the trainer simulator opens the group as rank 0.
 
 export type Dtype = 'float32' | 'bfloat16' | 'float16' | 'int64' | 'int32' | 'uint8' | 'int8' | 'bool' | 'float8_e4m3fn' | 'float8_e5m2';

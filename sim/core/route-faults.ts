@@ -1,6 +1,6 @@
 // Faults on HTTP routes, as the SGLang server and the TokenSpeed control app take them: the keys
-// they share (delay, canned status/body, hang, drop, exit, "claims success without applying",
-// spec/engines.md §6.5), their checks, the canned answer built once per rule, and the match of a
+// they share (delay, canned status/body, hang, drop, exit, "claims success without applying"),
+// their checks, the canned answer built once per rule, and the match of a
 // rule against one call. It performs nothing itself (http-front.ts does); which of these keys a
 // simulator accepts is its own parser's choice.
 

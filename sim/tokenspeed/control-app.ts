@@ -1,4 +1,4 @@
-// The in-engine HTTP RL control app (spec/engines.md §3) on --rl-control-port: every request goes
+// The in-engine HTTP RL control app on --rl-control-port: every request goes
 // through the shared front (sim/core/http-front.ts: recorded and counted, then route faults, then
 // the bearer check, here constant-time with a 401 `unauthorized`), then the route table below,
 // which shows each SGLang-named route next to its handler. It can be stopped and started again on

@@ -1,4 +1,4 @@
-// The RL control app's generation and facts routes (spec/engines.md §3.4–3.5): pause (wait /
+// The RL control app's generation and facts routes: pause (wait /
 // abort / keep, default wait), continue, abort_request, flush_cache, sleep/wake (memory
 // occupation), health_generate, /v1/loads, versions, /model_info, /server_info, /is_paused.
 // They act on the engine state the gRPC servicer shares; weight routes live in refit.ts.

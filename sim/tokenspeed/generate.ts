@@ -1,4 +1,4 @@
-// The Generate RPC (spec/engines.md §2.4): request checks (INVALID_ARGUMENT, the rust profile's
+// The Generate RPC: request checks (INVALID_ARGUMENT, the rust profile's
 // refusals), one engine request per choice (`{request_id}-n{i}` when n > 1), one chunk per engine
 // output step when streaming, one complete per choice, weight_version stamped on both, logprobs
 // when the engine has them, and an engine-side abort ending the stream with a gRPC error status.

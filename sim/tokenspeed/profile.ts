@@ -1,4 +1,4 @@
-// The two servicer personalities of spec/engines.md §4: how one is chosen (flag > env
+// The two servicer personalities (smg_grpc_servicer's python and rust): how one is chosen (flag > env
 // `SMG_TOKENSPEED_SERVICER_IMPL` > default python, invalid values refused), what each one does
 // differently, and the rust profile's tuning environment (§4.3). Pure: it reads the environment
 // it is given and never serves anything.

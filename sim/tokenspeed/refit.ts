@@ -1,4 +1,4 @@
-// The control app's weight routes (spec/engines.md §3.4, §3.6, §6.6): the NCCL-style group over
+// The control app's weight routes: the NCCL-style group over
 // the broadcast transport (init answers at once, the communicator forms on the first transfer),
 // update_weights_from_distributed (flush_cache default false, version stored only on success),
 // mooncake when supported, and the 501 refusal of disk and tensor loads. It opens no sockets.

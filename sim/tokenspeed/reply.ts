@@ -1,4 +1,4 @@
-// How the control app reads bodies and answers (spec/engines.md §3.3) over the shared reply
+// How the control app reads bodies and answers over the shared reply
 // helpers (sim/core/reply.ts): success answers, the `{"success": false, "message": "Invalid
 // request: …"}` 400 shape, and the two body rules of current builds (required → 400 when missing
 // or malformed; optional → absent means `{}`). It never decides what to answer; the route files do.

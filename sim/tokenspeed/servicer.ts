@@ -1,4 +1,4 @@
-// Every TokenSpeedScheduler method but Generate (spec/engines.md §2.4, §4.2): HealthCheck (deep
+// Every TokenSpeedScheduler method but Generate: HealthCheck (deep
 // probe), Abort (rid and its `-n<i>` children), GetModelInfo, GetServerInfo, GetLoads, FlushCache,
 // StartProfile/StopProfile, GetTokenizer (the zipped tokenizer files) and SubscribeKvEvents.
 // Unary handlers return a message or throw RpcError; faults and recording wrap them elsewhere.

@@ -1,5 +1,5 @@
 // Faults the ZMQ simulator can be told to show, each one a liveness rule or an engine behaviour of
-// spec/engines.md §5.6: silence with requests in flight, the ENGINE_CORE_DEAD sentinel,
+// TokenSpeed's ZMQ lane: silence with requests in flight, the ENGINE_CORE_DEAD sentinel,
 // undecodable or ragged outputs, ignored ADDs, an engine-side abort, a crash. This file parses and
 // validates them; server.ts performs them.
 

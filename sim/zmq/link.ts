@@ -1,4 +1,4 @@
-// The simulated engine's ZMQ sockets (spec/engines.md §5.1–§5.3), dialled as TokenSpeed does: HELLO
+// The simulated engine's ZMQ sockets, dialled as TokenSpeed does: HELLO
 // from a DEALER with the 2-byte rank identity, INIT read, input DEALER and output PUSH connected,
 // READY, registration with the ready response; then request frames in and batches out. The engine
 // connects, the gateway binds. What the frames mean is face.ts's business, not this file's.

@@ -67,7 +67,7 @@ export interface Resolved {
   engine: TokenspeedSimOptions;
 }
 
-/** 64-bit FNV-1a → the gateway's default handshake port for an ipc path (spec §5.1). */
+/** 64-bit FNV-1a → the gateway's default handshake port for an ipc path. */
 export function defaultHandshakePort(path: string): number {
   let h = 0xcbf29ce484222325n;
   for (const b of Buffer.from(path, 'utf8')) h = ((h ^ BigInt(b)) * 0x100000001b3n) & 0xffffffffffffffffn;

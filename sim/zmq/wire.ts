@@ -1,4 +1,4 @@
-// The engine side of the ZMQ lane's bytes, TokenSpeed dialect (spec/engines.md §5.2–§5.4): the
+// The engine side of the ZMQ lane's bytes, TokenSpeed dialect: the
 // handshake maps it sends and reads, the positional ADD/ABORT payloads it decodes (checked the way
 // msgspec would), and the BatchTokenIDOutSlim batches it pushes. Written apart from the gateway's
 // src/engines/zmq on purpose: a wire bug must not hide by standing on both sides. No sockets here.

@@ -1,6 +1,6 @@
 // The error catalogue: every error a client can cause, with its stable code, HTTP status and
 // context fields. Domain modules throw GatewayError; the one fastify error handler turns it into
-// `{error, message, ...context}`. Codes and statuses are SMG's (spec/control-plane-api.md §5).
+// `{error, message, ...context}`. Codes and statuses are SMG's.
 
 export const ErrorStatus = {
   invalid_engine_path: 400,

@@ -1,4 +1,4 @@
-// The pass-through answers of `/v1/rl` (spec §9.6 and §10.3), as the API document shows them:
+// The pass-through answers of `/v1/rl`, as the API document shows them:
 // one engine's answer wrapped with who answered (RlCallOutcome), and a fan-out's per-engine
 // results and failures (RlFanoutResponse, control/passthrough.ts). Documentation only.
 

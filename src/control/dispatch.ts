@@ -281,7 +281,7 @@ export class Dispatcher {
     }
   }
 
-  /** A caller that goes away cancels what the owning replica still runs for it (spec §9.4, §10.1). */
+  /** A caller that goes away cancels what the owning replica still runs for it. */
   private cancelOnAbort(signal: AbortSignal | undefined, owner: string | undefined, requestId: string): () => void {
     if (!signal || !owner) return () => {};
     const onAbort = () => {

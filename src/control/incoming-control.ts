@@ -16,5 +16,5 @@ export interface IncomingControl {
   signal?: AbortSignal;
 }
 
-/** The caller's trace headers that travel with the call (spec §9.3); no other header does. */
+/** The caller's trace headers that travel with the call; no other header does. */
 export const TRACE_HEADERS = ['x-request-id', 'traceparent', 'tracestate'] as const;

@@ -1,4 +1,4 @@
-// Turns engine-call outcomes into the wire envelopes of spec §9.6 (RlCallOutcome) and §10.3
+// Turns engine-call outcomes into the wire envelopes RlCallOutcome and the fan-out answer
 // (RlFailedCall), and into the proxy's HTTP answer. One place decides which outcome is an
 // error of which code, so the per-worker route and the fan-out can never disagree.
 

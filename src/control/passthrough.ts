@@ -1,4 +1,4 @@
-// The pass-through control plane of spec §9–10: one engine-native route to one worker, or the
+// The pass-through control plane: one engine-native route to one worker, or the
 // same call fanned out to every worker a selector matches. Checks run in SMG's order; legs go
 // through the Dispatcher (NATS, owning replica, engine actor); nothing here retries.
 

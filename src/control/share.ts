@@ -74,8 +74,8 @@ export async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (rep
     while (next < cmd.legs.length && !signal.aborted) {
       const { workerId, call: index } = cmd.legs[next++]!;
       const base = cmd.calls[index]!;
-      // Each leg gets its own control timeout from the moment its lane takes it (spec §10.1
-      // step 4: no overall deadline), so a leg held back by the concurrency cap keeps it whole.
+      // Each leg gets its own control timeout from the moment its lane takes it (as SMG: no
+      // overall deadline), so a leg held back by the concurrency cap keeps it whole.
       // Legs taken within a moment of the share's start use the share's deadline for that call.
       const now = Date.now();
       let legSignal = signal;

@@ -1,6 +1,6 @@
 // Gateway settings: one table drives the flags, the environment variables, the config file keys,
 // `--help` and validation, so the four can never drift. Precedence: defaults < config file
-// < environment < flags. SMG's flag names are kept so launch scripts port unchanged (spec §1).
+// < environment < flags. SMG's flag names are kept so launch scripts port unchanged.
 
 import { readFileSync } from 'node:fs';
 import { NATS_CLIENT_FLAGS } from '../bus/client-flags.ts';
@@ -350,7 +350,7 @@ function readKeyFile(what: string, flag: string, env: string, path: string | und
  */
 const MAX_TIMER_SECS = Math.floor((2 ** 31 - 1) / 1000);
 
-/** The startup errors of spec §1, with SMG's exact messages (and rlgate's upper bounds). */
+/** SMG's startup errors, with its exact messages (and rlgate's upper bounds). */
 export function validateConfig(cfg: GatewayConfig): GatewayConfig {
   if (!Number.isInteger(cfg.port) || cfg.port < 0 || cfg.port > 65535) throw new ConfigError('port must be 0..65535');
   if (!(cfg.requestTimeoutSecs >= 1)) throw new ConfigError('request_timeout_secs must be >= 1');

@@ -137,7 +137,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   // The object the policy is told about when the request ends is the one it was picked with.
   const first = { modes, modelId, policy, ...routed };
   let worker = router.pick(first, candidates);
-  // A token-engine-only fleet answers a batch with token-relay's own 400 (spec §18 line 44).
+  // A token-engine-only fleet answers a batch with token-relay's own 400 (as SMG answers it).
   if (!worker && batch && services.router.eligible({ modelId }).some((w) => w.connectionMode !== 'http')) tokenRequestOf(parsed);
   if (!worker) {
     services.metrics.request(path, 503);
@@ -241,7 +241,7 @@ function isIdBatch(ids: unknown): boolean {
 }
 
 /**
- * The version policy of one request (RL on; spec §13.2): each policy header present must parse
+ * The version policy of one request (RL on): each policy header present must parse
  * (else 400 `invalid_version_policy`, before routing); `x-rl-version-policy` wins over
  * `x-smg-version-policy` when both are valid; neither → the configured default.
  */

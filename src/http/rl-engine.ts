@@ -1,4 +1,4 @@
-// `/v1/rl` pass-through routes (spec §9–10): GET|POST /workers/:id/engine/* to one worker and
+// `/v1/rl` pass-through routes: GET|POST /workers/:id/engine/* to one worker and
 // GET|POST /engine/*?selector= to every matching worker. HEAD goes to the engines as HEAD, as
 // SMG's GET routes take it, and is answered with the status and headers but no body. Other
 // methods (OPTIONS too) are 405 and reach no engine. A client that disconnects cancels the
@@ -117,7 +117,7 @@ function incoming(req: FastifyRequest, path: string, reply: FastifyReply): Incom
     const v = req.headers[h];
     if (typeof v === 'string') trace[h] = v;
   }
-  // The legs run inside the request: if the caller goes away, stop them (spec §10.1 step 5).
+  // The legs run inside the request: if the caller goes away, stop them.
   const abort = new AbortController();
   reply.raw.on('close', () => {
     if (!reply.raw.writableFinished) abort.abort();

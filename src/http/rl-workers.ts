@@ -1,4 +1,4 @@
-// `/v1/rl` discovery and the gateway-local writes (spec §6, §11): worker listing and rows,
+// `/v1/rl` discovery and the gateway-local writes: worker listing and rows,
 // version and control-state writes for one worker or a selector. Writes go to the engines'
 // actors (their single writer); no engine is called.
 

@@ -1,7 +1,7 @@
 // Prometheus series (prom-client), one registry per gateway. Every name is `<prefix>_<stem>`
 // (`--metrics-prefix`, default `rlgate`), and every stem SMG also exports is SMG's own, so
 // `--metrics-prefix smg` gives SMG's names and SMG's dashboards read this gateway unchanged
-// (docs/operations.md#metrics has the mapping). RL series (`<prefix>_rl_…`, spec §15) exist only
+// (docs/operations.md#metrics has the mapping). RL series (`<prefix>_rl_…`) exist only
 // when RL is on and appear when first recorded. Label values stay bounded: `op` is mapped by
 // engines/engine-path.ts, workers are registry URLs, models are registry model ids, routing
 // reasons are the policies' fixed set.
@@ -267,22 +267,22 @@ export class Metrics {
     for (const [phase, ms] of Object.entries(phases)) this.refitPhase().observe({ phase }, ms / 1000);
   }
 
-  /** A routing candidate dropped by the pre-filter (spec §13.3). */
+  /** A routing candidate dropped by the pre-filter. */
   candidateFiltered(reason: 'paused' | 'asleep' | 'stale' | 'unversioned'): void {
     if (this.rl) this.filtered().inc({ reason });
   }
 
-  /** A selection whose eligible set became empty although it had candidates (spec §13.3). */
+  /** A selection whose eligible set became empty although it had candidates. */
   unroutable(): void {
     if (this.rl) this.unroutables().inc();
   }
 
-  /** A buffered /generate answer flagged `x-smg-mixed-version` (spec §13.4). */
+  /** A buffered /generate answer flagged `x-smg-mixed-version`. */
   mixedVersion(): void {
     if (this.rl) this.mixed().inc();
   }
 
-  /** An engine's version changed while it had data-plane requests in flight (spec §12.3). */
+  /** An engine's version changed while it had data-plane requests in flight. */
   versionChangeWithInflight(): void {
     if (this.rl) this.inflightChanges().inc();
   }

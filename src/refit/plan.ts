@@ -1,5 +1,5 @@
 // Turns a refit request into the engine calls of each phase: the pause, the refit steps (one
-// disk load, or the NCCL choreography of spec/engines.md §6: init per engine with its own
+// disk load, or the NCCL choreography of an NCCL refit: init per engine with its own
 // rank_offset, one update per chunk with the version on the last chunk only, destroy), the
 // version check and the resume. Pure: no I/O, no clocks.
 

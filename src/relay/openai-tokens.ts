@@ -1,7 +1,7 @@
 // /v1/chat/completions and /v1/completions on a token engine (TokenSpeed gRPC, the ZMQ lane): the
 // OpenAI request becomes one TokenRequest (openai-request.ts shapes it, token-sampling.ts checks its
 // wire), the token events fold into OpenAI answers, buffered or as SSE chunks ending
-// `data: [DONE]`. `system_fingerprint` follows spec §12.1 (engine-reported > table > label >
+// `data: [DONE]`. `system_fingerprint` follows SMG's order (engine-reported > table > label >
 // "default") on the answer and on every chunk. A sampling parameter the wire cannot carry is
 // refused, never dropped. The attempt itself is token-attempt.ts's (shared with /generate). It never
 // routes and never talks to HTTP engines: an engine that cannot serve the request (`unfit`) or fails

@@ -1,4 +1,4 @@
-// Response stamping of the data plane (spec §13.4): the routed engine's table version as
+// Response stamping of the data plane: the routed engine's table version as
 // `x-smg-weight-version`, and `x-smg-mixed-version: true` when a buffered JSON /generate body
 // names a version other than that one. RL-only; callers decide when RL is on. It never changes
 // a body: the mixed check reads it and the caller sends the bytes it already has.

@@ -1,4 +1,4 @@
-// Builds SGLang-shaped /generate answers (spec/slime-data-plane.md §5.1) from the token events of
+// Builds SGLang-shaped /generate answers from the token events of
 // a non-HTTP engine: one object per choice, cumulative while streaming, an abort partial with
 // `finish_reason.type: "abort"` when the engine aborts mid-stream, `text` detokenized when the
 // engine's tokenizer is known (a matched stop string trimmed off, as SGLang does). Streamed chunks
@@ -98,7 +98,7 @@ export class TokenAnswer {
       prompt_tokens: c.promptTokens,
       completion_tokens: c.completionTokens,
       cached_tokens: c.cachedTokens,
-      // Engine-reported first; else what the gateway attributed at dispatch (spec §12.1).
+      // Engine-reported first; else what the gateway attributed at dispatch.
       weight_version: c.weightVersion ?? this.ctx.dispatchVersion,
       e2e_latency: (performance.now() - this.ctx.startedAt) / 1000,
     };

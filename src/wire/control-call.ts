@@ -15,7 +15,7 @@ export interface ControlCall {
   /** Request body as base64; absent or '' when the caller sent none. */
   body?: string;
   contentType?: string;
-  /** Only x-request-id, traceparent and tracestate ever travel (spec §9.3). */
+  /** Only x-request-id, traceparent and tracestate ever travel. */
   trace?: Record<string, string>;
   /** Absolute deadline (epoch ms): time spent queued behind other commands counts against it. */
   deadline: number;
@@ -25,7 +25,7 @@ export interface ControlCall {
   refitId?: string;
 }
 
-/** What came back from one engine call. Messages already follow spec §5 / §9.7. */
+/** What came back from one engine call. Messages already follow SMG's error catalogue. */
 export type ControlOutcome =
   | {
       kind: 'answer';

@@ -1,5 +1,5 @@
 // A synthetic model's parameter list, cut into the chunks a trainer sends one
-// `update_weights_from_distributed` call at a time (spec/engines.md §6.3). Pure: it never
+// `update_weights_from_distributed` call at a time. Pure: it never
 // produces tensor bytes; the broadcast group generates those from each name and the version.
 
 export interface Chunk {
