@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { parseVersionPolicy } from '../../src/fleet/version-policy.ts';
+import type { PickOptions } from '../../src/fleet/router.ts';
 
 describe('routing table: a change is seen by the next pick', () => {
   let sims: SimProcess[];
@@ -16,7 +17,7 @@ describe('routing table: a change is seen by the next pick', () => {
   const picks = (n: number, policy = parseVersionPolicy('any')) =>
     new Set(
       Array.from({ length: n }, () => {
-        const opts = { policy };
+        const opts: PickOptions = { policy };
         const id = t.gw.services.router.pick(opts)?.id;
         if (id) t.gw.services.router.finished(id, opts, { answered: true });
         return id;
