@@ -1,5 +1,5 @@
 // The page's wiring: asks for the admin key when the gateway wants one (kept in sessionStorage,
-// sent as a bearer), follows GET /v1/rl/events (a snapshot, then engine and refit events),
+// sent as a bearer), follows GET /v1/rl/events (a snapshot, then engine, routing and refit events),
 // replays the events of refits that began before the page opened from
 // GET /v1/rl/refits/{id}/events, and redraws at most once a frame.
 
@@ -125,6 +125,8 @@ function onFleetEvent(ev) {
     }
   } else if (ev.type === 'engine') {
     fleet.put(data);
+  } else if (ev.type === 'routing') {
+    fleet.figures(data);
   } else if (ev.type === 'refit') {
     const known = refits.byId.has(data.refit_id);
     const r = refits.event(data);

@@ -25,7 +25,17 @@ export function toneOf(row) {
 
 export const TONES = ['serving', 'paused', 'refitting', 'unreachable', 'registering', 'quarantined'];
 
-const COLUMNS = ['url', 'state', 'control', 'version', 'breaker', 'load', 'owner', 'quarantine', 'refit'];
+const COLUMNS = ['url', 'state', 'control', 'version', 'breaker', 'load', 'queued', 'hit', 'owner', 'quarantine', 'refit'];
+
+/** A prefix hit rate (0..1) as the page shows it; null (nothing counted yet) is a dash. */
+export function hitRateText(rate) {
+  return rate === null || rate === undefined ? '—' : `${(rate * 100).toFixed(1)}%`;
+}
+
+/** Queued tokens as the page shows them; null (the policy keeps no such count) is a dash. */
+export function queuedText(tokens) {
+  return tokens === null || tokens === undefined ? '—' : String(Math.round(tokens));
+}
 
 export class FleetView {
   constructor({ table, tiles, legend, count }) {
@@ -107,6 +117,11 @@ export class FleetView {
     setText(cells.breaker, row.breaker);
     setData(cells.breaker, 'breaker', row.breaker);
     setText(cells.load, String(row.load ?? 0));
+    const routing = row.routing;
+    setText(cells.queued, queuedText(routing?.queued_tokens));
+    setText(cells.hit, hitRateText(routing?.prefix_hit_rate));
+    const hitTitle = routing ? `${routing.cached_tokens} of ${routing.prompt_tokens} prompt tokens cached; ${routing.completion_tokens} completion tokens` : '';
+    if (cells.hit.title !== hitTitle) cells.hit.title = hitTitle;
     setText(cells.owner, row.owner ?? '—');
     setText(cells.quarantine, row.quarantined ? row.quarantine_reason || 'quarantined' : '');
     // The phase by its timeline label ("refit: update_weights_from_disk"), not its column key.
@@ -115,7 +130,9 @@ export class FleetView {
     setText(cells.refit, refitText);
     setData(tr, 'refit', holder?.id);
     setText(label, shortUrl(row.url));
-    const title = `${row.url}\n${row.state}${row.quarantined ? ` — quarantined: ${row.quarantine_reason ?? ''}` : ''}\nversion ${row.weight_version ?? '—'}${holder ? `\nrefit ${holder.id}` : ''}`;
+    const queued = routing?.queued_tokens;
+    const load = `${row.load ?? 0} in flight${queued === null || queued === undefined ? '' : `, ${queuedText(queued)} tokens queued`}`;
+    const title = `${row.url}\n${row.state}${row.quarantined ? ` — quarantined: ${row.quarantine_reason ?? ''}` : ''}\nversion ${row.weight_version ?? '—'}\n${load}\nprefix hit ${hitRateText(routing?.prefix_hit_rate)}${holder ? `\nrefit ${holder.id}` : ''}`;
     if (tile.title !== title) tile.title = title;
   }
 

@@ -1,7 +1,7 @@
 // What the page knows, without any DOM: the fleet's rows by engine id and every refit followed,
 // built only from the gateway's events and listings. Views read it; app.js feeds it.
 
-/** The rows of GET /v1/rl/workers, by id, as the `snapshot` and `engine` events keep them. */
+/** The rows of GET /v1/rl/workers, by id, as the `snapshot`, `engine` and `routing` events keep them. */
 export class FleetModel {
   constructor() {
     this.workers = new Map();
@@ -24,6 +24,14 @@ export class FleetModel {
 
   remove(id) {
     if (this.workers.delete(id)) this.membership = true;
+    this.changed.add(id);
+  }
+
+  /** A `routing` event: an engine's load and routing figures, laid over its row. */
+  figures({ id, load, routing }) {
+    const row = this.workers.get(id);
+    if (!row) return; // not listed yet: its `engine` event brings the whole row
+    this.workers.set(id, { ...row, load, routing });
     this.changed.add(id);
   }
 

@@ -19,6 +19,26 @@ export const RlCapabilities = Type.Object(
   { additionalProperties: true, description: 'What the engine can do on the control plane (informational: nothing is refused because of it).' },
 );
 
+export const RlRouting = Type.Object(
+  {
+    prompt_tokens: Type.Integer({ minimum: 0, description: "Prompt tokens of the engine's answers (their `prompt_tokens`)." }),
+    cached_tokens: Type.Integer({ minimum: 0, description: 'Of those, the tokens its prefix cache held (their `cached_tokens`).' }),
+    completion_tokens: Type.Integer({ minimum: 0, description: "Completion tokens of the engine's answers." }),
+    prefix_hit_rate: Nullable(Type.Number({ minimum: 0, maximum: 1, description: 'cached_tokens ÷ prompt_tokens; null before any prompt token was counted.' })),
+    queued_tokens: Nullable(
+      Type.Number({ minimum: 0, description: "The routing policy's queued work on the engine, in tokens; null when the policy keeps no such count." }),
+    ),
+    decisions: Type.Record(Type.String(), Type.Integer({ minimum: 0 }), {
+      description: 'Routing decisions that chose the engine, by reason (`cache_hit`, `min_load`, ...), retries included.',
+    }),
+  },
+  {
+    additionalProperties: true,
+    description:
+      "rlgate: what this replica's routing did with the engine (its DP ranks summed), counted since the engine was registered or this replica started. Token counts come from HTTP engines' answers.",
+  },
+);
+
 export const RlWorkerRow = Type.Object(
   {
     id: Type.String(),
@@ -49,6 +69,7 @@ export const RlWorkerRow = Type.Object(
     owner: Nullable(Type.String({ description: "rlgate: the replica that runs the engine's actor." })),
     quarantined: Type.Boolean({ description: 'rlgate: held out of routing until a refit brings it up and verifies it.' }),
     quarantine_reason: Nullable(Type.String()),
+    routing: RlRouting,
   },
   { additionalProperties: true, description: 'One engine (DP ranks collapsed onto the lowest rank).' },
 );

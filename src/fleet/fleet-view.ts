@@ -1,6 +1,7 @@
-// The read side of the fleet: registry facts joined with each engine actor's state, shaped as
-// the `/v1/rl` rows (spec §6), the merged label view selectors match against (§14.3), and the
-// DP-collapsed target set of a fan-out. Reads only; every write goes to an actor or the registry.
+// The read side of the fleet: registry facts joined with each engine actor's state and this
+// replica's routing figures, shaped as the `/v1/rl` rows (spec §6), the merged label view
+// selectors match against (§14.3), and the DP-collapsed target set of a fan-out. Reads only;
+// every write goes to an actor or the registry.
 
 import { breakerOf, lifecycleOf } from '../../actors/engine.ts';
 import { capabilitiesFor, type RlCapabilities } from './capabilities.ts';
@@ -9,6 +10,7 @@ import type { WorkerSample } from '../obs/metrics.ts';
 import type { EngineHost } from './engine-host.ts';
 import { sizeLabel } from './labels.ts';
 import type { Registry } from './registry.ts';
+import { RoutingUsage, type RoutingFigures } from './routing-usage.ts';
 import { matchesSelector, type Selector } from './selector.ts';
 import { fleetMaximum } from './versions.ts';
 import { mergedLabels, UNKNOWN_MODEL_ID, type Worker } from './worker.ts';
@@ -45,7 +47,18 @@ export interface RlWorkerEntry {
   /** Held out of routing under every version policy until a refit brings it up and verifies it. */
   quarantined: boolean;
   quarantine_reason: string | null;
+  /** What this replica's routing did with the engine (its DP ranks summed). */
+  routing: RoutingFigures;
 }
+
+/** Where rows read the routing figures: the router, once the gateway built it (it reads this view). */
+export interface RoutingSource {
+  figures(workerIds: readonly string[]): RoutingFigures;
+  queuedTokens(workerId: string): number | undefined;
+}
+
+const NO_USAGE = new RoutingUsage();
+const NO_ROUTING: RoutingSource = { figures: (ids) => NO_USAGE.figures(ids), queuedTokens: () => undefined };
 
 /** Runtime facts of one engine, from its actor (or defaults while it is not hosted here). */
 export interface EngineView {
@@ -90,14 +103,26 @@ export class FleetView {
   /** Selector views by worker id, valid while neither the registry nor any engine's state moved. */
   private views: { registry: number; host: number; byId: Map<string, Record<string, string | undefined>> } | undefined;
 
+  private routing: RoutingSource = NO_ROUTING;
+
   constructor(private readonly deps: { registry: Registry; host: EngineHost }) {}
 
-  /** Each engine's load and breaker, for the metrics' per-engine gauges (read at scrape time). */
+  /** Where the rows' `routing` and the queued-token gauge read from (the router is built after this view). */
+  readRouting(source: RoutingSource): void {
+    this.routing = source;
+  }
+
+  /** Each engine's load, breaker and queued tokens, for the metrics' per-engine gauges (read at scrape time). */
   samples(): WorkerSample[] {
     return this.deps.registry.all().map((w) => {
       const e = this.engine(w);
-      return { url: w.url, inflight: e.load, breaker: e.breaker };
+      return { url: w.url, inflight: e.load, breaker: e.breaker, queuedTokens: this.routing.queuedTokens(w.id) };
     });
+  }
+
+  /** Each engine's load and routing figures, for a live view's periodic refresh (GET /v1/rl/events). */
+  usage(): Array<Pick<RlWorkerEntry, 'id' | 'load' | 'routing'>> {
+    return this.representatives().map(([w]) => ({ id: w.id, load: this.engine(w).load, routing: this.routing.figures(this.rankIds(w)) }));
   }
 
   engine(w: Worker): EngineView {
@@ -258,7 +283,17 @@ export class FleetView {
       owner: f.owner,
       quarantined: e.quarantine !== null,
       quarantine_reason: e.quarantine,
+      routing: this.routing.figures(this.rankIds(w)),
     };
+  }
+
+  /** The workers of `w`'s engine: its DP ranks when it is DP-aware, else itself. */
+  private rankIds(w: Worker): string[] {
+    if (!w.dpAware) return [w.id];
+    return this.deps.registry
+      .siblings(w.baseUrl)
+      .filter((s) => s.dpAware)
+      .map((s) => s.id);
   }
 
   /** [representative, number of DP ranks] per engine, sorted (spec §6.1). */

@@ -7,13 +7,15 @@
 // hands policy, key and prompt in. What it reads of the fleet (each worker's engine view, each
 // model's fleet maximum) is kept in a table rebuilt only when the registry or an engine actor
 // changed, not per request; a rebuild that shows an engine's cache emptied (new weights, a
-// restart, sleep) tells the policy.
+// restart, sleep) tells the policy. Every decision and every answered request's counts also go
+// to this replica's routing usage (routing-usage.ts), the figures the /v1/rl rows show.
 
 import type { EngineHost } from './engine-host.ts';
 import type { EngineView, FleetView } from './fleet-view.ts';
 import { LeastInflightPolicy } from './policies/least-inflight.ts';
 import type { Decision, LoadReport, Reason, RequestOutcome, RoutingInputs, RoutingPolicy } from './policies/policy.ts';
 import type { Registry } from './registry.ts';
+import { RoutingUsage, type RoutingFigures } from './routing-usage.ts';
 import { admit, type DropReason, type VersionPolicy } from './version-policy.ts';
 import type { Worker } from './worker.ts';
 
@@ -28,6 +30,11 @@ export interface RoutingCounts {
 /** Where each decision is counted, by worker URL and reason (obs/metrics.ts implements it). */
 export interface DecisionCounts {
   routingDecision(workerUrl: string, reason: Reason): void;
+}
+
+/** Where an answered request's token counts are counted, by worker URL (obs/metrics.ts implements it). */
+export interface AnswerCounts {
+  answerTokens(workerUrl: string, counts: Pick<RequestOutcome, 'promptTokens' | 'cachedTokens' | 'completionTokens'>): void;
 }
 
 export interface PickOptions extends RoutingInputs {
@@ -67,6 +74,8 @@ export class Router {
   private table: RoutingTable | null = null;
   private readonly policy: RoutingPolicy;
   private readonly inFlight: (id: string) => number;
+  /** What routing did on this replica, per worker: decisions and answered token counts. */
+  readonly usage: RoutingUsage;
 
   constructor(
     private readonly deps: {
@@ -76,6 +85,7 @@ export class Router {
       /** The data plane's policy (`--policy`); least in flight by default. */
       policy?: RoutingPolicy;
       decisions?: DecisionCounts;
+      answers?: AnswerCounts;
       /** The engines' own load reports, once a wire gives them. */
       reports?: (id: string) => LoadReport | undefined;
     },
@@ -83,7 +93,11 @@ export class Router {
     const policy: RoutingPolicy = deps.policy ?? new LeastInflightPolicy();
     this.policy = policy;
     this.inFlight = (id) => deps.host.load(id);
-    if (policy.workerRemoved) deps.registry.on('removed', (w: Worker) => policy.workerRemoved!(w.id));
+    this.usage = new RoutingUsage();
+    deps.registry.on('removed', (w: Worker) => {
+      policy.workerRemoved?.(w.id);
+      this.usage.forget(w.id);
+    });
   }
 
   /** The policy's name (`--policy`). */
@@ -96,9 +110,14 @@ export class Router {
     return this.policy.needsPrompt;
   }
 
-  /** Whether the policy wants to hear when a request ends (`finished`). */
-  get tracksFinish(): boolean {
-    return this.policy.finished !== undefined;
+  /** The policy's queued work on a worker, in tokens; undefined when the policy keeps no such count. */
+  queuedTokens(workerId: string): number | undefined {
+    return this.policy.queuedTokens?.(workerId);
+  }
+
+  /** The `routing` object of one engine's row, summed over its workers (its DP ranks). */
+  figures(workerIds: readonly string[]): RoutingFigures {
+    return this.usage.figures(workerIds, this.policy.queuedTokens ? (id) => this.policy.queuedTokens!(id) : undefined);
   }
 
   /**
@@ -194,12 +213,19 @@ export class Router {
     if (!d) return undefined;
     policy.routed?.(d.worker.id, opts);
     this.deps.decisions?.routingDecision(d.worker.url, d.reason);
+    this.usage.decided(d.worker.id, d.reason);
     return d;
   }
 
   /** A request `decide` sent to `workerId` ended; `inputs` are the ones it was routed with. */
   finished(workerId: string, inputs: RoutingInputs, outcome?: RequestOutcome): void {
     this.policy.finished?.(workerId, inputs, outcome);
+    if (!outcome?.answered) return;
+    // A worker removed while its answer streamed has no figures or series left to add to.
+    const w = this.deps.registry.get(workerId);
+    if (!w) return;
+    this.usage.finished(workerId, outcome);
+    this.deps.answers?.answerTokens(w.url, outcome);
   }
 
   /** Tells the policy of every engine whose cache the change from `prev` to `next` emptied. */

@@ -219,7 +219,8 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     });
     // The policy's clock only measures intervals (tree eviction, idle keys): a monotonic one.
     const policy = createPolicy(config.routing, { clock: () => performance.now(), random: Math.random });
-    const router = new Router({ registry, view, host, policy, decisions: metrics });
+    const router = new Router({ registry, view, host, policy, decisions: metrics, answers: metrics });
+    view.readRouting(router);
     const feed = new FleetFeed({ bus, subjects: subj, registry, view });
     const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, refitEvents, feed, router, bus, fence };
     // Trainers on the bus: one replica answers each refit request.

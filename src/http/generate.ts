@@ -164,7 +164,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
     tried.add(worker.id);
     timing.attempt(worker);
     const client = services.host.client(worker.id);
-    // What the engine's answer said, for the policy's bookkeeping (filled by the HTTP relay).
+    // What the engine's answer said, for the policy's bookkeeping and the routing figures (filled by the HTTP relay).
     const outcome: RequestOutcome = { answered: false };
     let sent: Sent | TokenAttempt;
     try {
@@ -178,16 +178,16 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
         sent = await relayToHttpEngine(services, path, stream, body, worker, client, reply, watch, outcome);
       } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
     } catch (err) {
-      if (router.tracksFinish) router.finished(worker.id, inputs, outcome);
+      router.finished(worker.id, inputs, outcome);
       throw err;
     }
     if (sent.kind === 'answered') {
       // A token engine's answer is whole when the relay returns; an HTTP one says so at its end.
       if (!(client instanceof HttpEngineClient)) outcome.answered = true;
-      if (router.tracksFinish) finishOnClose(reply.raw, router, worker.id, inputs, outcome);
+      finishOnClose(reply.raw, router, worker.id, inputs, outcome);
       return reply;
     }
-    if (router.tracksFinish) router.finished(worker.id, inputs, outcome);
+    router.finished(worker.id, inputs, outcome);
     if (sent.kind === 'deadline') {
       services.metrics.request(path, 504);
       throw new GatewayError('upstream_timeout', `request to \`${worker.url}\` timed out after ${timeoutSecs}s`, { worker_id: worker.id, url: worker.url });

@@ -28,6 +28,15 @@ export interface WorkerSample {
   /** Data-plane requests this replica has in flight to it. */
   inflight: number;
   breaker: keyof typeof BREAKER_CODE;
+  /** The routing policy's queued work on it, in tokens; undefined when the policy keeps none. */
+  queuedTokens?: number;
+}
+
+/** The token counts of one answer, as the relay read them (each may be unknown). */
+export interface AnswerTokens {
+  promptTokens?: number;
+  cachedTokens?: number;
+  completionTokens?: number;
 }
 
 type Lazy<T> = () => T;
@@ -59,6 +68,9 @@ export class Metrics {
   private readonly decisions: Counter<'worker' | 'reason'>;
   /** The reasons counted per worker, so a removed worker's series can go. */
   private readonly decisionReasons = new Map<string, Set<string>>();
+  private readonly promptTokens: Counter<'worker'>;
+  private readonly cachedTokens: Counter<'worker'>;
+  private readonly completionTokens: Counter<'worker'>;
   private readonly engineStates: Gauge<'worker' | 'state'>;
   private readonly dataPlane: DataPlaneSeries;
   /** Read on every scrape by the per-worker gauges (gateway.ts sets it). */
@@ -162,6 +174,26 @@ export class Metrics {
       labelNames: ['worker', 'reason'] as const,
       registers,
     });
+    // The answers' own counts (SGLang's meta_info, OpenAI's usage): cached ÷ prompt is the
+    // engine's prefix hit rate, the figure a routing policy is judged by.
+    this.promptTokens = new Counter({
+      name: name('worker_prompt_tokens_total'),
+      help: 'Prompt tokens of the answers each worker gave, as the answers counted them',
+      labelNames: ['worker'] as const,
+      registers,
+    });
+    this.cachedTokens = new Counter({
+      name: name('worker_cached_tokens_total'),
+      help: "Prompt tokens of the answers each worker gave that its prefix cache held (the answers' cached_tokens)",
+      labelNames: ['worker'] as const,
+      registers,
+    });
+    this.completionTokens = new Counter({
+      name: name('worker_completion_tokens_total'),
+      help: 'Completion tokens of the answers each worker gave',
+      labelNames: ['worker'] as const,
+      registers,
+    });
     this.engineStates = new Gauge({
       name: name('engine_state'),
       help: '1 for the lifecycle state each engine actor is in',
@@ -216,6 +248,16 @@ export class Metrics {
       collect() {
         this.reset();
         for (const w of workers()) this.set({ worker: w.url }, BREAKER_CODE[w.breaker]);
+      },
+    });
+    new Gauge({
+      name: name('worker_queued_tokens'),
+      help: 'Work the routing policy counts as queued on each worker (routed, not finished), in tokens; only policies that count it (bounded_affinity)',
+      labelNames: ['worker'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) if (w.queuedTokens !== undefined) this.set({ worker: w.url }, w.queuedTokens);
       },
     });
   }
@@ -313,6 +355,14 @@ export class Metrics {
     seen.add(reason);
   }
 
+  /** One answered request's token counts, on the worker that answered it (fleet/router.ts). */
+  answerTokens(workerUrl: string, counts: AnswerTokens): void {
+    const worker = { worker: workerUrl };
+    if (counts.promptTokens !== undefined) this.promptTokens.inc(worker, counts.promptTokens);
+    if (counts.cachedTokens !== undefined) this.cachedTokens.inc(worker, counts.cachedTokens);
+    if (counts.completionTokens !== undefined) this.completionTokens.inc(worker, counts.completionTokens);
+  }
+
   request(route: string, status: number): void {
     this.requests.inc({ route, status_class: `${Math.floor(status / 100)}xx` });
   }
@@ -324,6 +374,7 @@ export class Metrics {
     this.lastState.delete(url);
     for (const reason of this.decisionReasons.get(url) ?? []) this.decisions.remove({ worker: url, reason });
     this.decisionReasons.delete(url);
+    for (const c of [this.promptTokens, this.cachedTokens, this.completionTokens]) c.remove({ worker: url });
     if (this.rl && goneEngine !== undefined) {
       this.weightVersion().remove({ worker: goneEngine });
       this.controlState().remove({ worker: goneEngine });

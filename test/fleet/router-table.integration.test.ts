@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { parseVersionPolicy } from '../../src/fleet/version-policy.ts';
+import type { PickOptions } from '../../src/fleet/router.ts';
 
 describe('routing table: a change is seen by the next pick', () => {
   let sims: SimProcess[];

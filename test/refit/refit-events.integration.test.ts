@@ -2,7 +2,8 @@
 // on `rl.refit.<id>.events`; GET /v1/rl/refits/{id}/events streams them as server-sent events,
 // replayed from the start (or after Last-Event-ID) and ending with the report; GET /v1/rl/refits
 // lists the running refit with its phase; `Prefer: respond-async` answers 202 once it is queued;
-// GET /v1/rl/events sends the fleet's snapshot, then engine changes and refit events.
+// GET /v1/rl/events sends the fleet's snapshot, then engine changes, refit events and, for the
+// engines whose load or routing figures moved, `routing` events.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
@@ -76,6 +77,29 @@ describe('refit progress events', () => {
   afterAll(async () => {
     await t?.close();
     await Promise.all((sims ?? []).map((s) => s.stop()));
+  });
+
+  it('the fleet stream sends a `routing` event ({id, load, routing}, as the rows show them) for an engine whose figures moved, and none while nothing moves', async () => {
+    const body = { input_ids: [5, 6, 7, 8], sampling_params: { max_new_tokens: 2 } };
+    // The request goes once the snapshot is out, so the figures it moves are news to the stream.
+    const moved = await readSse(`${t.url}/v1/rl/events`, {
+      until: (e) => {
+        if (e.event === 'snapshot') void t.http('POST', '/generate', { body });
+        return e.event === 'routing' && e.data.routing.prompt_tokens > 0;
+      },
+    });
+    const ev = moved.events.at(-1)!;
+    expect(ev.event).toBe('routing');
+    expect(Object.keys(ev.data).sort()).toEqual(['id', 'load', 'routing']);
+    const row = (await t.http('GET', `/v1/rl/workers/${ev.data.id}`)).json;
+    expect(ev.data).toEqual({ id: row.id, load: row.load, routing: row.routing });
+    expect(row.routing).toMatchObject({ prompt_tokens: 4, decisions: { min_load: 1 } });
+
+    // Nothing moves now: a new stream's snapshot has the figures, and no `routing` event follows.
+    const quiet = await readSse(`${t.url}/v1/rl/events`, { until: () => false, timeoutMs: 2_500 });
+    expect(quiet.events[0]!.event).toBe('snapshot');
+    expect(quiet.events[0]!.data.workers.find((w: { id: string }) => w.id === row.id).routing).toEqual(row.routing);
+    expect(quiet.events.filter((e) => e.event === 'routing')).toEqual([]);
   });
 
   it("streams every phase and every engine's leg, names a failed load's status, lists the refit while it runs, and replays from the start", async () => {

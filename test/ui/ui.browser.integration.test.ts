@@ -1,8 +1,9 @@
 // The web page at /ui in a real browser (Debian's chromium, driven by playwright-core) against a
-// real gateway, nats-server and SGLang simulators: the page lists the fleet, follows a refit
-// phase by phase through the gateway's server-sent events, shows a failed leg with its error and
-// the engine's status, turns a killed engine unreachable, and with an admin key shows nothing
-// until the key is given. Without the browser binary these tests fail; they never skip.
+// real gateway, nats-server and SGLang simulators: the page lists the fleet, shows each engine's
+// load and prefix hit rate as its row reports them while requests run, follows a refit phase by
+// phase through the gateway's server-sent events, shows a failed leg with its error and the
+// engine's status, turns a killed engine unreachable, and with an admin key shows nothing until
+// the key is given. Without the browser binary these tests fail; they never skip.
 
 import { existsSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -56,6 +57,14 @@ async function count(page: Page, selector: string, n: number): Promise<void> {
 /** Waits until the first element matching `selector` has exactly this text. */
 async function text(page: Page, selector: string, want: string): Promise<void> {
   await until(page, `document.querySelector(${JSON.stringify(selector)})?.textContent === ${JSON.stringify(want)}`);
+}
+
+/** The `routing` object of a GET /v1/rl/workers row, as far as the page shows it. */
+interface ApiRouting {
+  prompt_tokens: number;
+  cached_tokens: number;
+  prefix_hit_rate: number;
+  queued_tokens: number;
 }
 
 const row = (url: string) => `#fleet-table tr[data-url="${url}"]`;
@@ -162,6 +171,46 @@ describe('web page /ui', () => {
       expect(await page.textContent(`${row(w.url)} .col-version`)).toBe(w.weight_version ?? '—');
     }
     expect(await page.isVisible('#login')).toBe(false);
+  });
+
+  it("shows each engine's load (in flight, queued tokens) and prefix hit rate as the rows report them, kept up to date while requests run", async () => {
+    const prompt = { input_ids: Array.from({ length: 64 }, (_, i) => 500 + i), sampling_params: { max_new_tokens: 4, ignore_eos: true } };
+    const first = await t.http('POST', '/generate', { body: prompt });
+    expect(first.status, first.text).toBe(200);
+    const home = String(first.headers['x-smg-routed-worker-id']);
+    expect(sims.map((s) => s.url)).toContain(home);
+    const apiRow = async () =>
+      ((await t.http('GET', '/v1/rl/workers')).json.workers as Array<{ url: string; load: number; routing: ApiRouting }>).find((w) => w.url === home)!;
+
+    // A repeat held by the engine for 3 s: in flight there, with its work queued.
+    await sims.find((s) => s.url === home)!.setFaults({ route: 'generate', delayMs: 3000, times: 1 });
+    const held = t.http('POST', '/generate', { body: prompt });
+    let busy = await apiRow();
+    for (const deadline = Date.now() + WAIT_MS; busy.load !== 1 && Date.now() < deadline; busy = await apiRow()) await new Promise((r) => setTimeout(r, 50));
+    expect(busy.load).toBe(1);
+    expect(busy.routing.queued_tokens).toBeGreaterThan(0);
+    await text(page, `${row(home)} .col-load`, '1');
+    await text(page, `${row(home)} .col-queued`, String(busy.routing.queued_tokens));
+    expect((await held).status).toBe(200);
+    expect((await t.http('POST', '/generate', { body: prompt })).status).toBe(200);
+
+    // All three answered: the page shows the hit rate the row reports, and an empty queue.
+    let done = await apiRow();
+    for (const deadline = Date.now() + WAIT_MS; done.routing.prompt_tokens < 3 * 64 && Date.now() < deadline; done = await apiRow())
+      await new Promise((r) => setTimeout(r, 50));
+    const r = done.routing;
+    expect(r.prompt_tokens).toBe(3 * 64);
+    expect(r.cached_tokens).toBeGreaterThan(0);
+    await text(page, `${row(home)} .col-hit`, `${(r.prefix_hit_rate * 100).toFixed(1)}%`);
+    await text(page, `${row(home)} .col-queued`, String(r.queued_tokens));
+    await text(page, `${row(home)} .col-load`, '0');
+    expect(await page.getAttribute(`${row(home)} .col-hit`, 'title')).toContain(`${r.cached_tokens} of ${r.prompt_tokens} prompt tokens cached`);
+    expect(await page.getAttribute(tile(home), 'title')).toContain(`prefix hit ${(r.prefix_hit_rate * 100).toFixed(1)}%`);
+    // Engines nothing was sent to: no hit rate yet, nothing queued.
+    for (const s of sims.filter((x) => x.url !== home)) {
+      expect(await page.textContent(`${row(s.url)} .col-hit`)).toBe('—');
+      expect(await page.textContent(`${row(s.url)} .col-queued`)).toBe('0');
+    }
   });
 
   it('follows a refit as it runs: pause ok on each engine, then the refit step running, then the report', async () => {

@@ -206,6 +206,14 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     this.tokenTree.removeTenant(workerId);
   }
 
+  /**
+   * The engine's queued work: the requests routed there and not yet finished, in decoded-token
+   * units (a prompt token to prefill weighs `prefillWeight`), rounded, as the load bound reads it.
+   */
+  queuedTokens(workerId: string): number {
+    return Math.round(this.queued.get(workerId) ?? 0);
+  }
+
   /** Prompt tokens each engine holds: from its KV events when they say anything, else from the tree. */
   private heldBy(req: PolicyRequest<Candidate>): Map<string, number> {
     const { kvIndex } = this.deps;

@@ -115,6 +115,11 @@ export interface RoutingPolicy {
   workerRemoved?(workerId: string): void;
   /** The engine's prefix cache is empty (a weight update, a restart): what was routed to it is gone. */
   cacheFlushed?(workerId: string): void;
+  /**
+   * The work the policy counts as queued on the engine (routed, not yet finished), in tokens; only
+   * a policy that keeps such a count has it, so "unknown" is never shown as zero.
+   */
+  queuedTokens?(workerId: string): number;
 }
 
 /** Where a policy reads time: milliseconds, only ever compared (Date.now in the gateway, stepped in tests). */

@@ -18,6 +18,8 @@ export function withRoutingKeyOverride(policy: RoutingPolicy, sticky: ManualPoli
 class RoutingKeyOverride implements RoutingPolicy {
   readonly name: string;
   readonly needsPrompt: boolean;
+  /** The configured policy's count, when it keeps one: keyed requests never reach it, so it counts the rest. */
+  readonly queuedTokens?: (workerId: string) => number;
 
   constructor(
     private readonly inner: RoutingPolicy,
@@ -25,6 +27,7 @@ class RoutingKeyOverride implements RoutingPolicy {
   ) {
     this.name = inner.name;
     this.needsPrompt = inner.needsPrompt;
+    if (inner.queuedTokens) this.queuedTokens = (id) => inner.queuedTokens!(id);
   }
 
   pick<W extends Candidate>(req: PolicyRequest<W>): Decision<W> | undefined {

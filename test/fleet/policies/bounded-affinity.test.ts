@@ -75,6 +75,35 @@ describe('load in tokens of work', () => {
   });
 });
 
+describe('queued tokens (the rows and the gauge)', () => {
+  it("are each engine's routed, unfinished work: prefill weighted, decode exact, gone when finished", () => {
+    const { p } = policy();
+    const two = fleet(2);
+    expect(p.queuedTokens('w0')).toBe(0);
+    const a: RoutingInputs = { tokens: ids(400, 1), expectedOutputTokens: 100 };
+    const w = route(p, two, a).worker;
+    // 400 prompt tokens to prefill × 0.3, plus 100 to decode.
+    expect(p.queuedTokens(w.id)).toBe(220);
+    // The same prompt again: held there, so only its decode is new work.
+    const b: RoutingInputs = { tokens: ids(400, 1), expectedOutputTokens: 100 };
+    expect(route(p, two, b).worker).toBe(w);
+    expect(p.queuedTokens(w.id)).toBe(320);
+    expect(p.queuedTokens(two.find((x) => x !== w)!.id)).toBe(0);
+    p.finished(w.id, a, { answered: true, completionTokens: 100 });
+    expect(p.queuedTokens(w.id)).toBe(100);
+    p.finished(w.id, b, { answered: false });
+    expect(p.queuedTokens(w.id)).toBe(0);
+  });
+
+  it('a removed engine has none left', () => {
+    const { p } = policy();
+    const w = route(p, fleet(1), { tokens: ids(64), expectedOutputTokens: 10 }).worker;
+    expect(p.queuedTokens(w.id)).toBeGreaterThan(0);
+    p.workerRemoved(w.id);
+    expect(p.queuedTokens(w.id)).toBe(0);
+  });
+});
+
 describe('the load bound', () => {
   it('a prefix holder past the bound is passed over for the soonest engine', () => {
     const { p } = policy({ slackTokens: 500, slackFraction: 0 });

@@ -1,7 +1,7 @@
 // --routing-key-override (src/fleet/policies/routing-key-override.ts) and the catalogue: a keyed
 // request goes by manual's sticky map under a policy that ignores keys, a keyless one by that
 // policy, which never hears of the keyed ones; the key-aware policies are left as they are; every
-// name --policy takes builds its policy.
+// name --policy takes builds its policy; the configured policy's queued tokens stay readable.
 
 import { describe, expect, it } from 'vitest';
 import { createPolicy, POLICY_NAMES, type PolicySettings } from '../../../src/fleet/policies/catalogue.ts';
@@ -44,6 +44,15 @@ describe('routing key override', () => {
     const d = p.pick(request(ws, { text: 'a long shared prompt' }, loads({ [sticky.id]: 1 })))!;
     expect(d.reason).toBe('min_load');
     expect(others).toContain(d.worker);
+  });
+
+  it("keeps the policy's queued tokens where it counts them (bounded_affinity), and has none where it does not", () => {
+    const p = createPolicy({ ...SETTINGS, policy: 'bounded_affinity' }, deps);
+    const keyless = { tokens: Array.from({ length: 100 }, (_, i) => i), expectedOutputTokens: 10 };
+    const w = p.pick(request(ws, keyless))!.worker;
+    p.routed!(w.id, keyless);
+    expect(p.queuedTokens!(w.id)).toBe(40); // 100 × 0.3 to prefill, 10 to decode
+    expect(createPolicy(SETTINGS, deps).queuedTokens).toBeUndefined();
   });
 
   it('leaves manual, consistent_hashing and least_inflight alone: they route by the key themselves', () => {
