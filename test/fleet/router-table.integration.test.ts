@@ -2,7 +2,6 @@
 // (router.ts). What it must never do is route on a table older than a change: every state,
 // control, version and registration change is seen by the very next pick.
 
-import type { PickOptions } from '../../src/fleet/router.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
