@@ -111,7 +111,9 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
   private readonly inFlight = new WeakMap<RoutingInputs, Routed>();
   private readonly keys = new Map<string, string>();
   private outputEstimate: number;
-  private cursor = 0;
+  /** Worker id → the count of routed requests when it last took one (the tie-break). */
+  private readonly lastRouted = new Map<string, number>();
+  private routedCount = 0;
 
   constructor(
     private readonly settings: BoundedAffinitySettings = BOUNDED_AFFINITY_DEFAULTS,
@@ -152,16 +154,18 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     const bound = Math.max(bestTime + this.settings.slackTokens, relative);
     const keyWorker = req.routingKey !== undefined ? this.keys.get(req.routingKey) : undefined;
     // Within the bound: the routing key's engine, else the one holding the most of the prompt,
-    // else (nobody holds any) the soonest done; ties from a rotating start, so an idle fleet is
-    // served round robin.
-    this.cursor = (this.cursor + 1) % 1_000_000_007;
-    const start = this.cursor % n;
+    // else (nobody holds any) the soonest done; ties to the engine routed to least recently, so
+    // an idle fleet is served round robin (whatever retries picked in between).
     let pick = -1;
-    for (let k = 0; k < n; k++) {
-      const i = (start + k) % n;
+    for (let i = 0; i < n; i++) {
       if (times[i]! > (slow[i] ? relative : bound)) continue;
       if (candidates[i]!.id === keyWorker) return { worker: candidates[i]!, reason: 'routing_key' };
-      if (pick < 0 || holds[i]! > holds[pick]! || (holds[i] === holds[pick] && times[i]! < times[pick]!)) pick = i;
+      if (pick < 0 || holds[i]! > holds[pick]!) {
+        pick = i;
+        continue;
+      }
+      if (holds[i] !== holds[pick]) continue;
+      if (times[i]! < times[pick]! || (times[i] === times[pick] && this.lastRoutedOf(candidates[i]!.id) < this.lastRoutedOf(candidates[pick]!.id))) pick = i;
     }
     return { worker: candidates[pick]!, reason: holds[pick]! > 0 ? 'cache_hit' : 'min_load' };
   }
@@ -173,6 +177,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     const promptTokens = promptLength(inputs);
     const work = this.settings.prefillWeight * (promptTokens - Math.min(held, promptTokens)) + this.outputOf(inputs);
     this.inFlight.set(inputs, { worker: workerId, work, at: now });
+    this.lastRouted.set(workerId, ++this.routedCount);
     this.queued.set(workerId, (this.queued.get(workerId) ?? 0) + work);
     this.remember(inputs.tokens ? pagesOf(inputs.tokens) : undefined, inputs.text, workerId);
     if (inputs.routingKey !== undefined) {
@@ -199,6 +204,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     this.cacheFlushed(workerId);
     this.queued.delete(workerId);
     this.slowness.delete(workerId);
+    this.lastRouted.delete(workerId);
   }
 
   cacheFlushed(workerId: string): void {
@@ -258,6 +264,10 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
   private outputOf(inputs: RoutingInputs): number {
     if (inputs.expectedOutputTokens !== undefined) return inputs.expectedOutputTokens;
     return inputs.maxOutputTokens !== undefined ? Math.min(inputs.maxOutputTokens, this.outputEstimate) : this.outputEstimate;
+  }
+
+  private lastRoutedOf(workerId: string): number {
+    return this.lastRouted.get(workerId) ?? -1;
   }
 
   private slownessOf(workerId: string): Slowness {

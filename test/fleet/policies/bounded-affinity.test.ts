@@ -185,6 +185,45 @@ describe('slow engines and their prefixes', () => {
   });
 });
 
+describe('ties', () => {
+  it('an idle pair is served in turn', () => {
+    const { p } = policy();
+    const two = fleet(2);
+    const seen = Array.from({ length: 6 }, () => {
+      const inputs: RoutingInputs = { tokens: [1, 2, 3], expectedOutputTokens: 3 };
+      const id = p.pick(request(two, inputs))!.worker.id;
+      p.routed(id, inputs);
+      p.finished(id, inputs, { answered: true });
+      return id;
+    });
+    expect(seen).toEqual(['w0', 'w1', 'w0', 'w1', 'w0', 'w1']);
+  });
+
+  it('ties go to the engine routed least recently, so one whose requests were all retried elsewhere is still tried', () => {
+    const { p } = policy();
+    const two = fleet(2);
+    const first: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      const inputs: RoutingInputs = { tokens: [1, 2, 3], expectedOutputTokens: 3 };
+      const d = p.pick(request(two, inputs))!;
+      p.routed(d.worker.id, inputs);
+      first.push(d.worker.id);
+      if (d.worker.id === 'w0') {
+        // w0 cannot serve it (say, logprobs it does not give): the retry goes to w1 alone.
+        p.finished('w0', inputs, { answered: false });
+        const retry: RoutingInputs = { tokens: [1, 2, 3], expectedOutputTokens: 3 };
+        p.routed(p.pick(request([two[1]!], retry))!.worker.id, retry);
+        p.finished('w1', retry, { answered: true });
+      } else {
+        p.finished('w1', inputs, { answered: true });
+      }
+    }
+    // Each retry made w1 the more recent: w0, never answering, is asked first every time (a
+    // rotating start would have lost it or kept it by the parity of the retries).
+    expect(first).toEqual(Array.from({ length: 12 }, () => 'w0'));
+  });
+});
+
 describe('what it remembers', () => {
   it('a flushed engine holds nothing: its prompts are new again', () => {
     const { p } = policy();
