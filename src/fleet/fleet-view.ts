@@ -90,13 +90,20 @@ export class FleetView {
   /** Selector views by worker id, valid while neither the registry nor any engine's state moved. */
   private views: { registry: number; host: number; byId: Map<string, Record<string, string | undefined>> } | undefined;
 
-  constructor(private readonly deps: { registry: Registry; host: EngineHost }) {}
+  constructor(
+    private readonly deps: {
+      registry: Registry;
+      host: EngineHost;
+      /** Blocks known of an engine's KV cache from its events (kv-index.ts), when they are streamed. */
+      kvBlocks?: (workerId: string) => number | undefined;
+    },
+  ) {}
 
-  /** Each engine's load and breaker, for the metrics' per-engine gauges (read at scrape time). */
+  /** Each engine's load, breaker and KV blocks known, for the metrics' per-engine gauges (read at scrape time). */
   samples(): WorkerSample[] {
     return this.deps.registry.all().map((w) => {
       const e = this.engine(w);
-      return { url: w.url, inflight: e.load, breaker: e.breaker };
+      return { url: w.url, inflight: e.load, breaker: e.breaker, kvBlocks: this.deps.kvBlocks?.(w.id) };
     });
   }
 

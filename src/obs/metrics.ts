@@ -28,6 +28,8 @@ export interface WorkerSample {
   /** Data-plane requests this replica has in flight to it. */
   inflight: number;
   breaker: keyof typeof BREAKER_CODE;
+  /** Blocks of its KV cache known from its KV events; undefined without a stream. */
+  kvBlocks?: number;
 }
 
 type Lazy<T> = () => T;
@@ -218,9 +220,19 @@ export class Metrics {
         for (const w of workers()) this.set({ worker: w.url }, BREAKER_CODE[w.breaker]);
       },
     });
+    new Gauge({
+      name: name('worker_kv_blocks'),
+      help: "Blocks of each engine's KV cache known from its KV events (absent for an engine without a stream)",
+      labelNames: ['worker'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) if (w.kvBlocks !== undefined) this.set({ worker: w.url }, w.kvBlocks);
+      },
+    });
   }
 
-  /** Where the per-worker gauges read the fleet at scrape time (in flight, breaker). */
+  /** Where the per-worker gauges read the fleet at scrape time (in flight, breaker, KV blocks). */
   collectWorkers(source: () => Iterable<WorkerSample>): void {
     this.workers = source;
   }
