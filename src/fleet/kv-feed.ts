@@ -43,11 +43,6 @@ export class KvFeed {
     for (const w of registry.all()) this.follow(w);
   }
 
-  /** Workers with a stream open or waiting to reopen. */
-  get size(): number {
-    return this.streams.size;
-  }
-
   async close(): Promise<void> {
     this.closed = true;
     for (const off of this.listeners.splice(0)) off();
@@ -84,8 +79,9 @@ export class KvFeed {
     const { index, log } = this.deps;
     if (end.kind === 'unimplemented') {
       // Nothing to index; the approximate tree routes for it. The closed subscription stays
-      // listed, so only a re-registration asks again.
+      // listed (its channel closed), so only a re-registration asks again.
       index.forget(w.id);
+      void this.streams.get(w.id)?.client.close();
       log.info({ worker: w.url }, 'the engine streams no KV events (SubscribeKvEvents is UNIMPLEMENTED); routing for it uses the approximate tree');
       return;
     }
