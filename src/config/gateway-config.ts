@@ -32,6 +32,8 @@ export interface GatewayConfig {
   };
   /** The data plane's routing policy and its settings, by SMG's flag names (fleet/policies/). */
   routing: RoutingSettings;
+  /** Subscribe to the gRPC engines' KV events for the policies that read them (fleet/kv-feed.ts). */
+  kvEvents: boolean;
   maxBodyBytes: number;
   /** Data-plane deadline of one relayed request, in seconds (SMG's request_timeout_secs). */
   requestTimeoutSecs: number;

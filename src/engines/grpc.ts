@@ -2,12 +2,14 @@
 // through GetServerInfo + GetModelInfo, liveness through the HealthCheck RPC, and token-level
 // generation with the engine-stamped weight version. Control calls never come here: they go to
 // the engine's HTTP control app (control-client.ts). Also hands over the engine's own tokenizer
-// (the GetTokenizer bundle, fetched once and cached). Knows nothing of routes or NATS.
+// (the GetTokenizer bundle, fetched once and cached) and opens its KV-event stream
+// (SubscribeKvEvents; kv-events.ts keeps it open). Knows nothing of routes or NATS.
 
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { EngineClient, EngineFacts } from './engine-client.ts';
+import { kvBatchFromProto, type KvEventSource, type KvStreamHandlers } from './kv-events.ts';
 import {
   GenerationError,
   PLAIN_SAMPLING_KEYS,
@@ -31,6 +33,7 @@ interface SchedulerClient extends grpc.Client {
   GetModelInfo: Unary;
   GetServerInfo: Unary;
   GetTokenizer(req: unknown, md: grpc.Metadata, opts?: grpc.CallOptions): grpc.ClientReadableStream<BundleChunk>;
+  SubscribeKvEvents(req: unknown, md: grpc.Metadata, opts?: grpc.CallOptions): grpc.ClientReadableStream<unknown>;
 }
 
 /** How long one GetTokenizer stream may take (bundles are a few MB at most). */
@@ -93,7 +96,7 @@ export function grpcTarget(url: string): { address: string; tls: boolean } {
   return { address: m[2]!, tls: m[1] === 'grpcs' };
 }
 
-export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSource {
+export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSource, KvEventSource {
   readonly mode = 'grpc' as const;
   private readonly client: SchedulerClient;
   private tokenizerLoad: Promise<Tokenizer> | undefined;
@@ -191,6 +194,32 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
       throw error;
     }
     return tokenizerFromBundle(chunks);
+  }
+
+  /** One SubscribeKvEvents stream of the batches after `after` (no deadline: it lasts as long as the engine). */
+  subscribeKvEvents(after: bigint, on: KvStreamHandlers): { cancel(): void } {
+    const call = this.client.SubscribeKvEvents({ start_sequence_number: after.toString() }, new grpc.Metadata());
+    let done = false;
+    const end = (kind: 'unimplemented' | 'failed' | 'ended', detail: string) => {
+      if (done) return;
+      done = true;
+      on.ended({ kind, detail });
+    };
+    call.on('data', (msg: unknown) => {
+      const batch = kvBatchFromProto(msg);
+      if (batch && !done) on.batch(batch);
+    });
+    call.on('error', (err: grpc.ServiceError) => {
+      const detail = `SubscribeKvEvents on ${this.url}: ${grpc.status[err.code] ?? err.code} ${err.details ?? err.message}`.trim();
+      end(err.code === grpc.status.UNIMPLEMENTED ? 'unimplemented' : 'failed', detail);
+    });
+    call.on('end', () => end('ended', `SubscribeKvEvents on ${this.url}: the engine ended the stream`));
+    return {
+      cancel: () => {
+        done = true;
+        call.cancel();
+      },
+    };
   }
 
   async close(): Promise<void> {

@@ -10,7 +10,7 @@ import type { WorkerSample } from '../obs/metrics.ts';
 import type { EngineHost } from './engine-host.ts';
 import { sizeLabel } from './labels.ts';
 import type { Registry } from './registry.ts';
-import { RoutingUsage, type RoutingFigures } from './routing-usage.ts';
+import { RoutingUsage, type RoutingFigures, type RoutingSource } from './routing-usage.ts';
 import { matchesSelector, type Selector } from './selector.ts';
 import { fleetMaximum } from './versions.ts';
 import { mergedLabels, UNKNOWN_MODEL_ID, type Worker } from './worker.ts';
@@ -49,12 +49,6 @@ export interface RlWorkerEntry {
   quarantine_reason: string | null;
   /** What this replica's routing did with the engine (its DP ranks summed). */
   routing: RoutingFigures;
-}
-
-/** Where rows read the routing figures: the router, once the gateway built it (it reads this view). */
-export interface RoutingSource {
-  figures(workerIds: readonly string[]): RoutingFigures;
-  queuedTokens(workerId: string): number | undefined;
 }
 
 const NO_USAGE = new RoutingUsage();
@@ -103,20 +97,26 @@ export class FleetView {
   /** Selector views by worker id, valid while neither the registry nor any engine's state moved. */
   private views: { registry: number; host: number; byId: Map<string, Record<string, string | undefined>> } | undefined;
 
-  private routing: RoutingSource = NO_ROUTING;
+  constructor(
+    private readonly deps: {
+      registry: Registry;
+      host: EngineHost;
+      /** Blocks known of an engine's KV cache from its events (kv-index.ts), when they are streamed. */
+      kvBlocks?: (workerId: string) => number | undefined;
+      /** The rows' `routing` and the queued-token gauge: this replica's routing usage and its policy's queue. */
+      routing?: RoutingSource;
+    },
+  ) {}
 
-  constructor(private readonly deps: { registry: Registry; host: EngineHost }) {}
-
-  /** Where the rows' `routing` and the queued-token gauge read from (the router is built after this view). */
-  readRouting(source: RoutingSource): void {
-    this.routing = source;
+  private get routing(): RoutingSource {
+    return this.deps.routing ?? NO_ROUTING;
   }
 
-  /** Each engine's load, breaker and queued tokens, for the metrics' per-engine gauges (read at scrape time). */
+  /** Each engine's load, breaker, queued tokens and KV blocks known, for the metrics' per-engine gauges (read at scrape time). */
   samples(): WorkerSample[] {
     return this.deps.registry.all().map((w) => {
       const e = this.engine(w);
-      return { url: w.url, inflight: e.load, breaker: e.breaker, queuedTokens: this.routing.queuedTokens(w.id) };
+      return { url: w.url, inflight: e.load, breaker: e.breaker, queuedTokens: this.routing.queuedTokens(w.id), kvBlocks: this.deps.kvBlocks?.(w.id) };
     });
   }
 

@@ -15,7 +15,7 @@ import type { EngineView, FleetView } from './fleet-view.ts';
 import { LeastInflightPolicy } from './policies/least-inflight.ts';
 import type { Decision, LoadReport, Reason, RequestOutcome, RoutingInputs, RoutingPolicy } from './policies/policy.ts';
 import type { Registry } from './registry.ts';
-import { RoutingUsage, type RoutingFigures } from './routing-usage.ts';
+import { RoutingUsage, routingSource, type RoutingFigures } from './routing-usage.ts';
 import { admit, type DropReason, type VersionPolicy } from './version-policy.ts';
 import type { Worker } from './worker.ts';
 
@@ -84,6 +84,8 @@ export class Router {
       host: EngineHost;
       /** The data plane's policy (`--policy`); least in flight by default. */
       policy?: RoutingPolicy;
+      /** This replica's routing figures (shared with the view that shows them); a fresh one when absent. */
+      usage?: RoutingUsage;
       decisions?: DecisionCounts;
       answers?: AnswerCounts;
       /** The engines' own load reports, once a wire gives them. */
@@ -93,7 +95,7 @@ export class Router {
     const policy: RoutingPolicy = deps.policy ?? new LeastInflightPolicy();
     this.policy = policy;
     this.inFlight = (id) => deps.host.load(id);
-    this.usage = new RoutingUsage();
+    this.usage = deps.usage ?? new RoutingUsage();
     deps.registry.on('removed', (w: Worker) => {
       policy.workerRemoved?.(w.id);
       this.usage.forget(w.id);
@@ -117,7 +119,7 @@ export class Router {
 
   /** The `routing` object of one engine's row, summed over its workers (its DP ranks). */
   figures(workerIds: readonly string[]): RoutingFigures {
-    return this.usage.figures(workerIds, this.policy.queuedTokens ? (id) => this.policy.queuedTokens!(id) : undefined);
+    return routingSource(this.usage, this.policy).figures(workerIds);
   }
 
   /**

@@ -3,7 +3,7 @@
 // read them off each answer). The `routing` object of the /v1/rl rows is made from it. Counts
 // only: it never routes, never reads a clock and knows nothing of other replicas.
 
-import type { Reason, RequestOutcome } from './policies/policy.ts';
+import type { Reason, RequestOutcome, RoutingPolicy } from './policies/policy.ts';
 
 /** The `routing` object of a /v1/rl row. */
 export interface RoutingFigures {
@@ -88,4 +88,19 @@ export class RoutingUsage {
     if (!t) this.byWorker.set(workerId, (t = { prompt: 0, cached: 0, completion: 0, decisions: new Map() }));
     return t;
   }
+}
+
+/** Where rows and gauges read the routing figures: this replica's usage and its policy's queue. */
+export interface RoutingSource {
+  figures(workerIds: readonly string[]): RoutingFigures;
+  queuedTokens(workerId: string): number | undefined;
+}
+
+/** The routing source of a replica, built from its usage record and its policy before the view that reads it. */
+export function routingSource(usage: RoutingUsage, policy: Pick<RoutingPolicy, 'queuedTokens'>): RoutingSource {
+  const queued = policy.queuedTokens ? (id: string) => policy.queuedTokens!(id) : undefined;
+  return {
+    figures: (ids) => usage.figures(ids, queued),
+    queuedTokens: (id) => queued?.(id),
+  };
 }

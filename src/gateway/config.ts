@@ -26,6 +26,8 @@ interface Setting {
   aliases?: string[];
   /** A second environment variable read when RLGATE_<FLAG> is unset (NATS_URL, as the NATS tools). */
   envFallback?: string;
+  /** A bool that is on by default: `--no-<flag>` turns it off. */
+  negatable?: boolean;
 }
 
 /** The routing policy (`--policy`) and its settings, by SMG's names, with SMG's CLI defaults (docs/routing.md). */
@@ -159,6 +161,13 @@ export const SETTINGS: Setting[] = [
   },
   { flag: 'rl-version-policy', key: 'rl.versionPolicy', kind: 'string', help: 'any | latest-only | min-version:<v> | max-staleness:<k> (default any)' },
   ...ROUTING_SETTINGS,
+  {
+    flag: 'kv-events',
+    key: 'kvEvents',
+    kind: 'bool',
+    negatable: true,
+    help: "subscribe to every gRPC engine's KV-cache events (SubscribeKvEvents) when the policy reads them (bounded_affinity, cache_aware); --no-kv-events routes on the approximate tree alone (default on)",
+  },
   { flag: 'request-timeout-secs', key: 'requestTimeoutSecs', kind: 'int', help: 'deadline of one data-plane request (default 14400)' },
   {
     flag: 'request-body-timeout-secs',
@@ -259,6 +268,7 @@ export function defaultConfig(): GatewayConfig {
     allowedWorkerHosts: [],
     rl: { enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: undefined, versionPolicy: 'any' },
     routing: defaultRouting(),
+    kvEvents: true,
     maxBodyBytes: 64 * 1024 * 1024,
     requestTimeoutSecs: 14400,
     requestBodyTimeoutSecs: 30,
@@ -476,7 +486,7 @@ export function helpText(command = 'rlgate gateway'): string {
   const lines = [`usage: ${command} [flags]`, '', 'Every flag can also be set as RLGATE_<FLAG> in the environment or in a JSON --config file.', ''];
   lines.push(`  --config FILE${' '.repeat(24)}JSON config file (keys as in docs/operations.md)`);
   for (const s of SETTINGS) {
-    const left = `  --${s.flag}${s.kind === 'bool' ? '' : s.kind === 'list' ? ' U ...' : ' V'}`;
+    const left = `  --${s.flag}${s.kind === 'bool' ? (s.negatable ? `, --no-${s.flag}` : '') : s.kind === 'list' ? ' U ...' : ' V'}`;
     const also = s.aliases ? ` (also ${s.aliases.map((a) => `--${a}`).join(', ')})` : '';
     lines.push(`${left.padEnd(39)}${s.help}${also}  [${[envName(s.flag), s.envFallback].filter(Boolean).join(', then ')}]`);
   }
@@ -501,6 +511,12 @@ function parseFlags(argv: string[]): Map<string, string> {
       const v = inline ?? argv[++i];
       if (v === undefined) throw new ConfigError('--config needs a file');
       out.set('config', v);
+      continue;
+    }
+    const negated = name.startsWith('no-') ? known.get(name.slice(3)) : undefined;
+    if (negated?.negatable) {
+      if (inline !== undefined) throw new ConfigError(`--${name} takes no value`);
+      out.set(negated.flag, 'false');
       continue;
     }
     const s = known.get(name);
@@ -598,6 +614,7 @@ const FILE_ALIASES: Record<string, string> = {
   nats_ping_interval_secs: 'natsPingIntervalSecs',
   discovery_timeout_secs: 'discoveryTimeoutSecs',
   metrics_prefix: 'metricsPrefix',
+  kv_events: 'kvEvents',
   ...routingFileKeys(),
   ...Object.fromEntries(NATS_CLIENT_FLAGS.map((f) => [`nats.${f.fileKey}`, `nats.${f.key}`])),
 };

@@ -23,12 +23,15 @@ import { Cancellations } from '../fleet/cancellations.ts';
 import { EngineHost, engineTimings } from '../fleet/engine-host.ts';
 import { FleetFeed } from '../fleet/fleet-feed.ts';
 import { FleetView } from '../fleet/fleet-view.ts';
+import { RoutingUsage, routingSource } from '../fleet/routing-usage.ts';
+import { KvFeed } from '../fleet/kv-feed.ts';
+import { KvIndex } from '../fleet/kv-index.ts';
 import { LeaseFence } from '../fleet/lease-fence.ts';
 import { Ownership } from '../fleet/ownership.ts';
 import { PauseReconciler } from '../fleet/pause-reconciler.ts';
 import { Registry } from '../fleet/registry.ts';
 import { RegistrySync } from '../fleet/registry-sync.ts';
-import { createPolicy } from '../fleet/policies/catalogue.ts';
+import { createPolicy, readsKvEvents } from '../fleet/policies/catalogue.ts';
 import { Router } from '../fleet/router.ts';
 import { onMixedComparison } from '../fleet/versions.ts';
 import { buildApp } from '../http/app.ts';
@@ -89,6 +92,11 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       what: 'its KV buckets',
     });
     const registry = new Registry(replicaId);
+    // What each gRPC engine holds, from its own KV events, for the policies that read them.
+    const kvIndex =
+      config.kvEvents && readsKvEvents(config.routing.policy)
+        ? new KvIndex({ clock: () => performance.now(), modelOf: (id) => registry.get(id)?.modelId })
+        : undefined;
     const cancels = new Cancellations();
     cancels.listen(bus, subj, replicaId);
     cleanups.push(() => cancels.close());
@@ -143,7 +151,11 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     cleanups.push(() => owed.close());
     const replicaSub = serveReplicaCommands({ bus, subjects: subj, replicaId, host, cancels, log: new OutcomeLog() });
     cleanups.push(() => replicaSub.unsubscribe());
-    const view = new FleetView({ registry, host });
+    // The policy's clock only measures intervals (tree eviction, idle keys): a monotonic one.
+    const policy = createPolicy(config.routing, { clock: () => performance.now(), random: Math.random, kvIndex });
+    // This replica's routing figures (decisions, answered tokens), shown in rows and gauges.
+    const usage = new RoutingUsage();
+    const view = new FleetView({ registry, host, kvBlocks: kvIndex && ((id) => kvIndex.blocksOf(id)), routing: routingSource(usage, policy) });
     // Read at scrape time, not per request: the hot path pays nothing for these gauges.
     metrics.collectWorkers(() => view.samples());
     // Engines this replica owns are called in-process; only other replicas' shares cross the bus.
@@ -217,10 +229,12 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       refits.drain();
       return worker.drain();
     });
-    // The policy's clock only measures intervals (tree eviction, idle keys): a monotonic one.
-    const policy = createPolicy(config.routing, { clock: () => performance.now(), random: Math.random });
-    const router = new Router({ registry, view, host, policy, decisions: metrics, answers: metrics });
-    view.readRouting(router);
+    // Every replica routes, so every replica streams every gRPC engine's events (not only its own).
+    if (kvIndex) {
+      const kvFeed = new KvFeed({ registry, index: kvIndex, log: child('kv-events') });
+      cleanups.push(() => kvFeed.close());
+    }
+    const router = new Router({ registry, view, host, policy, usage, decisions: metrics, answers: metrics });
     const feed = new FleetFeed({ bus, subjects: subj, registry, view });
     const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, refitEvents, feed, router, bus, fence };
     // Trainers on the bus: one replica answers each refit request.

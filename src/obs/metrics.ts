@@ -30,6 +30,8 @@ export interface WorkerSample {
   breaker: keyof typeof BREAKER_CODE;
   /** The routing policy's queued work on it, in tokens; undefined when the policy keeps none. */
   queuedTokens?: number;
+  /** Blocks of its KV cache known from its KV events; undefined without a stream. */
+  kvBlocks?: number;
 }
 
 /** The token counts of one answer, as the relay read them (each may be unknown). */
@@ -260,9 +262,19 @@ export class Metrics {
         for (const w of workers()) if (w.queuedTokens !== undefined) this.set({ worker: w.url }, w.queuedTokens);
       },
     });
+    new Gauge({
+      name: name('worker_kv_blocks'),
+      help: "Blocks of each engine's KV cache known from its KV events (absent for an engine without a stream)",
+      labelNames: ['worker'] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const w of workers()) if (w.kvBlocks !== undefined) this.set({ worker: w.url }, w.kvBlocks);
+      },
+    });
   }
 
-  /** Where the per-worker gauges read the fleet at scrape time (in flight, breaker). */
+  /** Where the per-worker gauges read the fleet at scrape time (in flight, breaker, queued tokens, KV blocks). */
   collectWorkers(source: () => Iterable<WorkerSample>): void {
     this.workers = source;
   }

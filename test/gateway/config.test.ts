@@ -180,3 +180,22 @@ describe('the same rules through flags, environment and config file (SMG names)'
     }
   });
 });
+
+describe('--kv-events (docs/routing.md "KV events")', () => {
+  it('is on by default; --no-kv-events, the environment and the config file turn it off', () => {
+    expect(loadConfig([], {}).kvEvents).toBe(true);
+    expect(loadConfig(['--no-kv-events'], {}).kvEvents).toBe(false);
+    expect(loadConfig(['--kv-events=false'], {}).kvEvents).toBe(false);
+    expect(loadConfig([], { RLGATE_KV_EVENTS: 'off' }).kvEvents).toBe(false);
+    expect(loadConfig(['--config', configFile({ kv_events: false })], {}).kvEvents).toBe(false);
+    expect(loadConfig(['--config', configFile({ kvEvents: false })], {}).kvEvents).toBe(false);
+    // A flag beats the environment either way.
+    expect(loadConfig(['--kv-events'], { RLGATE_KV_EVENTS: 'false' }).kvEvents).toBe(true);
+    expect(loadConfig(['--no-kv-events'], { RLGATE_KV_EVENTS: 'true' }).kvEvents).toBe(false);
+  });
+
+  it('--no-kv-events takes no value, and only a setting that is on by default has a --no- form', () => {
+    expect(configError(() => loadConfig(['--no-kv-events=true'], {})).message).toBe('--no-kv-events takes no value');
+    expect(configError(() => loadConfig(['--no-enable-rl'], {})).message).toBe('unknown flag --no-enable-rl; see --help');
+  });
+});

@@ -13,9 +13,10 @@
 //   saturated one) has its time scaled by how much slower and gets no absolute slack, so new
 //   work goes elsewhere;
 // - a routing key (`X-SMG-Routing-Key`) keeps a session on its engine within the bound, never past it;
-// - the engines' KV events, where they stream them, say what each holds; else an approximate tree
-//   of the prompts routed to each engine, bounded per engine by its KV size, least recently used
-//   out first (a session's next turn starts with its last prompt, so it finds its engine);
+// - what each engine holds is the more of what its KV events say, where it streams them, and an
+//   approximate tree of the prompts routed to it, bounded per engine by its KV size, least
+//   recently used out first (a session's next turn starts with its last prompt, so it finds its
+//   engine; a sibling routed before the engine reported the first one's pages still finds it);
 // - an engine whose cache was flushed (new weights, a restart) is forgotten in the tree.
 // Pure: time comes from the clock it was built with.
 
@@ -220,17 +221,20 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     return Math.round(this.queued.get(workerId) ?? 0);
   }
 
-  /** Prompt tokens each engine holds: from its KV events when they say anything, else from the tree. */
+  /**
+   * Prompt tokens each engine holds: the more of what its KV events say and what the tree of
+   * routed prompts says. The events are the engine's own word (prompts other replicas routed
+   * there too), but they come once the engine has prefilled a prompt: a GRPO sibling routed a few
+   * milliseconds after the first would not see it, and the group would scatter.
+   */
   private heldBy(req: PolicyRequest<Candidate>): Map<string, number> {
     const { kvIndex } = this.deps;
-    if (req.tokens && kvIndex && kvIndex.size(req.modelId) > 0) {
-      const out = new Map<string, number>();
-      for (const [id, blocks] of kvIndex.overlap(req.modelId, req.tokens).scores) out.set(id, blocks * PAGE_TOKENS);
-      return out;
-    }
     if (req.tokens) {
       const out = new Map<string, number>();
       for (const [id, units] of this.tokenTree.matchAll(pagesOf(req.tokens))) out.set(id, tokensIn(units));
+      if (kvIndex && kvIndex.size(req.modelId) > 0) {
+        for (const [id, blocks] of kvIndex.overlap(req.modelId, req.tokens).scores) out.set(id, Math.max(out.get(id) ?? 0, blocks * PAGE_TOKENS));
+      }
       return out;
     }
     if (req.text !== undefined) {

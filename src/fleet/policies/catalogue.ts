@@ -58,8 +58,16 @@ export interface PolicySettings {
 export interface PolicyDeps {
   clock: Clock;
   random: RandomSource;
-  /** The engines' KV events, for cache_aware, once something feeds them. */
+  /** The engines' KV events (fleet/kv-index.ts), for the policies that read them. */
   kvIndex?: KvEventIndex;
+}
+
+/** The policies that consult the engines' KV events: only for them are the streams worth opening. */
+const KV_EVENT_POLICIES: ReadonlySet<string> = new Set<PolicyName>(['bounded_affinity', 'cache_aware']);
+
+/** Whether `--policy` reads a KV-event index. */
+export function readsKvEvents(policy: string): boolean {
+  return KV_EVENT_POLICIES.has(policy);
 }
 
 /** The data plane's policy for `settings.policy` (a name POLICY_NAMES holds, checked at startup). */

@@ -3,9 +3,11 @@
 // the soonest-done engine; load is counted in tokens of work (a long output weighs more than many
 // short ones); no engine is chosen past the load bound, whatever it holds or whatever routing key
 // names it; a session's next turn (prompt + the output it was answered) finds its engine; a slow
-// engine gets less; a flushed engine is forgotten; the tree is bounded by the engine's KV size.
+// engine gets less; a flushed engine is forgotten; the tree is bounded by the engine's KV size;
+// what an engine holds by its own KV events counts, and so do prompts routed before it reported them.
 
 import { describe, expect, it } from 'vitest';
+import { KvIndex } from '../../../src/fleet/kv-index.ts';
 import { BOUNDED_AFFINITY_DEFAULTS, BoundedAffinityPolicy, type BoundedAffinitySettings } from '../../../src/fleet/policies/bounded-affinity.ts';
 import type { Candidate, RoutingInputs } from '../../../src/fleet/policies/policy.ts';
 import { fleet, request, steppedClock } from '../../fixtures/policy-fleet.ts';
@@ -243,5 +245,39 @@ describe('what it remembers', () => {
     route(p, one, { tokens: ids(512, 20_000), expectedOutputTokens: 1 });
     expect(p.tokenTree.sizeOf('w0')).toBeLessThanOrEqual(1024);
     expect(p.pick(request(one, { tokens: old, expectedOutputTokens: 1 }))!.reason).toBe('min_load');
+  });
+});
+
+describe("the engines' KV events", () => {
+  /** A KV-event index in which `w` holds `tokens`' whole pages, as its engine would report them. */
+  function indexHolding(w: string, tokens: number[]): KvIndex {
+    const kv = new KvIndex({ clock: steppedClock(), modelOf: () => 'm' });
+    const blocks = [];
+    for (let at = 0; at + 16 <= tokens.length; at += 16) blocks.push({ hash: String(1 + at), tokens: tokens.slice(at, at + 16), size: 16 });
+    kv.apply(w, { sequence: 1n, dpRank: undefined, events: [{ kind: 'stored', parent: undefined, blocks }] });
+    return kv;
+  }
+
+  it('a prompt an engine holds by its own events (routed by no one here) draws the request there', () => {
+    const prompt = ids(256);
+    const kvIndex = indexHolding('w2', prompt);
+    const p = new BoundedAffinityPolicy(BOUNDED_AFFINITY_DEFAULTS, { clock: steppedClock(), kvIndex });
+    const d = p.pick({ ...request(ws, { tokens: [...prompt, ...ids(20, 9000)], expectedOutputTokens: 300 }), modelId: 'm' })!;
+    expect(d).toMatchObject({ worker: { id: 'w2' }, reason: 'cache_hit' });
+  });
+
+  it('siblings routed before the first one’s pages are reported still follow it: the tree of routed prompts counts too', () => {
+    // The index knows of another engine's prompt only; the group's first sibling is not reported yet.
+    const kvIndex = indexHolding('w3', ids(64, 7000));
+    const p = new BoundedAffinityPolicy(BOUNDED_AFFINITY_DEFAULTS, { clock: steppedClock(), kvIndex });
+    const prompt = ids(256);
+    const pick = () => {
+      const inputs = { tokens: prompt, expectedOutputTokens: 300 };
+      const d = p.pick({ ...request(ws, inputs), modelId: 'm' })!;
+      p.routed(d.worker.id, inputs);
+      return d;
+    };
+    const first = pick();
+    for (let s = 1; s < 8; s++) expect(pick()).toMatchObject({ worker: first.worker, reason: 'cache_hit' });
   });
 });
