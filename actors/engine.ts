@@ -24,7 +24,7 @@ export interface EngineCommand {
 
 /**
  * What running a command taught us about the engine (computed by the injected runner). Control
- * calls never count as health results (spec §9.4): a failed one says nothing about liveness,
+ * calls never count as health results: a failed one says nothing about liveness,
  * which is the probes' business.
  */
 export interface CommandResult {
@@ -71,7 +71,7 @@ export type EngineEvent =
   /** The caller went away: drop the command if queued, abort it if running. */
   | { type: 'cmd.cancel'; token: string }
   | { type: 'version.set'; version: string | undefined; source: VersionSource }
-  /** `api`: an operator's write to the gateway's table (spec §11), which no observation overrides. */
+  /** `api`: an operator's write to the gateway's table, which no observation overrides. */
   | { type: 'control.set'; control: ControlState; source?: 'api' }
   | { type: 'quarantine.set'; reason: string }
   | { type: 'quarantine.clear' }

@@ -45,7 +45,7 @@ export interface GatewayConfig {
   maxConnections: number;
   /** Most generation requests handled at once; more get 503 + Retry-After (0: no cap). */
   maxInFlight: number;
-  /** Data-plane GET /workers lists a gRPC/ZMQ worker's control-app URL as its `url` (slime §7). */
+  /** Data-plane GET /workers lists a gRPC/ZMQ worker's control-app URL as its `url`. */
   workersListControlUrls: boolean;
   probeIntervalSecs: number;
   /** Most probes a second one replica sends; its engines are probed less often past it (0: no cap). */
@@ -65,7 +65,7 @@ export interface GatewayConfig {
   logLevel: string;
   /** Tokenizer directory for `text` on token engines without their own (ZMQ), and the gRPC fallback. */
   tokenizerPath: string | undefined;
-  /** `return_logprob` on a token engine without logprobs answers 0.0 per token instead of failing (slime §5.1). */
+  /** `return_logprob` on a token engine without logprobs answers 0.0 per token instead of failing. */
   synthesizeLogprobs: boolean;
   /** How long a shutdown may take in all; past it the process exits anyway. */
   shutdownTimeoutSecs: number;

@@ -10,7 +10,7 @@ import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 import type { HttpPoolConfig } from '../wire/worker-entry.ts';
 
 export interface ControlTarget {
-  /** Registry URL: the one named in every message (spec §5 notes). */
+  /** Registry URL: the one named in every message. */
   workerUrl: string;
   /** The worker's own client settings; workers with equal settings share one client. */
   pool?: HttpPoolConfig | null;
@@ -26,7 +26,7 @@ export class ControlClient {
   // Timeouts are ours (one deadline per call); undici's own header/body timeouts (300 s by
   // default) would cut a legitimate 600 s disk refit short.
   private readonly agent = new Agent({ headersTimeout: 0, bodyTimeout: 0, connections: 64, keepAliveTimeout: 30_000 });
-  /** One client per distinct pool configuration (spec §7.1); a configuration that cannot make a client keeps its reason. */
+  /** One client per distinct pool configuration; a configuration that cannot make a client keeps its reason. */
   private readonly pools = new Map<string, Agent | Error>();
 
   /**

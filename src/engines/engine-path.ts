@@ -1,4 +1,4 @@
-// The engine route of a proxied control call (spec §8, §9.2, §15): validation of the `{*path}`
+// The engine route of a proxied control call: validation of the `{*path}`
 // catch-all, the bounded `op` metric label, and the query string forwarded to the engine.
 // Pure string work: never decodes the path (the router already did) and never re-encodes a query.
 
@@ -65,7 +65,7 @@ export const WEIGHT_PATHS: ReadonlySet<string> = new Set([
 ]);
 /** Calls during which the engine is `refitting`: the weight moves and the group set-up around them. */
 const REFIT_PATHS: ReadonlySet<string> = new Set([...WEIGHT_PATHS, 'init_weights_update_group', 'destroy_weights_update_group']);
-/** Calls that stop generation: the engine leaves routing when they are sent (spec §12.6 paths). */
+/** Calls that stop generation: the engine leaves routing when they are sent. */
 const PAUSE_PATHS: ReadonlySet<string> = new Set(['pause_generation', 'pause', 'release_memory_occupation', 'sleep']);
 
 /** What a call does to the engine's lifecycle while it runs (the engine actor's command op). */

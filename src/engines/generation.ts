@@ -68,7 +68,7 @@ export interface TokenRequest {
   returnLogprob: boolean;
   /** Ranked alternatives per output token (0 = none). */
   topLogprobsNum: number;
-  /** Ask the engine to stream chunks (needed to return abort partials, spec slime §5.1). */
+  /** Ask the engine to stream chunks (needed to return abort partials). */
   stream: boolean;
 }
 

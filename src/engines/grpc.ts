@@ -299,7 +299,7 @@ function finishOf(c: NonNullable<GenerateResponse['complete']>): FinishReason {
   }
 }
 
-/** gRPC status → why the stream ended (spec/engines.md §2.4: aborts end with an error status). */
+/** gRPC status → why the stream ended (aborts end with an error status). */
 function toGenerationError(err: grpc.ServiceError, beforeFirst: boolean, cancelledByUs: boolean): GenerationError {
   const detail = `${grpc.status[err.code] ?? err.code}: ${err.details || err.message}`;
   if (cancelledByUs) return new GenerationError('aborted', 'cancelled by the client', beforeFirst);

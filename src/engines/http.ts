@@ -88,7 +88,7 @@ export class HttpEngineClient implements EngineClient {
     await Promise.all([this.control.close(), this.dataPool?.close()]);
   }
 
-  /** New path first, deprecated alias second (spec/engines.md §1.1). 404/405 means "try next". */
+  /** New path first, deprecated alias second. 404/405 means "try next". */
   private async getJsonWithFallback(paths: string[], signal: AbortSignal): Promise<Record<string, unknown> | null> {
     for (const path of paths) {
       const res = await this.control.request({ path, method: 'GET', headers: this.authHeader, signal });

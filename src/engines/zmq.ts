@@ -1,4 +1,4 @@
-// The ZMQ lane's client (spec/engines.md §5), one per worker URL (`ipc://<path>` or
+// The ZMQ lane's client, one per worker URL (`ipc://<path>` or
 // `tcp://127.0.0.1:<port>`, optionally `@<rank>`): EngineClient (discovery from the handshake,
 // local liveness) and TokenEngine (ADD/ABORT, rid-multiplexed outputs on a socket set the DP ranks
 // share). It knows nothing of HTTP routes, NATS or labels; RL control goes over the control URL.
@@ -107,7 +107,7 @@ export class ZmqEngineClient implements EngineClient, TokenEngine {
     if (why) throw new Error(why);
   }
 
-  /** The synthesized health answer of spec §5.6. */
+  /** The synthesized health answer (the lane has no health RPC). */
   health(): { healthy: boolean; message: string } {
     const why = this.lane.unhealthy(this.rank);
     return why ? { healthy: false, message: why === 'engine core dead' ? why : `engine core dead: ${why}` } : { healthy: true, message: 'ok' };
@@ -128,7 +128,7 @@ export class ZmqEngineClient implements EngineClient, TokenEngine {
     if (invalid) throw new GenerationError('invalid_argument', invalid, true);
     signal.throwIfAborted();
     const n = req.sampling.n ?? 1;
-    // n > 1 is the gateway's fan-out (spec §5.4): rids `<rid>-<i>`, seed + i when a seed is set.
+    // n > 1 is the gateway's fan-out: rids `<rid>-<i>`, seed + i when a seed is set.
     const subs: TokenRequest[] =
       n === 1
         ? [{ ...req, sampling: { ...req.sampling, n: 1 } }]

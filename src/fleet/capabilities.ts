@@ -1,4 +1,4 @@
-// What an engine can do on the control plane (spec §7.3): a static row per engine, overridable
+// What an engine can do on the control plane: a static row per engine, overridable
 // field by field with `rl.*` labels (how TokenSpeed advertises itself). Informational only:
 // nothing here ever refuses a control call because a capability says it is unsupported. Also
 // whether its generations carry logprobs, which the data plane uses to pick an engine.

@@ -275,7 +275,7 @@ export class CommandRunner {
     if (outcome.kind !== 'answer' || outcome.status < 200 || outcome.status >= 300) return { outcome };
     if (call.method === 'HEAD') return { outcome };
     const seen = observeControlCall(call.path, decodeBody(call.body));
-    // Rejections are logged with their reason, never with the value (spec §12.6).
+    // Rejections are logged with their reason, never with the value.
     if (seen.rejected) this.deps.log.info({ worker_id: id, path: call.path, reason: seen.rejected }, 'rl.observe rejected');
     if (seen.version !== undefined) this.deps.log.info({ worker: worker.baseUrl, version: seen.version, source: 'passthrough' }, 'rl.observe version');
     if (seen.control !== undefined) this.deps.log.info({ worker: worker.baseUrl, control: seen.control, source: 'passthrough' }, 'rl.observe control');

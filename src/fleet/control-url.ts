@@ -1,4 +1,4 @@
-// Where a worker's RL control routes live (spec §7.1, §7.2). An HTTP worker is its own control
+// Where a worker's RL control routes live. An HTTP worker is its own control
 // endpoint; a gRPC or ZMQ worker has one only through its `rl.control_url` label, whose wildcard
 // bind host is swapped for the host the gateway already reaches the worker on. Pure: never
 // connects, and never checks that the URL is reachable.
@@ -81,7 +81,7 @@ export function controlUrlFor(mode: ConnectionMode, baseUrl: string, labels: Rec
   return resolveControlUrl(label, baseUrl);
 }
 
-/** Why a gRPC or ZMQ worker has no control endpoint, with what to do about it (spec §7.1). */
+/** Why a gRPC or ZMQ worker has no control endpoint, with what to do about it. */
 export function noControlEndpoint(w: Pick<Worker, 'id' | 'connectionMode'>): string {
   const fix =
     w.connectionMode === 'zmq'

@@ -17,7 +17,7 @@ export interface SeededEngine {
   client: EngineClient;
   /** Completed discoveries: the first seeds from labels, later ones trust the engine. */
   discoveries: number;
-  /** The weight_version label last seen, to re-seed only when it changes (spec §12.3). */
+  /** The weight_version label last seen, to re-seed only when it changes. */
   seededLabel: string | undefined;
 }
 
@@ -37,7 +37,7 @@ export async function discoverAndSeed(id: string, h: SeededEngine | undefined, s
   if (!worker) return;
   // The engine's own pause state wins over the last one recorded. An engine that admits requests
   // is active; one that does not is paused unless it was put to sleep (sleep also stops admission).
-  // An operator's write to the gateway's table (spec §11) is kept: it is not a claim about the engine.
+  // An operator's write to the gateway's table is kept: it is not a claim about the engine.
   const ctx = h.actor.getSnapshot().context;
   if (ctx.controlSource !== 'api') {
     if (facts.paused === false) h.actor.send({ type: 'control.set', control: 'active' });
@@ -45,7 +45,7 @@ export async function discoverAndSeed(id: string, h: SeededEngine | undefined, s
   }
   h.discoveries++;
   if (h.discoveries === 1) {
-    // First discovery: registration seeding, where caller labels win (spec §6.4, §12.3).
+    // First discovery: registration seeding, where caller labels win.
     const label = mergedLabels(worker).weight_version;
     if (label !== h.seededLabel) {
       h.seededLabel = label;

@@ -1,4 +1,4 @@
-// What an engine's self-description becomes as worker labels, per wire (spec §6.4): SGLang's flat
+// What an engine's self-description becomes as worker labels, per wire: SGLang's flat
 // server info and model info (with `model_path`, as SMG keeps it); TokenSpeed gRPC's GetModelInfo
 // flattened whole plus the chosen `server_args` keys, every `rl.*` advertisement and whether it
 // returns logprobs; ZMQ facts synthesized from the handshake.

@@ -78,7 +78,7 @@ interface Owned {
   cmdSub: BusSubscription;
   /** The state last published; a snapshot that changes none of it changes nothing outside. */
   published: PublishedState | undefined;
-  /** The weight_version label last seen, to re-seed only when it changes (spec §12.3). */
+  /** The weight_version label last seen, to re-seed only when it changes. */
   seededLabel: string | undefined;
 }
 
@@ -277,7 +277,7 @@ export class EngineHost {
     return this.commands.submit(id, owned.lane, call, signal);
   }
 
-  /** Gateway-local writes (spec §11): applied to every DP rank of the engine, by its owner. */
+  /** Gateway-local writes: applied to every DP rank of the engine, by its owner. */
   setVersion(baseUrl: string, version: string, source: 'api' | 'passthrough' | 'registration'): void {
     for (const w of this.deps.registry.siblings(baseUrl)) this.applyNotice(w.id, { kind: 'version', version, source }, true);
   }

@@ -1,5 +1,5 @@
 // The read side of the fleet: registry facts joined with each engine actor's state and this
-// replica's routing figures, shaped as the `/v1/rl` rows (spec §6), the merged label view
+// replica's routing figures, shaped as the `/v1/rl` rows, the merged label view
 // selectors match against (§14.3), and the DP-collapsed target set of a fan-out. Reads only;
 // every write goes to an actor or the registry.
 
@@ -203,7 +203,7 @@ export class FleetView {
     return this.row(w, Math.max(1, ranks));
   }
 
-  /** DP-collapsed workers whose merged label view matches (spec §10.1 step 3); all without one. */
+  /** DP-collapsed workers whose merged label view matches; all without one. */
   targets(selector?: Selector): Worker[] {
     const reps = this.representatives().map(([w]) => w);
     if (!selector) return reps;
@@ -222,7 +222,7 @@ export class FleetView {
     });
   }
 
-  /** Labels plus synthetic keys that shadow labels of the same name (spec §14.3). */
+  /** Labels plus synthetic keys that shadow labels of the same name. */
   selectorView(w: Worker): Record<string, string | undefined> {
     const labels = mergedLabels(w);
     const e = this.engine(w);
@@ -242,7 +242,7 @@ export class FleetView {
     };
   }
 
-  /** Per-model maximum version among versioned engines (spec §12.3). */
+  /** Per-model maximum version among versioned engines. */
   fleetMax(modelId: string): string | undefined {
     const versions: string[] = [];
     for (const [w] of this.representatives()) {
@@ -296,7 +296,7 @@ export class FleetView {
       .map((s) => s.id);
   }
 
-  /** [representative, number of DP ranks] per engine, sorted (spec §6.1). */
+  /** [representative, number of DP ranks] per engine, sorted. */
   private representatives(): Array<[Worker, number]> {
     const generation = this.deps.registry.generation;
     if (this.reps?.generation !== generation) this.reps = { generation, list: this.groupRanks() };

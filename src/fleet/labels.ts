@@ -1,4 +1,4 @@
-// Labels discovered from an engine at registration (spec §6.3, §6.4): which server/model info
+// Labels discovered from an engine at registration: which server/model info
 // keys become labels, how values are rendered as text, TokenSpeed's parallelism spellings, and
 // the unsigned-integer reading of size labels. Pure: the discovery calls live in src/engines.
 
@@ -59,7 +59,7 @@ export function foldParallelism(labels: Record<string, string>): Record<string, 
  * Labels of an SGLang HTTP worker from its flat `/server_info` and `/model_info` (§6.4): the
  * `DISCOVERED_KEYS` present, `version` (the engine version), every `rl.*` key, and the folded
  * parallelism keys. Model info fills keys server info lacks, and its `weight_version` always
- * wins: it is where the live version is read from (engines.md §1.1). For a gRPC worker pass
+ * wins: it is where the live version is read from. For a gRPC worker pass
  * its `server_args` with `version` set to the engine version.
  */
 export function labelsFromServerInfo(serverInfo: Record<string, unknown>, modelInfo: Record<string, unknown> | null): Record<string, string> {

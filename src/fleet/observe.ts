@@ -1,4 +1,4 @@
-// Passthrough observation (spec §12.6): what a 2xx answer to a proxied control route says about
+// Passthrough observation: what a 2xx answer to a proxied control route says about
 // the engine — a control state, or the weight version its refit body carried. Read-only and
 // pure: it never sees statuses (call it for 2xx only), never writes the table, never logs values.
 

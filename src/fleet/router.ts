@@ -2,7 +2,7 @@
 // eligible engines and hands them to the configured routing policy (policies/, `--policy`), which
 // picks one and says why; by default least in flight (ties round robin), or, with a routing key,
 // the rendezvous-hash winner. With RL off only `serving`, breaker-not-open, control-active engines
-// are eligible. With RL on the version pre-filter of spec §13.3 runs over the candidates (online
+// are eligible. With RL on the version pre-filter runs over the candidates (online
 // engines whose breaker is not open) and counts its drops. Never reads HTTP headers: the caller
 // hands policy, key and prompt in. What it reads of the fleet (each worker's engine view, each
 // model's fleet maximum) is kept in a table rebuilt only when the registry or an engine actor
@@ -40,7 +40,7 @@ export interface AnswerCounts {
 export interface PickOptions extends RoutingInputs {
   modes?: ReadonlySet<string>;
   exclude?: ReadonlySet<string>;
-  /** Only workers serving this model (the request's resolved model; slime §8.2). */
+  /** Only workers serving this model (the request's resolved model). */
   modelId?: string;
   /** RL on: this request's version policy. Absent (RL off): no pre-filter is installed. */
   policy?: VersionPolicy;
@@ -182,7 +182,7 @@ export class Router {
 
   /**
    * The real models the registry serves: every worker's model id except the `unknown`
-   * placeholder of untagged workers (slime §8.2), whatever their state.
+   * placeholder of untagged workers, whatever their state.
    */
   models(): ReadonlySet<string> {
     return this.deps.registry.models();

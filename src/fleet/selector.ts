@@ -1,4 +1,4 @@
-// The label selector language (spec §14): `k=v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, with `,`
+// The label selector language: `k=v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, with `,`
 // as AND. A hand-written scanner whose errors carry the UTF-8 byte offset where parsing failed,
 // and exact-match evaluation against a label view. Never builds the view (fleet code does).
 

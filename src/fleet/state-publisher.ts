@@ -25,7 +25,7 @@ export interface PublishedState {
 }
 
 export class StatePublisher {
-  /** Last version seen per engine base URL: DP ranks change together, counted once (spec §12.3). */
+  /** Last version seen per engine base URL: DP ranks change together, counted once. */
   private readonly engineVersions = new Map<string, string | undefined>();
   /** Writes the shared records in the order observed, retrying what the bus failed. */
   readonly records: RecordWriter | undefined;

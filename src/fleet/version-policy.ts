@@ -1,4 +1,4 @@
-// Version policies (spec §13.1, §13.3): the grammar shared by the `--rl-version-policy` setting
+// Version policies: the grammar shared by the `--rl-version-policy` setting
 // and the `x-smg-version-policy` / `x-rl-version-policy` headers, and the per-candidate verdict
 // of the routing pre-filter. Pure: it never reads the table or counts drops; callers do.
 

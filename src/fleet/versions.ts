@@ -1,4 +1,4 @@
-// Weight versions (spec §12.2, §12.3): the single validation gate every externally supplied
+// Weight versions: the single validation gate every externally supplied
 // version passes (API writes and passthrough observations), their ordering, and the per-model
 // fleet maximum. Pure: never stores a version, never logs (the mixed-kind warning is a hook).
 

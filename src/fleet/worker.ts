@@ -4,7 +4,7 @@
 
 import type { ConnectionMode, HttpPoolConfig, StoredWorker } from '../wire/worker-entry.ts';
 
-/** The placeholder model of workers whose model is not known; never a real model (slime §8.2). */
+/** The placeholder model of workers whose model is not known; never a real model. */
 export const UNKNOWN_MODEL_ID = 'unknown';
 
 /** What a caller may send to `POST /workers`. */
@@ -26,7 +26,7 @@ export interface Worker extends Omit<StoredWorker, 'writer'> {
   owner: string;
 }
 
-/** Merged label view: discovered metadata overridden by caller labels (spec §6.4). */
+/** Merged label view: discovered metadata overridden by caller labels. */
 export function mergedLabels(w: Pick<Worker, 'discoveredLabels' | 'callerLabels'>): Record<string, string> {
   return { ...w.discoveredLabels, ...w.callerLabels };
 }

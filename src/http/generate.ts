@@ -1,6 +1,6 @@
 // The minimal data plane: SGLang-native /generate and OpenAI-shaped /v1/chat/completions and
 // /v1/completions, routed among eligible engines of the request's model (a model-less request
-// resolves to the single real model served, slime §8.2). HTTP engines are relayed by
+// resolves to the single real model served). HTTP engines are relayed by
 // http-relay.ts (bytes up untouched, so no `model` is ever added; answers written as they come).
 // An engine that fails before its first response byte is retried once on another engine; one
 // deadline (request-watch.ts) bounds the request, every attempt included.
@@ -97,7 +97,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   const timing = services.metrics.startRequest(path, reply.raw);
   const body = rawBody(req.body);
   const parsed = checkDataPlaneBody(path, body);
-  // slime §8.4: the gateway's request type has `text` as one string; SGLang's batch form is a
+  // slime's client sends `text` as one string (SMG's request type); SGLang's batch form is a
   // shape we do not take, on any engine path.
   if (path === '/generate' && Array.isArray(parsed.text)) {
     services.metrics.request(path, 422);

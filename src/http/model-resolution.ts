@@ -1,4 +1,4 @@
-// Which model a data-plane request is for (slime §8.2): a named model must be served by some
+// Which model a data-plane request is for: a named model must be served by some
 // worker; an unnamed one (or the `unknown` placeholder itself) resolves to the fleet's single
 // real model. Shared by the generation routes and the tokenizer routes; it never picks a worker.
 

@@ -218,7 +218,7 @@ function strictValidator(schema: TSchema, part: string) {
 
 /**
  * A listing row. slime's end-of-rollout abort calls `<url>/abort_request` and `<url>/v1/loads`
- * on every listed URL (slime §7), which a `grpc://` or ZMQ URL cannot serve. With
+ * on every listed URL, which a `grpc://` or ZMQ URL cannot serve. With
  * `--workers-list-control-urls` such a worker with a control app is listed by that app's URL,
  * and its registry URL moves to `registry_url` (docs/decisions.md). Without a control app, or
  * with the setting off, the row is the registry's.

@@ -77,7 +77,7 @@ export class TokenAnswer {
 
   /**
    * `return_logprob` was asked, the engine gave tokens without logprobs (TokenSpeed without
-   * `--enable-output-logprobs`) and synthesis is off: the answer cannot be honest (slime §5.1).
+   * `--enable-output-logprobs`) and synthesis is off: the answer cannot be honest.
    */
   get lacksLogprobs(): boolean {
     if (!this.ctx.returnLogprob || this.ctx.synthesizeLogprobs) return false;

@@ -2,7 +2,7 @@
 // token-sampling.ts shapes (and whose wire checks it applies), and answers SGLang's shape — one
 // object for one prompt, SSE chunks when streaming, a 200 abort partial when the engine aborts
 // mid-generation (slime retries 5xx from scratch). Always streams from the engine so partials
-// survive an abort (slime §5.1). With RL on the answer carries the dispatch-time table version
+// survive an abort. With RL on the answer carries the dispatch-time table version
 // and, when buffered, the mixed-version flag. A `text` prompt is tokenized, and `text`
 // in the answer detokenized, with the engine's tokenizer: its own GetTokenizer bundle (gRPC), else
 // the gateway's `--tokenizer-path`. One attempt on one engine, run by token-attempt.ts (shared with

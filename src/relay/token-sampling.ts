@@ -51,7 +51,7 @@ export function checkWire(sampling: TokenSampling, wire: TokenWire, pointer: (k:
 }
 
 /**
- * Refuses what a token engine cannot honour, before any engine is called (spec slime §8.4). A
+ * Refuses what a token engine cannot honour, before any engine is called. A
  * `text` prompt is tokenized with `tokenizer`; without one it is refused, saying how to get one.
  */
 export function tokenRequestOf(body: Record<string, unknown>, tokenizer?: Tokenizer, whyNoTokenizer?: string): TokenRequest {

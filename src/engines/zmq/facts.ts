@@ -1,5 +1,4 @@
-// Discovery facts of a ZMQ worker, synthesized from its handshake (spec/engines.md §5.6,
-// control-plane-api.md §6.4): the wire carries no server info, so the parallelism and context
+// Discovery facts of a ZMQ worker, synthesized from its handshake (SMG's discovery keys): the wire carries no server info, so the parallelism and context
 // length come from the engine's ready response and the model name from the worker's registration.
 // Never any `rl.*` key or weight version: this wire has neither (rl.control_url is a caller label).
 

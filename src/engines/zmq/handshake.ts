@@ -1,4 +1,4 @@
-// The ZMQ lane's addressing and startup handshake (spec/engines.md §5.1, §5.2): which sockets a
+// The ZMQ lane's addressing and startup handshake: which sockets a
 // worker URL binds, the FNV-derived handshake port, the engine identity, and the msgpack maps
 // with named keys (HELLO/READY in, INIT out, the engine's ready response on the input socket).
 // Pure: binding and receiving belong to lane.ts.
@@ -60,7 +60,7 @@ export function laneAddresses(baseUrl: string, handshakeAddress?: string): LaneA
   throw new Error(`ZMQ worker URL must be ipc://<path> or tcp://127.0.0.1:<port>, got '${baseUrl}'`);
 }
 
-/** The lane only ever binds loopback (same host only, spec §5.1). */
+/** The lane only ever binds loopback (same host only). */
 function checkTcp(address: string, what: string): void {
   const m = /^tcp:\/\/(\[[^\]]+\]|[^:/]+):(\d+)$/.exec(address);
   if (!m) throw new Error(`${what} must be tcp://<host>:<port>, got '${address}'`);

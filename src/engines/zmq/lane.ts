@@ -1,4 +1,4 @@
-// One ZMQ socket set and the engines (DP ranks) dialled into it (spec/engines.md §5.1–§5.6): binds
+// One ZMQ socket set and the engines (DP ranks) dialled into it: binds
 // the three sockets, runs each rank's handshake and registration, routes output batches to request
 // sinks by rid, and decides liveness (sentinel, socket failure, silence, stuck send, undecodable
 // outputs, disconnects). It knows rids and bytes, never TokenRequest shapes or HTTP.
@@ -432,7 +432,7 @@ export class DuplicateRid extends Error {
 }
 
 /**
- * The socket directory must be ours (unauthenticated sockets, spec §5.1): created 0700 when
+ * The socket directory must be ours (unauthenticated sockets): created 0700 when
  * missing, refused when owned by another uid. A socket file left by a dead gateway is unlinked;
  * anything else at the path is refused.
  */

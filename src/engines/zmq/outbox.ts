@@ -1,7 +1,7 @@
 // The one writer of a lane's input ROUTER: every ADD and ABORT in order (zeromq.js allows one
 // pending send per socket). Sends never block inside libzmq, whose blocked send would never wake
 // once a peer is gone; EAGAIN is retried here, and a message unsendable past `stuckMs` is the
-// "stuck send" of spec §5.6, fatal for the whole lane. It never decides what to send.
+// "stuck send", fatal for the whole lane. It never decides what to send.
 
 import type { Router } from 'zeromq';
 

@@ -1,4 +1,4 @@
-// The ZMQ lane's data-plane bytes, TokenSpeed dialect (spec/engines.md §5.3, §5.4): the request
+// The ZMQ lane's data-plane bytes, TokenSpeed dialect: the request
 // type frame, the positional ADD and ABORT payloads the gateway sends, and the output batches it
 // reads. Pure: no sockets, no timers. The handshake's named maps live in handshake.ts.
 
@@ -50,7 +50,7 @@ export function encodeAdd(req: TokenRequest): Buffer {
   const stopIds = s.stop_token_ids && s.stop_token_ids.length > 0 ? s.stop_token_ids : null;
   w.arrayHeader(29);
   optionalInt(w, s.max_new_tokens);
-  w.nil(); // stop: string stops never travel on this wire (spec §5.4)
+  w.nil(); // stop: string stops never travel on this wire
   if (stopIds) {
     w.arrayHeader(stopIds.length);
     for (const id of stopIds) w.int(id);
