@@ -48,6 +48,16 @@ export interface GroupMember {
 
 export type JoinGroup = (params: JoinParams) => Promise<GroupMember>;
 
+/** Where a group meets, from the trainer's init call (SGLang's and TokenSpeed's field names alike). */
+export function rendezvousOf(b: Record<string, unknown>): { masterAddress: string; masterPort: number; rankOffset: number; worldSize: number } {
+  return {
+    masterAddress: b.master_address as string,
+    masterPort: b.master_port as number,
+    rankOffset: b.rank_offset as number,
+    worldSize: b.world_size as number,
+  };
+}
+
 /** The join of one engine to a group the trainer announced (its init call's fields). */
 export function joinParamsOf(
   group: { masterAddress: string; masterPort: number; rankOffset: number; worldSize: number },

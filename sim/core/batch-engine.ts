@@ -90,13 +90,8 @@ export class BatchEngine {
   private readonly admitted = new Map<Sequence, Admitted>();
   /** Tokens of running requests' own pages. */
   private ownTokens = 0;
-  private requests = 0;
-  private promptTokens = 0;
-  private hitTokens = 0;
-  private flushes = 0;
-  private retractions = 0;
-  private prefilledTokens = 0;
-  private decodedTokens = 0;
+  /** What `cacheStats()` and `kvStats()` report, counted as it happens. */
+  private readonly count = { requests: 0, promptTokens: 0, hitTokens: 0, flushes: 0, retractions: 0, prefilledTokens: 0, decodedTokens: 0 };
 
   constructor(private readonly opts: BatchEngineOptions) {
     this.cache = new RadixCache(opts.model.pageSize, opts.now, opts.listener);
@@ -157,7 +152,7 @@ export class BatchEngine {
   flush(): void {
     if (this.admitted.size > 0) throw new Error('batch engine: flush while requests run');
     this.cache.reset();
-    this.flushes++;
+    this.count.flushes++;
   }
 
   /**
@@ -225,9 +220,9 @@ export class BatchEngine {
       seq.state = 'running';
       if (seq.outputIds.length === 0 && seq.retractions === 0) {
         seq.cachedTokens = match.length;
-        this.requests++;
-        this.promptTokens += key.length;
-        this.hitTokens += match.length;
+        this.count.requests++;
+        this.count.promptTokens += key.length;
+        this.count.hitTokens += match.length;
       }
       const tokens = Math.min(key.length - a.kvLen, budget);
       prefill.push({ admitted: a, tokens });
@@ -258,7 +253,7 @@ export class BatchEngine {
     };
     for (const { admitted: a, tokens } of step.prefill) {
       if (this.admitted.get(a.seq) !== a) continue;
-      this.prefilledTokens += tokens;
+      this.count.prefilledTokens += tokens;
       a.kvLen += tokens;
       if (a.kvLen >= a.key.length) {
         this.cacheUnfinished(a);
@@ -267,7 +262,7 @@ export class BatchEngine {
     }
     for (const a of step.decode) {
       if (this.admitted.get(a.seq) !== a) continue;
-      this.decodedTokens++;
+      this.count.decodedTokens++;
       a.kvLen++;
       produce(a);
     }
@@ -279,14 +274,14 @@ export class BatchEngine {
     return {
       tokens: c.tokens,
       evictableTokens: c.evictableTokens,
-      requests: this.requests,
-      promptTokens: this.promptTokens,
-      hitTokens: this.hitTokens,
+      requests: this.count.requests,
+      promptTokens: this.count.promptTokens,
+      hitTokens: this.count.hitTokens,
       evictions: c.evictions,
       evictedTokens: c.evictedTokens,
-      flushes: this.flushes,
-      prefilledTokens: this.prefilledTokens,
-      decodedTokens: this.decodedTokens,
+      flushes: this.count.flushes,
+      prefilledTokens: this.count.prefilledTokens,
+      decodedTokens: this.count.decodedTokens,
     };
   }
 
@@ -298,7 +293,7 @@ export class BatchEngine {
       pageSize: this.opts.model.pageSize,
       running: this.admitted.size,
       waiting: this.queue.length,
-      retractions: this.retractions,
+      retractions: this.count.retractions,
     };
   }
 
@@ -308,7 +303,7 @@ export class BatchEngine {
       usedTokens: k.heldTokens,
       totalTokens: k.totalTokens,
       pageSize: k.pageSize,
-      cacheHitRate: this.promptTokens > 0 ? this.hitTokens / this.promptTokens : 0,
+      cacheHitRate: this.count.promptTokens > 0 ? this.count.hitTokens / this.count.promptTokens : 0,
     };
   }
 
@@ -341,7 +336,7 @@ export class BatchEngine {
   private retract(a: Admitted): void {
     this.release(a);
     a.seq.retractions++;
-    this.retractions++;
+    this.count.retractions++;
     this.enqueue(a.seq, true);
   }
 

@@ -85,9 +85,7 @@ export class RadixCache {
    * time refreshed); a match that ends inside a node splits it there, so the match ends at a node.
    */
   match(key: readonly number[]): CacheMatch {
-    const aligned = this.aligned(key.length);
-    const stamp = this.stamp();
-    this.touch(this.root, stamp);
+    const { aligned, stamp } = this.walkFrom(key);
     let node = this.root;
     let at = 0;
     while (at < aligned) {
@@ -104,6 +102,14 @@ export class RadixCache {
       at += n;
     }
     return { length: at, node };
+  }
+
+  /** A walk down `key` that refreshes access times: its page-aligned length and its stamp, the root touched. */
+  private walkFrom(key: readonly number[]): { aligned: number; stamp: { at: number; order: number } } {
+    const aligned = this.aligned(key.length);
+    const stamp = this.stamp();
+    this.touch(this.root, stamp);
+    return { aligned, stamp };
   }
 
   /** The cached prefix length of `key`, page-aligned, changing nothing (no touch, no split). */
@@ -127,9 +133,7 @@ export class RadixCache {
    * tree (the caller frees its own copy of them). New nodes start unlocked, hence evictable.
    */
   insert(key: readonly number[]): number {
-    const aligned = this.aligned(key.length);
-    const stamp = this.stamp();
-    this.touch(this.root, stamp);
+    const { aligned, stamp } = this.walkFrom(key);
     let node = this.root;
     let at = 0;
     while (at < aligned) {

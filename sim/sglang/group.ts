@@ -4,7 +4,7 @@
 // without one the routes validate and record metadata only. It never opens sockets itself.
 
 import { decodeValues } from '../broadcast/dtype.ts';
-import { joinParamsOf } from '../broadcast/types.ts';
+import { joinParamsOf, rendezvousOf } from '../broadcast/types.ts';
 import { isInt, isStringList, sendJson, type Call } from '../core/reply.ts';
 import type { SimEngine } from './engine.ts';
 import { jsonObject, sendInvalid } from './reply.ts';
@@ -47,10 +47,7 @@ export async function initWeightsUpdateGroup(engine: SimEngine, call: Call): Pro
   const entry: GroupEntry = {
     name,
     state: 'joining',
-    masterAddress: b.master_address,
-    masterPort: b.master_port,
-    rankOffset: b.rank_offset,
-    worldSize: b.world_size,
+    ...rendezvousOf(b),
     backend,
     ranks,
     member: null,

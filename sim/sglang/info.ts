@@ -2,6 +2,7 @@
 // version), /model_info, /v1/loads and /get_load, /v1/models. It only reads engine state; the
 // constant part of each answer is built once.
 
+import { loadsAnswer } from '../core/loads.ts';
 import { sendJson, type Call } from '../core/reply.ts';
 import { VOCAB_SIZE } from '../core/tokens.ts';
 import type { SimEngine } from './engine.ts';
@@ -122,23 +123,7 @@ export class InfoRoutes {
       utilization: r.running / e.opts.maxRunningRequests,
       max_running_requests: e.opts.maxRunningRequests,
     }));
-    const running = ranks.reduce((a, r) => a + r.running, 0);
-    const waiting = ranks.reduce((a, r) => a + r.waiting, 0);
-    const usage = loads.reduce((a, l) => a + l.token_usage, 0) / loads.length;
-    sendJson(call.res, 200, {
-      timestamp: new Date().toISOString(),
-      version: e.opts.version,
-      dp_rank_count: ranks.length,
-      loads,
-      aggregate: {
-        total_running_reqs: running,
-        total_waiting_reqs: waiting,
-        total_reqs: running + waiting,
-        avg_token_usage: usage,
-        avg_throughput: 0,
-        avg_utilization: running / (e.opts.maxRunningRequests * ranks.length),
-      },
-    });
+    sendJson(call.res, 200, loadsAnswer(loads, e.opts.version, e.opts.maxRunningRequests));
   };
 
   /** Deprecated `/get_load`: the older per-rank list. */

@@ -4,7 +4,7 @@
 // mooncake when supported, and the 501 refusal of disk and tensor loads. It opens no sockets.
 
 import { dtypeWidth } from '../broadcast/dtype.ts';
-import { joinParamsOf, type GroupMember } from '../broadcast/types.ts';
+import { joinParamsOf, rendezvousOf, type GroupMember } from '../broadcast/types.ts';
 import { isInt, isStringList, type Call } from '../core/reply.ts';
 import type { TsEngine } from './engine.ts';
 import { invalid, ok, optionalBody, refuse, requiredBody } from './reply.ts';
@@ -58,10 +58,7 @@ export function initWeightsUpdateGroup(engine: TsEngine, call: Call): void {
   const join = engine.opts.joinGroup;
   const entry: GroupEntry = {
     name,
-    masterAddress: b.master_address,
-    masterPort: b.master_port,
-    rankOffset: b.rank_offset,
-    worldSize: b.world_size,
+    ...rendezvousOf(b),
     backend,
     ranks,
     joining: Promise.resolve(null),

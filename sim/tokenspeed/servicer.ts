@@ -3,6 +3,7 @@
 // StartProfile/StopProfile, GetTokenizer (the zipped tokenizer files) and SubscribeKvEvents.
 // Unary handlers return a message or throw RpcError; faults and recording wrap them elsewhere.
 
+import { loadsAnswer, type RankLoadFields } from '../core/loads.ts';
 import { status, type ServerWritableStream } from '@grpc/grpc-js';
 import { abortFinish } from '../core/sequence.ts';
 import { BOS_TOKEN_ID, EOS_TOKEN_ID, PAD_TOKEN_ID, VOCAB_SIZE } from '../core/tokens.ts';
@@ -108,23 +109,7 @@ export function unaryHandlers(engine: TsEngine): Record<string, UnaryHandler> {
           return load;
         })
         .filter((l) => req.dp_rank === undefined || l.dp_rank === req.dp_rank);
-      const running = loads.reduce((a, l) => a + (l.num_running_reqs as number), 0);
-      const waiting = loads.reduce((a, l) => a + (l.num_waiting_reqs as number), 0);
-      const usage = loads.length ? loads.reduce((a, l) => a + (l.token_usage as number), 0) / loads.length : 0;
-      return {
-        timestamp: new Date().toISOString(),
-        version: 'tokenspeed',
-        dp_rank_count: loads.length,
-        loads,
-        aggregate: {
-          total_running_reqs: running,
-          total_waiting_reqs: waiting,
-          total_reqs: running + waiting,
-          avg_token_usage: usage,
-          avg_throughput: 0,
-          avg_utilization: running / (o.maxRunningRequests * Math.max(1, loads.length)),
-        },
-      };
+      return loadsAnswer(loads as Array<Record<string, unknown> & RankLoadFields>, 'tokenspeed', o.maxRunningRequests);
     },
 
     async FlushCache(req) {

@@ -53,26 +53,29 @@ export const BOUNDED_AFFINITY_DEFAULTS: BoundedAffinitySettings = {
   kvTokens: 524_288,
 };
 
-/**
- * Less than a page held counts as nothing: an engine's cache reuses whole pages only (SGLang's
- * page, 16 tokens), and a few shared characters of two short text prompts are no reason to send
- * the second where the first went.
- */
-const MIN_HELD_TOKENS = 16;
-/** Characters per token, to weigh a text prompt against token work (English BPE: about 4). */
-const CHARS_PER_TOKEN = 4;
-/** How much an engine's slowness moves toward each finished request. */
-const SLOWNESS_EWMA = 0.2;
-/** Added to every request's time before it is judged (see Slowness.observe). */
-const SLOWNESS_ALLOWANCE_MS = 100;
-/** Slowness up to this factor of the fleet's median counts as the median's. */
-const SLOWNESS_BAND = 1.5;
-/** An engine is never judged more than this many times slower than the fleet's median. */
-const SLOWNESS_CLAMP = 20;
-/** Routing keys remembered (their sessions' engines), least recently used out first. */
-const MAX_KEYS = 100_000;
-/** How much the output-length estimate moves toward each new observation. */
-const OUTPUT_EWMA = 0.05;
+/** The policy's fixed figures (the tunable ones are BoundedAffinitySettings). */
+const FIXED = {
+  /**
+   * Less than a page held counts as nothing: an engine's cache reuses whole pages only (SGLang's
+   * page, 16 tokens), and a few shared characters of two short text prompts are no reason to send
+   * the second where the first went.
+   */
+  minHeldTokens: 16,
+  /** Characters per token, to weigh a text prompt against token work (English BPE: about 4). */
+  charsPerToken: 4,
+  /** How much an engine's slowness moves toward each finished request. */
+  slownessEwma: 0.2,
+  /** Added to every request's time before it is judged (see Slowness.observe). */
+  slownessAllowanceMs: 100,
+  /** Slowness up to this factor of the fleet's median counts as the median's. */
+  slownessBand: 1.5,
+  /** An engine is never judged more than this many times slower than the fleet's median. */
+  slownessClamp: 20,
+  /** Routing keys remembered (their sessions' engines), least recently used out first. */
+  maxKeys: 100_000,
+  /** How much the output-length estimate moves toward each new observation. */
+  outputEwma: 0.05,
+} as const;
 
 /** What one routed request added to its engine's queue. */
 interface Routed {
@@ -93,8 +96,8 @@ class Slowness {
     if (!(work > 0)) return;
     // A fixed allowance per request keeps the few milliseconds of noise of a tiny request (a cold
     // start, a GC pause) from reading as a slow engine; seconds-long requests are judged as they are.
-    const x = (ms + SLOWNESS_ALLOWANCE_MS) / work;
-    this.msPerWork = this.msPerWork === undefined ? x : this.msPerWork + SLOWNESS_EWMA * (x - this.msPerWork);
+    const x = (ms + FIXED.slownessAllowanceMs) / work;
+    this.msPerWork = this.msPerWork === undefined ? x : this.msPerWork + FIXED.slownessEwma * (x - this.msPerWork);
   }
 
   get value(): number | undefined {
@@ -138,7 +141,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     for (let i = 0; i < n; i++) {
       const w = candidates[i]!;
       const raw = Math.min(held.get(w.id) ?? 0, promptTokens);
-      const h = raw >= MIN_HELD_TOKENS ? raw : 0;
+      const h = raw >= FIXED.minHeldTokens ? raw : 0;
       const work = this.settings.prefillWeight * (promptTokens - h) + output;
       const f = this.factor(w.id, median);
       const t = ((this.queued.get(w.id) ?? 0) + work) * f;
@@ -174,7 +177,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
   routed(workerId: string, inputs: RoutingInputs): void {
     const now = this.deps.clock();
     const raw = this.heldOne(inputs, workerId);
-    const held = raw >= MIN_HELD_TOKENS ? raw : 0;
+    const held = raw >= FIXED.minHeldTokens ? raw : 0;
     const promptTokens = promptLength(inputs);
     const work = this.settings.prefillWeight * (promptTokens - Math.min(held, promptTokens)) + this.outputOf(inputs);
     this.inFlight.set(inputs, { worker: workerId, work, at: now });
@@ -184,7 +187,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     if (inputs.routingKey !== undefined) {
       this.keys.delete(inputs.routingKey);
       this.keys.set(inputs.routingKey, workerId);
-      if (this.keys.size > MAX_KEYS) this.keys.delete(this.keys.keys().next().value!);
+      if (this.keys.size > FIXED.maxKeys) this.keys.delete(this.keys.keys().next().value!);
     }
   }
 
@@ -197,7 +200,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     // A request cut off early (an error, a client gone) says nothing of the engine's speed.
     if (outcome?.answered) this.slownessOf(r.worker).observe(now - r.at, r.work);
     if (outcome?.completionTokens !== undefined && inputs.expectedOutputTokens === undefined) {
-      this.outputEstimate += OUTPUT_EWMA * (outcome.completionTokens - this.outputEstimate);
+      this.outputEstimate += FIXED.outputEwma * (outcome.completionTokens - this.outputEstimate);
     }
   }
 
@@ -239,7 +242,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     }
     if (req.text !== undefined) {
       const out = new Map<string, number>();
-      for (const [id, chars] of this.textTree.matchAll(req.text)) out.set(id, chars / CHARS_PER_TOKEN);
+      for (const [id, chars] of this.textTree.matchAll(req.text)) out.set(id, chars / FIXED.charsPerToken);
       return out;
     }
     return new Map();
@@ -247,7 +250,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
 
   private heldOne(inputs: RoutingInputs, workerId: string): number {
     if (inputs.tokens) return tokensIn(this.tokenTree.matchAll(pagesOf(inputs.tokens)).get(workerId) ?? 0);
-    if (inputs.text !== undefined) return (this.textTree.matchAll(inputs.text).get(workerId) ?? 0) / CHARS_PER_TOKEN;
+    if (inputs.text !== undefined) return (this.textTree.matchAll(inputs.text).get(workerId) ?? 0) / FIXED.charsPerToken;
     return 0;
   }
 
@@ -259,7 +262,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     }
     if (text !== undefined && text.length > 0) {
       this.textTree.insert(text, workerId);
-      const chars = this.settings.kvTokens * CHARS_PER_TOKEN;
+      const chars = this.settings.kvTokens * FIXED.charsPerToken;
       if (this.textTree.sizeOf(workerId) > chars) this.textTree.evictTenantBySize(Math.floor(0.9 * chars));
     }
   }
@@ -298,17 +301,17 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
     const own = this.slowness.get(workerId)?.value;
     if (own === undefined || median === undefined || !(median > 0)) return 1;
     const f = own / median;
-    // Within a factor of SLOWNESS_BAND of the median an engine counts as the median: request times
+    // Within a factor of FIXED.slownessBand of the median an engine counts as the median: request times
     // are noisy, and the faster-by-noise engine would take every tie.
     // Only slowness counts, never speed: an engine measured fast while the others were measured
     // cold (or long ago) would take every request, and their figures would never be refreshed.
-    if (f < SLOWNESS_BAND) return 1;
-    return Math.min(SLOWNESS_CLAMP, f);
+    if (f < FIXED.slownessBand) return 1;
+    return Math.min(FIXED.slownessClamp, f);
   }
 }
 
 function promptLength(inputs: RoutingInputs): number {
   if (inputs.tokens) return inputs.tokens.length;
-  if (inputs.text !== undefined) return inputs.text.length / CHARS_PER_TOKEN;
+  if (inputs.text !== undefined) return inputs.text.length / FIXED.charsPerToken;
   return 0;
 }
