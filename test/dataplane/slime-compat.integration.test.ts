@@ -13,7 +13,7 @@ import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 import { spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
 
 const MODEL = 'MODEL';
-/** What slime's rollout sends (slime §4): one prompt, no `model`. */
+/** What slime's rollout sends: one prompt, no `model`. */
 const SLIME_BODY = {
   input_ids: [1, 2, 3],
   sampling_params: { max_new_tokens: 4, no_stop_trim: true, spaces_between_special_tokens: false },

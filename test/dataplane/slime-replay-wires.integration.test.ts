@@ -13,7 +13,7 @@ import { ZmqEngineClient } from '../../src/engines/zmq.ts';
 
 type Wire = 'grpc' | 'zmq';
 const MODEL = 'MODEL';
-/** What slime's rollout sends (slime §4): one prompt, no `model`. */
+/** What slime's rollout sends: one prompt, no `model`. */
 const SLIME_BODY = {
   input_ids: [1, 2, 3],
   sampling_params: { max_new_tokens: 4, no_stop_trim: true, spaces_between_special_tokens: false },
@@ -83,7 +83,7 @@ function sseDatas(text: string): string[] {
     .map((b) => b.slice(6));
 }
 
-/** The fields slime reads from one answer object (slime §5, §9 item 2). */
+/** The fields slime reads from one answer object. */
 function expectSlimeShape(obj: any, finish: string[]): void {
   expect(Array.isArray(obj)).toBe(false);
   const m = obj.meta_info;

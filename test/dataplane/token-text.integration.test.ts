@@ -1,4 +1,4 @@
-// `text` prompts on token engines (slime §5.1, issue 4): tokenized with the engine's tokenizer —
+// `text` prompts on token engines (issue 4): tokenized with the engine's tokenizer —
 // a TokenSpeed engine's own GetTokenizer bundle, else the gateway's `--tokenizer-path` (ZMQ, and
 // gRPC engines without one) — and answered with `text` detokenized from `output_ids`, buffered
 // and streamed (cumulative). Without any tokenizer, `text` is a 400 naming both fixes. The

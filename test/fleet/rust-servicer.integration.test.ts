@@ -1,4 +1,4 @@
-// A TokenSpeed worker on the rust servicer profile (engines.md §4: no rl.* advertisement, no
+// A TokenSpeed worker on the rust servicer profile (no rl.* advertisement, no
 // version stamp) degrades cleanly: static capability row, the label's version on rows and
 // /generate, and control calls (fan-outs, refits) answered per engine — a working control app, a
 // stopped one or none at all — never a crash, a hang or a 500.
