@@ -9,23 +9,14 @@
 
 import { join } from 'node:path';
 import { request } from 'undici';
+import { POLICY_NAMES } from '../../src/fleet/policies/catalogue.ts';
 import { Child, childEnv, live, registerAll, startGateway } from '../children.ts';
 import { ms } from '../stats.ts';
 import { drive, loadCv, type RunFigures } from './drive.ts';
 import { agentic, grpoLongSystem, grpoShort, REALISTIC, stepTimeLowerBoundMs, summarize, type Workload } from './workload.ts';
 
-/** Every policy `--policy` takes, SMG's and rlgate's default. */
-export const ROLLOUT_POLICIES = [
-  'bounded_affinity',
-  'cache_aware',
-  'round_robin',
-  'random',
-  'power_of_two',
-  'least_load',
-  'consistent_hashing',
-  'prefix_hash',
-  'manual',
-] as const;
+/** Every policy `--policy` takes but passthrough (one engine) and least_inflight (rlgate's former routing). */
+export const ROLLOUT_POLICIES: readonly string[] = POLICY_NAMES.filter((p) => p !== 'passthrough' && p !== 'least_inflight');
 
 /** Policies that read `X-SMG-Routing-Key`: slime sends one per sample (a session id per turn chain in agentic runs). */
 const KEYED = new Set(['consistent_hashing', 'manual', 'bounded_affinity']);
