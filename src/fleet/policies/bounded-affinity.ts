@@ -118,6 +118,8 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
   /** Worker id → the count of routed requests when it last took one (the tie-break). */
   private readonly lastRouted = new Map<string, number>();
   private routedCount = 0;
+  /** The last pick's prompt and what each engine held of it: `routed` follows its pick, and walks no tree again. */
+  private lastHeld: { tokens?: readonly number[]; text?: string; held: Map<string, number> } | undefined;
 
   constructor(
     private readonly settings: BoundedAffinitySettings = BOUNDED_AFFINITY_DEFAULTS,
@@ -129,6 +131,7 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
   pick<W extends Candidate>(req: PolicyRequest<W>): Decision<W> {
     const { candidates } = req;
     const held = this.heldBy(req);
+    this.lastHeld = { tokens: req.tokens, text: req.text, held };
     const promptTokens = promptLength(req);
     const output = this.outputOf(req);
     const median = this.medianSlowness(candidates);
@@ -176,7 +179,8 @@ export class BoundedAffinityPolicy implements RoutingPolicy {
 
   routed(workerId: string, inputs: RoutingInputs): void {
     const now = this.deps.clock();
-    const raw = this.heldOne(inputs, workerId);
+    const last = this.lastHeld;
+    const raw = last && last.tokens === inputs.tokens && last.text === inputs.text ? (last.held.get(workerId) ?? 0) : this.heldOne(inputs, workerId);
     const held = raw >= FIXED.minHeldTokens ? raw : 0;
     const promptTokens = promptLength(inputs);
     const work = this.settings.prefillWeight * (promptTokens - Math.min(held, promptTokens)) + this.outputOf(inputs);
