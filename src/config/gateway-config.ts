@@ -75,7 +75,7 @@ export interface GatewayConfig {
 
 /** `--policy` and the settings SMG's policies read; defaults are SMG's CLI's (docs/routing.md). */
 export interface RoutingSettings {
-  /** least_inflight (rlgate's default) or one of SMG's policy names. */
+  /** bounded_affinity (rlgate's default), least_inflight or one of SMG's policy names. */
   policy: string;
   /** PD routing's policies: checked and kept, not used (rlgate has no PD routing yet). */
   prefillPolicy: string | undefined;

@@ -6,6 +6,7 @@
 // answer is the request refused with 502 logprobs_unavailable.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { defaultConfig } from '../../src/gateway/config.ts';
 import { startTokenFleet, type TokenFleet } from '../fixtures/token-fleet.ts';
 
 const LP_BODY = { input_ids: [1, 2, 3], return_logprob: true, sampling_params: { max_new_tokens: 3 } };
@@ -43,6 +44,9 @@ describe('return_logprob in a fleet of SGLang and TokenSpeed-without-logprobs', 
       sglang: ['--model', 'MODEL', '--token-rate', '0'],
       tokenspeed: [['--model', 'MODEL', '--token-rate', '0']],
       tokenspeedRegistration: [{ runtime_type: undefined }],
+      // A policy that rotates whatever the engines' timings, so the engine without logprobs is
+      // sure to be tried: this file is about the fallback, not about how a pick is made.
+      gateway: { routing: { ...defaultConfig().routing, policy: 'least_inflight' } },
     });
     sgUrl = fleet.sg!.url;
   }, 60_000);
@@ -111,7 +115,7 @@ describe('return_logprob in a fleet of SGLang and TokenSpeed-without-logprobs', 
         expectLogprobs(r.json);
       }
     }
-    // The engine was asked (the pick rotates between two idle engines) and its answer dropped.
+    // The engine was asked (least_inflight rotates between two idle engines) and its answer dropped.
     expect(await logprobRpcs()).toBeGreaterThan(0);
     // It counted no failure: it is as routable as before.
     const row = (await fleet.t.http('GET', `/v1/rl/workers/${id}`)).json;

@@ -67,6 +67,12 @@ const FIXED = {
   slownessEwma: 0.2,
   /** Added to every request's time before it is judged (see Slowness.observe). */
   slownessAllowanceMs: 100,
+  /**
+   * A request of less work than this teaches nothing of its engine's speed: a handful of tokens
+   * measures the wire and the host (an HTTP engine against a gRPC one, a loaded machine), not the
+   * engine, and an idle fleet of such requests would stop being served in turn.
+   */
+  slownessMinWork: 32,
   /** Slowness up to this factor of the fleet's median counts as the median's. */
   slownessBand: 1.5,
   /** An engine is never judged more than this many times slower than the fleet's median. */
@@ -93,7 +99,7 @@ class Slowness {
   private msPerWork: number | undefined;
 
   observe(ms: number, work: number): void {
-    if (!(work > 0)) return;
+    if (!(work >= FIXED.slownessMinWork)) return;
     // A fixed allowance per request keeps the few milliseconds of noise of a tiny request (a cold
     // start, a GC pause) from reading as a slow engine; seconds-long requests are judged as they are.
     const x = (ms + FIXED.slownessAllowanceMs) / work;

@@ -1,4 +1,4 @@
-// `least_inflight`, rlgate's default and its routing before SMG's policies: the engine with the
+// `least_inflight`, rlgate's routing before SMG's policies (the default until bounded_affinity): the engine with the
 // fewest requests in flight from this replica, ties taken in turn from a rotating start so an idle
 // fleet is served round robin; with a routing key, the key's engine by rendezvous hashing, whatever
 // its load. Not one of SMG's names: SMG's default, cache_aware, is there by `--policy cache_aware`.

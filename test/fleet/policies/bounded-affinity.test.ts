@@ -224,6 +224,20 @@ describe('ties', () => {
     // rotating start would have lost it or kept it by the parity of the retries).
     expect(first).toEqual(Array.from({ length: 12 }, () => 'w0'));
   });
+
+  it("tiny requests teach nothing of an engine's speed: a pair whose 3-token answers took 1 ms and 80 ms is still served in turn", () => {
+    const { p, clock } = policy();
+    const two = fleet(2);
+    const seen = Array.from({ length: 8 }, () => {
+      const inputs: RoutingInputs = { tokens: [1, 2, 3], expectedOutputTokens: 3 };
+      const id = p.pick(request(two, inputs))!.worker.id;
+      p.routed(id, inputs);
+      clock.advance(id === 'w1' ? 80 : 1);
+      p.finished(id, inputs, { answered: true, completionTokens: 3 });
+      return id;
+    });
+    expect(seen).toEqual(['w0', 'w1', 'w0', 'w1', 'w0', 'w1', 'w0', 'w1']);
+  });
 });
 
 describe('what it remembers', () => {
