@@ -1,5 +1,5 @@
-// Test runner settings: every file under test/ runs in its own forked Node process (a crashed
-// test file cannot take nats-server children or sockets of another file with it). Two projects,
+// Test runner settings: test files run in forked Node processes (a crashed worker cannot take
+// the runner with it); every child a fixture spawns is killed when its worker exits. Two projects,
 // one after the other in the same run (one report, one exit code; sequence.groupOrder):
 // - `unit` first: the plain `*.test.ts` files, the pure cores. Its setup file makes starting a
 //   process, opening a socket or arming a real timer throw, so the tier stays pure and fast
@@ -8,6 +8,9 @@
 //   chaos scenarios' short forms and the property tests. Three workers on the 2-core machines
 //   this runs on: most integration files wait on leases, timeouts and child processes more than
 //   they compute (753 s with two, 675 s with three, all passing); each starts its own nats-server.
+//   Not isolated: a worker's files share one module cache, so each file does not import and
+//   transform the gateway again (the suite was CPU-bound: 410 s isolated, 350 s not). Every file
+//   builds its own gateways, buses and engines and closes them; no module keeps state between files.
 // Within a tier the files start longest first (test/runner/longest-first.ts).
 // Neither groupOrder is 0: vitest would run a one-worker project of group 0 last.
 import { defineConfig } from 'vitest/config';
@@ -45,6 +48,7 @@ export default defineConfig({
           // dist/ up to date before any file runs: the tests spawn the compiled simulators and CLI.
           globalSetup: ['test/runner/build.ts'],
           maxWorkers: 3,
+          isolate: false,
           sequence: { groupOrder: 2 },
         },
       },

@@ -136,7 +136,9 @@ describe('npx rlgate gateway', () => {
     const port = Number(new URL(l.natsUrl).port);
     // Kill the server and hold its port, so the gateway's restarts fail and NATS stays down.
     let pid = l.natsPid;
+    const restarts = () => l.logs.filter((x) => x.msg === 'embedded nats-server restarted');
     for (let attempt = 1; ; attempt++) {
+      const before = restarts().length;
       process.kill(pid, 'SIGKILL');
       await until('the nats-server to die', EXIT_BOUND_MS, async () => !alive(pid));
       const squatter = squatPort(port);
@@ -147,7 +149,8 @@ describe('npx rlgate gateway', () => {
       } catch (err) {
         // The restart won the port first (it waits 200 ms): kill that one too.
         if (attempt >= 5) throw err;
-        const restarted = await until('the restarted server', 10_000, async () => l.logs.filter((x) => x.msg === 'embedded nats-server restarted').at(-1));
+        // The restart that took the port is the one after this kill, not an earlier one.
+        const restarted = await until('the restarted server', 10_000, async () => restarts()[before]);
         pid = restarted.nats_pid!;
       }
     }

@@ -80,8 +80,8 @@ afterEach(() => {
 
 /**
  * A read model over a fresh `refits` bucket. `write` and `remove` change the bucket and wait until
- * the read model's watch has delivered the change (unless the watch is held: then they return at
- * once); `hold` keeps what the watch delivers from the read model until `release`.
+ * the read model's watch has delivered the change (while the watch is held: until the change is
+ * in the hold); `hold` keeps what the watch delivers from the read model until `release`.
  */
 async function started(opts: { fence?: LeaseFence; cutAnswerMs?: number } = {}) {
   const buckets = await openBuckets(bus.nc, `journals${++roots}`);
@@ -89,6 +89,8 @@ async function started(opts: { fence?: LeaseFence; cutAnswerMs?: number } = {}) 
   const reads = vi.spyOn(bucket, 'get');
   /** The newest revision of each key the watch has handed the read model. */
   const delivered = new Map<string, number>();
+  /** The newest revision of each key the watch has brought, held or not. */
+  const arrived = new Map<string, number>();
   let held: Array<[string, RefitJournal | null, number]> | undefined;
   let onEntry: ((id: string, j: RefitJournal | null, revision: number) => void) | undefined;
   const pass = (id: string, j: RefitJournal | null, revision: number) => {
@@ -100,7 +102,11 @@ async function started(opts: { fence?: LeaseFence; cutAnswerMs?: number } = {}) 
       get: (id) => bucket.get(id),
       watch: (cb) => {
         onEntry = cb;
-        return bucket.watch((id, j, revision) => (held ? held.push([id, j, revision]) : pass(id, j, revision)));
+        return bucket.watch((id, j, revision) => {
+          arrived.set(id, Math.max(arrived.get(id) ?? 0, revision));
+          if (held) held.push([id, j, revision]);
+          else pass(id, j, revision);
+        });
       },
     },
     modelOf: (id) => models[id],
@@ -108,9 +114,11 @@ async function started(opts: { fence?: LeaseFence; cutAnswerMs?: number } = {}) 
   });
   await journals.start();
   opened.push(journals);
+  // Held, a change waits only to reach the hold (the watch is asynchronous: a release straight
+  // after a write could otherwise find nothing held yet); else to reach the read model.
   const seen = async (id: string, revision: number) => {
-    if (held) return revision;
-    await vi.waitFor(() => expect(delivered.get(id) ?? 0).toBeGreaterThanOrEqual(revision), { timeout: 10_000, interval: 5 });
+    const by = held ? arrived : delivered;
+    await vi.waitFor(() => expect(by.get(id) ?? 0).toBeGreaterThanOrEqual(revision), { timeout: 10_000, interval: 5 });
     return revision;
   };
   return {
