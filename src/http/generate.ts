@@ -164,7 +164,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
     tried.add(worker.id);
     timing.attempt(worker);
     const client = services.host.client(worker.id);
-    // What the engine's answer said, for the policy's bookkeeping and the routing figures (filled by the HTTP relay).
+    // What the engine's answer said, for the policy's bookkeeping and the routing figures (each relay fills it at the answer's end).
     const outcome: RequestOutcome = { answered: false };
     let sent: Sent | TokenAttempt;
     try {
@@ -172,8 +172,8 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
         const signals = watch.signals();
         sent =
           path === '/generate'
-            ? await tokenRelay(services, worker, client, parsed, reply, signals)
-            : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals);
+            ? await tokenRelay(services, worker, client, parsed, reply, signals, outcome)
+            : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals, outcome);
       } else if (client instanceof HttpEngineClient) {
         sent = await relayToHttpEngine(services, path, stream, body, worker, client, reply, watch, outcome);
       } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
@@ -182,8 +182,6 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       throw err;
     }
     if (sent.kind === 'answered') {
-      // A token engine's answer is whole when the relay returns; an HTTP one says so at its end.
-      if (!(client instanceof HttpEngineClient)) outcome.answered = true;
       finishOnClose(reply.raw, router, worker.id, inputs, outcome);
       return reply;
     }

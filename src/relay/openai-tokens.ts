@@ -12,6 +12,7 @@ import type { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import type { TokenEngine, TokenRequest, TokenSampling } from '../engines/generation.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
+import type { RequestOutcome } from '../fleet/policies/policy.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { RelayServices } from './relay-services.ts';
 import { TokenAnswer } from './token-answer.ts';
@@ -55,6 +56,7 @@ export async function openAiTokenRelay(
   body: Record<string, unknown>,
   reply: FastifyReply,
   signals: AttemptSignals,
+  outcome: RequestOutcome,
 ): Promise<TokenAttempt> {
   const startedAt = performance.now();
   let sampling: TokenSampling;
@@ -101,7 +103,7 @@ export async function openAiTokenRelay(
     sampling,
     (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
   );
-  return runTokenAttempt({ services, worker, engine, req, reply, signals, abort, deadline, version: e.version, stream: body.stream === true, shape });
+  return runTokenAttempt({ services, worker, engine, req, reply, signals, abort, deadline, version: e.version, stream: body.stream === true, shape, outcome });
 }
 
 /** OpenAI's shape, folded from TokenAnswer's objects: deltas while streaming, a usage on request. */

@@ -5,6 +5,7 @@
 // are serialised with the request's constant fragments (rid, version) built once. Pure: no I/O.
 
 import type { FinishReason, TokenEvent } from '../engines/generation.ts';
+import type { RequestOutcome } from '../fleet/policies/policy.ts';
 
 export interface AnswerContext {
   rid: string;
@@ -87,6 +88,27 @@ export class TokenAnswer {
 
   get done(): boolean {
     return this.choices.size > 0 && [...this.choices.values()].every((c) => c.finish !== null);
+  }
+
+  /**
+   * What the answer tells the router (its policy's bookkeeping, the per-worker prefix-hit
+   * figures): the counts summed over the choices, and `answered` when every choice ended on its
+   * own (an abort partial, a cut-off stream say nothing of the engine's speed).
+   */
+  settle(into: RequestOutcome): void {
+    let prompt = 0;
+    let cached = 0;
+    let completion = 0;
+    for (const c of this.choices.values()) {
+      prompt += c.promptTokens;
+      cached += c.cachedTokens;
+      completion += c.completionTokens;
+    }
+    into.answered = this.done && [...this.choices.values()].every((c) => c.finish!.type !== 'abort');
+    if (this.choices.size === 0) return;
+    into.promptTokens = prompt;
+    into.cachedTokens = cached;
+    into.completionTokens = completion;
   }
 
   /** One SGLang object for one choice (streamed chunks and the buffered answer share the shape). */

@@ -6,6 +6,7 @@
 import { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import { GenerationError, type TokenEngine, type TokenEvent, type TokenRequest } from '../engines/generation.ts';
+import type { RequestOutcome } from '../fleet/policies/policy.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { RelayServices } from './relay-services.ts';
@@ -65,6 +66,8 @@ export interface AttemptCall {
   /** The caller asked for SSE. */
   stream: boolean;
   shape: AnswerShape;
+  /** Filled with what the answer said once it is whole (RequestOutcome's counts), for the router. */
+  outcome: RequestOutcome;
 }
 
 /** Calls the engine and answers the caller; the deadline's listeners and the load are released either way. */
@@ -109,6 +112,7 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
         return unfit(reply, logprobsUnavailable());
       }
       const body = shape.body(reply);
+      answer.settle(call.outcome);
       services.metrics.request(path, 200);
       return { kind: 'answered', reply: reply.code(200).header('content-type', 'application/json').send(body) };
     }
@@ -176,6 +180,7 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
         broke = true;
       }
       shape.end(out, first.done === true, broke);
+      answer.settle(call.outcome);
       out.end('data: [DONE]\n\n');
     })().finally(() => {
       deadline.clear();

@@ -13,6 +13,7 @@ import type { PassThrough } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import type { TokenEngine, TokenRequest } from '../engines/generation.ts';
 import { isTokenizerSource, loadTokenizerPath, type Tokenizer } from '../engines/tokenizer.ts';
+import type { RequestOutcome } from '../fleet/policies/policy.ts';
 import type { Worker } from '../fleet/worker.ts';
 import { mergedLabels } from '../fleet/worker.ts';
 import { returnsLogprobs } from '../fleet/capabilities.ts';
@@ -31,6 +32,7 @@ export async function tokenRelay(
   body: Record<string, unknown>,
   reply: FastifyReply,
   signals: AttemptSignals,
+  outcome: RequestOutcome,
 ): Promise<TokenAttempt> {
   const startedAt = performance.now();
   // An engine that says it gives no logprobs is not asked for them: another eligible engine is
@@ -65,7 +67,7 @@ export async function tokenRelay(
   });
   // The header and the attributed `meta_info.weight_version` come from the same read.
   const shape = new GenerateAnswer(answer, services, e.version);
-  return runTokenAttempt({ services, worker, engine, req, reply, signals, abort, deadline, version: e.version, stream: body.stream === true, shape });
+  return runTokenAttempt({ services, worker, engine, req, reply, signals, abort, deadline, version: e.version, stream: body.stream === true, shape, outcome });
 }
 
 /** SGLang's shape: TokenAnswer's objects as they are, the whole choice again in every chunk. */

@@ -87,3 +87,43 @@ describe('TokenAnswer.json', () => {
     expect(of('v9')).toBe(1);
   });
 });
+
+describe('TokenAnswer.settle: what the router is told', () => {
+  const done = (index: number, prompt: number, cached: number, out: number[]) =>
+    ({
+      kind: 'complete',
+      index,
+      outputIds: out,
+      finishReason: { type: 'length', length: out.length },
+      promptTokens: prompt,
+      completionTokens: out.length,
+      cachedTokens: cached,
+    }) as const;
+
+  it('a whole answer: answered, its counts summed over the choices', () => {
+    const a = answer();
+    a.push(done(0, 400, 384, [1, 2, 3]));
+    a.push(done(1, 400, 400, [4, 5]));
+    const into = { answered: false };
+    a.settle(into);
+    expect(into).toEqual({ answered: true, promptTokens: 800, cachedTokens: 784, completionTokens: 5 });
+  });
+
+  it('an abort partial or an unfinished stream is not answered; its counts so far are kept', () => {
+    const a = answer();
+    a.push({ kind: 'chunk', index: 0, tokenIds: [1, 2], promptTokens: 300, completionTokens: 2, cachedTokens: 16 });
+    const running = { answered: true };
+    a.settle(running);
+    expect(running).toEqual({ answered: false, promptTokens: 300, cachedTokens: 16, completionTokens: 2 });
+    a.abort('engine went away');
+    const aborted = { answered: true };
+    a.settle(aborted);
+    expect(aborted.answered).toBe(false);
+  });
+
+  it('no event at all: not answered, no counts', () => {
+    const into = { answered: true };
+    answer().settle(into);
+    expect(into).toEqual({ answered: false });
+  });
+});

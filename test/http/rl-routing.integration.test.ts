@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGatewayProcess, until, type GatewayProcess } from '../fixtures/gateway-process.ts';
 import { sample, samples } from '../fixtures/prometheus-text.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { startTokenFleet, type TokenFleet } from '../fixtures/token-fleet.ts';
 
 const PROMPT = Array.from({ length: 400 }, (_, i) => 1000 + i);
 const REPEATS = 5;
@@ -161,5 +162,38 @@ describe('routing figures per engine: rows and /metrics', () => {
     const list = await register(gw, [home], sims.length);
     const again = list.find((w) => w.url === home.url)!;
     expect(again.routing).toEqual({ prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, prefix_hit_rate: null, queued_tokens: 0, decisions: {} });
+  });
+});
+
+describe('routing figures of a token engine (TokenSpeed over gRPC)', () => {
+  let fleet: TokenFleet;
+  afterAll(() => fleet?.close());
+
+  it("its row sums the answers' counts, buffered and streamed, as an HTTP engine's does", async () => {
+    fleet = await startTokenFleet({ tokenspeed: [['--model', 'MODEL', '--cost-model', 'realistic']] });
+    const metas: Array<{ prompt_tokens: number; cached_tokens: number; completion_tokens: number }> = [];
+    for (const stream of [false, false, true]) {
+      const r = await fleet.t.http('POST', '/generate', { body: { ...ask, stream } });
+      expect(r.status, r.text).toBe(200);
+      if (!stream) metas.push(r.json.meta_info);
+      else {
+        const events = r.text
+          .split('\n\n')
+          .map((b) => b.trim())
+          .filter((b) => b.startsWith('data: ') && b !== 'data: [DONE]');
+        metas.push(JSON.parse(events.at(-1)!.slice('data: '.length)).meta_info);
+      }
+    }
+    const total = (k: 'prompt_tokens' | 'cached_tokens' | 'completion_tokens') => metas.reduce((a, m) => a + m[k], 0);
+    expect(total('prompt_tokens')).toBe(3 * PROMPT.length);
+    expect(total('cached_tokens')).toBeGreaterThan(0);
+    const id = fleet.ids.ts[0]!;
+    const routing = await until('the answers counted', 10_000, async () => {
+      const r = (await fleet.t.http('GET', `/v1/rl/workers/${id}`)).json.routing as Routing;
+      return r.prompt_tokens === total('prompt_tokens') && r.completion_tokens === total('completion_tokens') ? r : undefined;
+    });
+    expect(routing.cached_tokens).toBe(total('cached_tokens'));
+    expect(routing.prefix_hit_rate).toBeCloseTo(total('cached_tokens') / total('prompt_tokens'), 12);
+    expect(routing.queued_tokens).toBe(0);
   });
 });
