@@ -30,6 +30,7 @@ export const ErrorStatus = {
   refit_in_progress: 409,
   no_eligible_targets: 409,
   refit_id_conflict: 409,
+  strategy_unsupported: 409,
   model_not_found: 404,
   tokenizer_not_found: 400,
   no_available_workers: 503,

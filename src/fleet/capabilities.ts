@@ -1,6 +1,8 @@
 // What an engine can do on the control plane: a static row per engine, overridable
-// field by field with `rl.*` labels (how TokenSpeed advertises itself). Informational only:
-// nothing here ever refuses a control call because a capability says it is unsupported. Also
+// field by field with `rl.*` labels (how TokenSpeed advertises itself). Informational for the
+// control pass-through: no control call is refused because a capability says it is unsupported;
+// a refit reads `update_from` (engines that cannot load the source are skipped) and an `in_flight`
+// refit its `pause_modes` (refit/plan.ts: refused unless every target can pause in place). Also
 // whether its generations carry logprobs, which the data plane uses to pick an engine.
 
 import { trimWhiteSpace } from './versions.ts';

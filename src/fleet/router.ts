@@ -90,6 +90,8 @@ export class Router {
       answers?: AnswerCounts;
       /** The engines' own load reports, once a wire gives them. */
       reports?: (id: string) => LoadReport | undefined;
+      /** Engines a rolling refit drains (refit/journals.ts): no new request goes there while another can take it. */
+      draining?: (id: string) => boolean;
     },
   ) {
     const policy: RoutingPolicy = deps.policy ?? new LeastInflightPolicy();
@@ -147,8 +149,21 @@ export class Router {
     return t.maxByModel.get(modelId);
   }
 
-  /** Eligible engines right now, in registry order. */
+  /**
+   * Eligible engines right now, in registry order. Engines a rolling refit drains are left out
+   * while any other engine is eligible: a drain never makes the fleet refuse a request.
+   */
   eligible(opts: PickOptions = {}): Worker[] {
+    const out = this.eligibleAll(opts);
+    const draining = this.deps.draining;
+    if (!draining || out.length === 0) return out;
+    let n = 0;
+    for (const w of out) if (draining(w.id)) n++;
+    if (n === 0 || n === out.length) return out;
+    return out.filter((w) => !draining(w.id));
+  }
+
+  private eligibleAll(opts: PickOptions): Worker[] {
     const out: Worker[] = [];
     const { policy, counts } = opts;
     const t = this.current();

@@ -200,6 +200,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       deadlines: defaultDeadlines(controlTimeoutSecs),
       recordedControl: (id) => host.recordedControl(id),
       pausedBy: (id) => host.pausedBy(id),
+      localLoad: (id) => host.load(id),
       ownersSettled: (ids, dead, timeoutMs) => ownership.settled(ids, dead, timeoutMs),
       quarantine: (id, reason) => host.setQuarantine(id, reason),
       alive: (replica) => ownership.aliveNow(replica),
@@ -234,7 +235,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       const kvFeed = new KvFeed({ registry, index: kvIndex, log: child('kv-events') });
       cleanups.push(() => kvFeed.close());
     }
-    const router = new Router({ registry, view, host, policy, usage, decisions: metrics, answers: metrics });
+    const router = new Router({ registry, view, host, policy, usage, decisions: metrics, answers: metrics, draining: (id) => journals.draining(id) });
     const feed = new FleetFeed({ bus, subjects: subj, registry, view });
     const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, refitEvents, feed, router, bus, fence };
     // Trainers on the bus: one replica answers each refit request.

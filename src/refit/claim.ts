@@ -129,6 +129,7 @@ export class RefitClaim {
       paused: [],
       resumed: [],
       takeovers: [],
+      ...(q.parent ? { parent: q.parent } : {}),
     };
   }
 }

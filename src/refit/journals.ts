@@ -51,6 +51,9 @@ export class RefitJournals {
   /** Refits this replica queued whose journal has not appeared yet: their targets count as busy. */
   private readonly accepted = new Map<string, QueuedRefit>();
   private readonly journalListeners = new Set<(j: RefitJournal) => void>();
+  /** Engines the running rolling refits drain, by refit id, and all of them at once. */
+  private readonly drainingBy = new Map<string, readonly string[]>();
+  private drainingIds: ReadonlySet<string> = new Set();
   private polling: NodeJS.Timeout | undefined;
   private stopWatch: (() => void) | undefined;
 
@@ -147,6 +150,14 @@ export class RefitJournals {
     return false;
   }
 
+  /**
+   * A rolling refit drains this engine now (its wave is next, or being refit): routing sends it
+   * no new request. Asked per candidate per pick: a set kept as journals change.
+   */
+  draining(workerId: string): boolean {
+    return this.drainingIds.has(workerId);
+  }
+
   /** Called with every journal as it changes (any replica's refits). */
   onJournal(listener: (j: RefitJournal) => void): () => void {
     this.journalListeners.add(listener);
@@ -171,14 +182,14 @@ export class RefitJournals {
    * has no journal yet, or a running one. A journal the local copy shows running is read afresh
    * before it refuses anything: it may have ended meanwhile.
    */
-  async clashes(refitId: string, targets: string[]): Promise<Clash | undefined> {
+  async clashes(refitId: string, targets: string[], parent?: string): Promise<Clash | undefined> {
     for (const [id, { targets: held }] of this.accepted) {
-      if (id === refitId) continue;
+      if (id === refitId || id === parent) continue;
       const hit = targets.find((t) => held.includes(t));
       if (hit) return { worker: hit, refit: id, running: false };
     }
     for (const j of [...this.journals.values()]) {
-      if (j.status !== 'running' || j.id === refitId) continue;
+      if (j.status !== 'running' || j.id === refitId || j.id === parent) continue;
       const hit = targets.find((t) => j.targets.includes(t));
       if (!hit) continue;
       const now = (await this.fresh(j.id)) ?? j;
@@ -278,10 +289,12 @@ export class RefitJournals {
     this.revisions.set(id, revision);
     if (!j) {
       this.journals.delete(id);
+      this.drainedBy(id, []);
       return;
     }
     this.journals.delete(id); // re-inserted last: the map stays in order of change
     this.journals.set(id, j);
+    this.drainedBy(id, j.status === 'running' ? (j.rollout?.draining ?? []) : []);
     this.accepted.delete(id);
     for (const l of this.journalListeners) l(j);
     if (j.status === 'done' && j.report) {
@@ -290,6 +303,14 @@ export class RefitJournals {
       for (const w of waiting ?? []) w.resolve(j.report);
       this.prune();
     }
+  }
+
+  private drainedBy(id: string, ids: readonly string[]): void {
+    const before = this.drainingBy.get(id);
+    if ((before?.length ?? 0) === 0 && ids.length === 0) return;
+    if (ids.length === 0) this.drainingBy.delete(id);
+    else this.drainingBy.set(id, ids);
+    this.drainingIds = new Set([...this.drainingBy.values()].flat());
   }
 
   private prune(): void {

@@ -5,6 +5,7 @@
 
 import type { RefitStepPlan } from '../../actors/coordinator.ts';
 import { GatewayError } from '../api/errors.ts';
+import { capabilitiesFor } from '../fleet/capabilities.ts';
 import { sizeLabel } from '../fleet/labels.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { RefitRequest } from '../wire/refit-request.ts';
@@ -56,8 +57,45 @@ export function planRefit(req: RefitRequest, targets: Worker[]): RefitPlan {
   return withReadBack(req, planSteps(req, targets));
 }
 
+/** The pause modes that keep running requests in place while weights load: SGLang's, then vLLM's and TokenSpeed's. */
+const IN_PLACE_MODES = ['in_place', 'keep'] as const;
+
+/**
+ * The one pause mode an `in_flight` refit sends every target: the first of `in_place` and `keep`
+ * that all of them list in their capabilities. Refused (409 `strategy_unsupported`, before
+ * anything is paused) when an engine lists neither, or the targets share none.
+ */
+export function inFlightMode(targets: readonly Worker[]): string {
+  const modes = targets.map((w) => capabilitiesFor(w.engine, mergedLabels(w)).pause_modes);
+  const shared = IN_PLACE_MODES.find((m) => modes.every((list) => list.includes(m)));
+  if (shared) return shared;
+  const unable = targets.filter((_, i) => !IN_PLACE_MODES.some((m) => modes[i]!.includes(m))).map((w) => w.id);
+  throw new GatewayError(
+    'strategy_unsupported',
+    unable.length
+      ? `an in_flight refit keeps running requests in place, which ${unable.map((id) => `\`${id}\``).join(', ')} cannot (its pause modes include neither in_place nor keep); use strategy \`rolling\` or \`all\``
+      : 'an in_flight refit sends every engine one pause mode, and the targets share neither in_place nor keep; refit them separately',
+    { workers: unable.join(',') },
+  );
+}
+
+/** The pause call's body: the strategy's mode, else the request's, else the engine's default. */
+function pauseBody(req: RefitRequest, targets: readonly Worker[]): Record<string, unknown> {
+  const st = req.strategy;
+  if (st?.kind === 'in_flight') return { mode: inFlightMode(targets) };
+  if (st?.kind === 'rolling') return { mode: st.pause_mode ?? 'abort' };
+  return req.pause_mode ? { mode: req.pause_mode } : {};
+}
+
+/** Whether the load flushes the prefix cache: an in_flight refit's `cache` says, else the source, else `fallback`. */
+function flushes(req: RefitRequest, fallback: boolean): boolean {
+  const st = req.strategy;
+  if (st?.kind === 'in_flight') return st.cache !== 'keep';
+  return req.source.flush_cache ?? fallback;
+}
+
 function planSteps(req: RefitRequest, targets: Worker[]): RefitPlan {
-  const pause: CallSpec = { method: 'POST', path: 'pause_generation', body: req.pause_mode ? { mode: req.pause_mode } : {} };
+  const pause: CallSpec = { method: 'POST', path: 'pause_generation', body: pauseBody(req, targets) };
   const resume: CallSpec = { method: 'POST', path: 'continue_generation', body: {} };
   const verify: CallSpec | null = req.verify === false ? null : { method: 'GET', path: 'model_info' };
   const source = req.source;
@@ -66,7 +104,7 @@ function planSteps(req: RefitRequest, targets: Worker[]): RefitPlan {
     const body: Record<string, unknown> = {
       model_path: source.model_path,
       weight_version: req.weight_version,
-      flush_cache: source.flush_cache ?? true,
+      flush_cache: flushes(req, true),
     };
     if (source.load_format) body.load_format = source.load_format;
     const load: CallSpec = { method: 'POST', path: 'update_weights_from_disk', body };
@@ -96,7 +134,7 @@ function planSteps(req: RefitRequest, targets: Worker[]): RefitPlan {
     );
   }
   const groupName = source.group_name ?? DEFAULT_GROUP;
-  const flush = source.flush_cache ?? false;
+  const flush = flushes(req, false);
   const chunks = source.chunks;
   const steps: RefitStepPlan[] = [
     { name: 'init_weights_update_group', runOn: 'remaining', collective: true },

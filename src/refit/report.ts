@@ -68,21 +68,7 @@ export function buildReport(args: {
     if (args.group) r.rank_offset = args.group.rankOffsets[w.id];
     return r;
   });
-  for (const w of args.asleep) {
-    const e = view.engine(w);
-    engines.push({
-      worker_id: w.id,
-      url: w.url,
-      outcome: 'failed',
-      failed_phase: 'pause',
-      error: 'engine_asleep',
-      message: 'the engine is asleep (its memory is released): wake it up, then refit it',
-      phases: { pause: null, refit: null, verify: null, resume: null },
-      breaker: e.breaker,
-      state: e.state,
-      weight_version: e.version ?? null,
-    });
-  }
+  engines.push(...asleepReports(args.asleep, view));
   const succeeded = engines.filter((e) => e.outcome === 'ok').length;
   const report: RefitReport = {
     id: args.id,
@@ -102,6 +88,7 @@ export function buildReport(args: {
     skipped: args.skipped,
   };
   if (result.abortReason) report.aborted = result.abortReason;
+  if (args.request.strategy?.kind === 'in_flight') report.strategy = 'in_flight';
   if (args.group) report.world_size = args.group.worldSize;
   return report;
 }
@@ -143,4 +130,23 @@ export function refusedReport(q: QueuedRefit, request: RefitRequest, targets: Wo
 /** 200 only when every engine succeeded (spec: partial success is never 200). */
 export function reportStatus(r: RefitReport): 200 | 207 {
   return r.failed.length === 0 ? 200 : 207;
+}
+
+/** Asleep targets in a report: failed in the pause, untouched (their memory is released). */
+export function asleepReports(asleep: readonly Worker[], view: FleetView): EngineReport[] {
+  return asleep.map((w) => {
+    const e = view.engine(w);
+    return {
+      worker_id: w.id,
+      url: w.url,
+      outcome: 'failed',
+      failed_phase: 'pause',
+      error: 'engine_asleep',
+      message: 'the engine is asleep (its memory is released): wake it up, then refit it',
+      phases: { pause: null, refit: null, verify: null, resume: null },
+      breaker: e.breaker,
+      state: e.state,
+      weight_version: e.version ?? null,
+    };
+  });
 }

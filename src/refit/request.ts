@@ -56,6 +56,25 @@ const Deadlines = Type.Object(
   { additionalProperties: false },
 );
 
+const Strategy = Type.Object(
+  {
+    kind: Type.Union([Type.Literal('all'), Type.Literal('rolling'), Type.Literal('in_flight')]),
+    max_unavailable: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.String({ pattern: '^(100|[1-9][0-9]?)%$' })])),
+    drain_timeout_ms: Type.Optional(Type.Integer({ minimum: 0, maximum: 2_147_483_647 })),
+    pause_mode: Type.Optional(Type.Union([Type.Literal('abort'), Type.Literal('retract')])),
+    max_failed: Type.Optional(Type.Integer({ minimum: 0 })),
+    cache: Type.Optional(Type.Union([Type.Literal('flush'), Type.Literal('keep')])),
+  },
+  { additionalProperties: false },
+);
+
+/** The strategy fields each kind reads: a field another kind reads is refused, not ignored. */
+const STRATEGY_FIELDS: Record<string, readonly string[]> = {
+  all: [],
+  rolling: ['max_unavailable', 'drain_timeout_ms', 'pause_mode', 'max_failed'],
+  in_flight: ['cache'],
+};
+
 export const RefitRequestSchema = Type.Object(
   {
     refit_id: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,128}$' })),
@@ -88,6 +107,7 @@ export const RefitRequestSchema = Type.Object(
         { minItems: 1, maxItems: 16 },
       ),
     ),
+    strategy: Type.Optional(Strategy),
   },
   { additionalProperties: false },
 );
@@ -110,6 +130,7 @@ export function parseRefitRequest(body: unknown): RefitRequest {
   }
   const req = body as RefitRequest;
   req.weight_version = validateVersion(req.weight_version);
+  if (req.strategy) checkStrategy(req);
   if (req.source.kind === 'distributed') {
     for (const [i, c] of req.source.chunks.entries()) {
       if (c.names.length !== c.dtypes.length || c.names.length !== c.shapes.length) {
@@ -118,4 +139,44 @@ export function parseRefitRequest(body: unknown): RefitRequest {
     }
   }
   return req;
+}
+
+/** What the strategy schema cannot say: which fields each kind takes, and what it combines with. */
+function checkStrategy(req: RefitRequest): void {
+  const st = req.strategy!;
+  const allowed = STRATEGY_FIELDS[st.kind]!;
+  for (const k of Object.keys(st)) {
+    if (k !== 'kind' && !allowed.includes(k)) {
+      throw new GatewayError('invalid_request', `invalid refit request at \`/strategy/${k}\`: not a field of the \`${st.kind}\` strategy`, {
+        field: `/strategy/${k}`,
+      });
+    }
+  }
+  // The trainer broadcasts each NCCL refit to one group of every engine at once: a wave of its own
+  // would need a broadcast per wave, which no trainer protocol here says (docs/refit-strategies.md).
+  if (st.kind === 'rolling' && req.source.kind === 'distributed') {
+    throw new GatewayError(
+      'invalid_request',
+      'a rolling refit loads from disk: an NCCL (distributed) refit broadcasts to every engine at once; use strategy `all` or `in_flight`',
+      {
+        field: '/strategy/kind',
+      },
+    );
+  }
+  // An in_flight refit's `cache` says whether the load flushes: a source flag saying otherwise is a contradiction.
+  if (st.kind === 'in_flight' && req.source.flush_cache !== undefined && req.source.flush_cache !== (st.cache !== 'keep')) {
+    throw new GatewayError(
+      'invalid_request',
+      `invalid refit request at \`/source/flush_cache\`: the in_flight strategy's cache (\`${st.cache ?? 'flush'}\`) says otherwise`,
+      {
+        field: '/source/flush_cache',
+      },
+    );
+  }
+  // The strategy says how each engine is paused: a request-level mode would contradict it.
+  if (st.kind !== 'all' && req.pause_mode !== undefined) {
+    throw new GatewayError('invalid_request', `invalid refit request at \`/pause_mode\`: the \`${st.kind}\` strategy sets how engines are paused`, {
+      field: '/pause_mode',
+    });
+  }
 }

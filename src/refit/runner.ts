@@ -24,7 +24,8 @@ import { PhaseRunner } from './phase-runner.ts';
 import { planRefit } from './plan.ts';
 import type { RefitPublisher } from './publisher.ts';
 import { takeVerdict } from './queue-verdict.ts';
-import { buildReport, refusedReport } from './report.ts';
+import { asleepReports, buildReport, refusedReport } from './report.ts';
+import { RollingRefit } from './rolling.ts';
 import type { ResumesOwed } from './resumes-owed.ts';
 import { quarantineAfter, quorumOf } from './verdicts.ts';
 import type { Delivery, RefitTaker, Verdict } from './worker.ts';
@@ -45,6 +46,7 @@ export class RefitRunner implements RefitTaker {
   /** Refits this process runs now (a restarted replica with the same id runs none of its old ones). */
   private readonly active = new Set<string>();
   private readonly claim: RefitClaim;
+  private readonly rolling: RollingRefit;
   /** Per running refit: whether this replica still holds it (see execute), asked before each call made for it. */
   private readonly stillOurs = new Map<string, () => Promise<boolean | undefined>>();
 
@@ -80,10 +82,13 @@ export class RefitRunner implements RefitTaker {
       recordedControl: (workerId: string) => Promise<{ control: string; pausedBy: string | undefined } | undefined>;
       /** Who paused a paused engine, as this replica knows it now (engine-host.ts). */
       pausedBy: (workerId: string) => string | undefined;
+      /** This replica's requests in flight on an engine (a rolling refit's drain, when the engine cannot say). */
+      localLoad: (workerId: string) => number;
     },
   ) {
     const { replicaId, bucket, view, owed, events, log, ownersSettled, recordedControl, pausedBy } = deps;
     this.claim = new RefitClaim({ replicaId, bucket, view, owed, events, log, settleMs: 3 * deps.ackWaitMs, ownersSettled, recordedControl, pausedBy });
+    this.rolling = new RollingRefit({ bucket, legs: deps.legs, events, log, localLoad: deps.localLoad, asleepReports: (ws) => asleepReports(ws, view) });
   }
 
   /** Runs the queued refit (or goes on with it), unless it is over or another runner holds it. */
@@ -99,7 +104,7 @@ export class RefitRunner implements RefitTaker {
     }
     const take = takeVerdict(q, {
       takeover: Boolean(existing),
-      clash: await this.deps.journals.clashes(q.id, q.targets),
+      clash: await this.deps.journals.clashes(q.id, q.targets, q.parent),
       known: (id) => this.deps.registry.get(id) !== undefined,
     });
     if (take.take === 'later') return { settle: 'retry', afterMs: RETRY_MS * 4 }; // its turn comes when the other refit is over
@@ -121,7 +126,10 @@ export class RefitRunner implements RefitTaker {
     this.active.add(q.id);
     this.deps.metrics.refitStarted();
     try {
-      const report = await this.execute(q, targets, claimed, delivery.draining, fence.signal);
+      const report =
+        claimed.writer.journal.request.strategy?.kind === 'rolling'
+          ? await this.rolling.run(q, targets, claimed.writer, fence.signal, (wave) => this.runWave(wave, delivery, fence.signal))
+          : await this.execute(q, targets, claimed, delivery.draining, fence.signal);
       if (!report) return { settle: 'leave', reason: 'another replica holds the refit now and finishes it' };
       await this.finish(writer, report);
       return ACK;
@@ -129,6 +137,20 @@ export class RefitRunner implements RefitTaker {
       this.active.delete(q.id);
       this.stillOurs.delete(q.id);
       this.deps.metrics.refitEnded();
+    }
+  }
+
+  /**
+   * One wave of a rolling refit this replica runs: taken as any queued refit is (created, taken
+   * over from a dead runner, or left to a live one), until its journal holds its report.
+   */
+  private async runWave(q: QueuedRefit, delivery: Delivery, parentFence: AbortSignal): Promise<RefitReport | null> {
+    for (;;) {
+      if (parentFence.aborted) return null;
+      await this.take(q, delivery);
+      const got = await this.deps.bucket.get(q.id).catch(() => null);
+      if (got?.value.report) return got.value.report;
+      await new Promise((r) => setTimeout(r, RETRY_MS));
     }
   }
 

@@ -15,4 +15,6 @@ export interface QueuedRefit {
   skipped: SkippedEngine[];
   origin: string;
   submitted_at: string;
+  /** A wave of a rolling refit: the parent's id (the parent holds these engines; the wave may take them). */
+  parent?: string;
 }

@@ -36,6 +36,25 @@ export type RefitEventBody =
       finished_at: string;
     }
   | { type: 'takeover'; from: string; to: string; phase: Phase | null; step_index: number }
+  /** A rolling refit's waves, as planned (sent when it starts, and again by a replica that takes it over). */
+  | { type: 'rollout'; waves: string[][]; wave: number; max_failed: number }
+  /** A wave drains, is refit (its own refit `wave_refit_id`, whose events follow with `wave` set), or is done. */
+  | {
+      type: 'wave';
+      wave: number;
+      waves: number;
+      status: 'draining' | 'refitting' | 'done';
+      engines: string[];
+      wave_refit_id: string;
+      drain_ms?: number;
+      drain_timed_out?: string[];
+      result?: 'succeeded' | 'partial' | 'failed';
+      succeeded?: number;
+    }
   | { type: 'report'; report: RefitReport };
 
-export type RefitEvent = RefitEventBody & { refit_id: string; time: string };
+/**
+ * `wave`: an event of a rolling refit's wave, sent again on the parent's stream (`refit_id` the
+ * parent's, `wave_refit_id` the wave's own).
+ */
+export type RefitEvent = RefitEventBody & { refit_id: string; time: string; wave?: number; wave_refit_id?: string };

@@ -5,7 +5,7 @@
 
 import type { Phase } from './refit-phase.ts';
 
-export type SkipReason = 'unreachable' | 'not_discovered' | 'no_control_endpoint' | 'source_unsupported';
+export type SkipReason = 'unreachable' | 'not_discovered' | 'no_control_endpoint' | 'source_unsupported' | 'wave_not_run';
 
 /** A selected engine that could not take part: left out before anything was paused. */
 export interface SkippedEngine {
@@ -49,6 +49,23 @@ export interface RefitReport {
   world_size?: number;
   engines: EngineReport[];
   failed: EngineReport[];
-  /** Selected engines that could not take part: left out before anything was paused. */
+  /** Selected engines that could not take part: left out before anything was paused (or, `wave_not_run`, whose rolling wave never started). */
   skipped: SkippedEngine[];
+  /** The strategy, when not `all`. */
+  strategy?: 'rolling' | 'in_flight';
+  /** A rolling refit's waves, in order: each its own refit (`refit_id`), with its drain. */
+  waves?: Array<WaveSummary>;
+}
+
+/** One wave of a rolling refit, in its parent's report. */
+export interface WaveSummary {
+  index: number;
+  refit_id: string;
+  engines: string[];
+  status: 'succeeded' | 'partial' | 'failed';
+  succeeded: number;
+  drain_ms: number;
+  /** Engines still running requests when the drain timed out: paused in the strategy's mode. */
+  drain_timed_out: string[];
+  duration_ms: number;
 }

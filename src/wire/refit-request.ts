@@ -33,6 +33,28 @@ export interface DistributedSource {
   keep_group?: boolean;
 }
 
+/**
+ * How the fleet is refit (docs/refit-strategies.md). `all`, the default: every target paused,
+ * loaded, verified and resumed together. `rolling`: in waves of at most `max_unavailable` engines,
+ * each drained (no new requests routed to it, its running ones given `drain_timeout_ms` to end)
+ * and then refit as `all` does; the next wave starts once the previous one serves again.
+ * `in_flight`: running requests frozen in place while the weights load, then go on; only engines
+ * whose pause modes include `in_place` or `keep`.
+ */
+export interface RefitStrategy {
+  kind: 'all' | 'rolling' | 'in_flight';
+  /** rolling: engines refit at once, a count (≥ 1) or a share of the targets (`"25%"`, at least one engine). Default 1. */
+  max_unavailable?: number | string;
+  /** rolling: how long a wave's running requests may take to end before it is paused anyway. Default 30000. */
+  drain_timeout_ms?: number;
+  /** rolling: how what still runs after the drain is paused (SGLang's `abort` or `retract`). Default `abort`. */
+  pause_mode?: 'abort' | 'retract';
+  /** rolling: more failed engines than this (over all waves) and no further wave starts. Default 0. */
+  max_failed?: number;
+  /** in_flight: `flush` the prefix cache with the load (default), or `keep` the old weights' KV. */
+  cache?: 'flush' | 'keep';
+}
+
 export interface RefitRequest {
   /**
    * The refit's id, chosen by the client so that a retried request is the same refit (the queue
@@ -60,6 +82,8 @@ export interface RefitRequest {
    * without applying it shows other values and fails verification (then is quarantined).
    */
   verify_weights?: Array<{ name: string; values: Array<number | null> }>;
+  /** How the fleet is refit; `all` when absent. */
+  strategy?: RefitStrategy;
 }
 
 /** The answer to a dry run: what the refit would do, nothing touched. */
