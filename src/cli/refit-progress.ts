@@ -49,6 +49,8 @@ export interface RefitProgress {
   engines: Map<string, EngineProgress>;
   skipped: number;
   takeovers: number;
+  /** A rolling refit: the wave (0-based) the last `wave` event named, of how many, and what it does. */
+  wave: { index: number; of: number; status: string } | null;
   /** The final report (the `report` event's), or null while the refit runs. */
   report: Record<string, unknown> | null;
 }
@@ -67,6 +69,7 @@ export function newRefitProgress(refitId: string): RefitProgress {
     engines: new Map(),
     skipped: 0,
     takeovers: 0,
+    wave: null,
     report: null,
   };
 }
@@ -149,6 +152,14 @@ export function applyRefitEvent(p: RefitProgress, event: unknown): boolean {
       if (!ok && !en.failure) {
         en.failure = { phase, step: en.step, stepIndex: en.stepIndex, error: str(e.error), status: num(e.status), message: str(e.message) };
       }
+      return true;
+    }
+    case 'wave': {
+      const index = num(e.wave);
+      const of = num(e.waves);
+      const status = str(e.status);
+      if (index === null || of === null || !status) return false;
+      p.wave = { index, of, status };
       return true;
     }
     case 'takeover':

@@ -46,6 +46,8 @@ export function eventLine(event: Record<string, unknown>): string {
   const head: Array<[string, unknown]> = [
     ['refit', e.refit_id],
     ['event', e.type],
+    // A rolling refit's wave: its events on the parent's stream say which.
+    ...(e.type !== 'wave' && e.wave !== undefined ? ([['wave', typeof e.wave === 'number' ? e.wave + 1 : e.wave]] as Array<[string, unknown]>) : []),
   ];
   let rest: Array<[string, unknown]>;
   switch (e.type) {
@@ -82,6 +84,24 @@ export function eventLine(event: Record<string, unknown>): string {
         ['status', e.status],
         ['latency_ms', e.latency_ms],
         ['message', e.outcome === 'ok' ? undefined : e.message],
+      ];
+      break;
+    case 'rollout':
+      rest = [
+        ['waves', count(e.waves)],
+        ['max_failed', e.max_failed],
+      ];
+      break;
+    case 'wave':
+      rest = [
+        ['wave', typeof e.wave === 'number' ? e.wave + 1 : e.wave],
+        ['of', e.waves],
+        ['status', e.status],
+        ['engines', count(e.engines)],
+        ['wave_refit', e.wave_refit_id],
+        ['drain_ms', e.drain_ms],
+        ['drain_timed_out', e.status === 'refitting' ? count(e.drain_timed_out) : undefined],
+        ['result', e.result],
       ];
       break;
     case 'takeover':
@@ -147,7 +167,10 @@ function rank(e: EngineProgress): number {
  */
 export function progressLines(p: RefitProgress, size: { columns: number; rows: number }, elapsedMs: number): string[] {
   const t = tally(p);
-  const where = p.report ? String(p.status) : p.phase ? stepLabel(p.phase, p.step, p.stepIndex, p.steps) : p.status;
+  const step = p.report ? String(p.status) : p.phase ? stepLabel(p.phase, p.step, p.stepIndex, p.steps) : p.status;
+  // A rolling refit says which wave runs, and whether it is still draining.
+  const wave = p.wave && !p.report ? `wave ${p.wave.index + 1}/${p.wave.of}${p.wave.status === 'draining' ? ' draining' : ''} · ` : '';
+  const where = `${wave}${step}`;
   const counts = [`${t.ok} ok`, `${t.failed} failed`, t.running ? `${t.running} running` : null].filter(Boolean).join(', ');
   const extra = [p.skipped ? `${p.skipped} skipped` : null, p.takeovers ? `${p.takeovers} takeover${p.takeovers > 1 ? 's' : ''}` : null].filter(Boolean);
   // The long part (a step's name) goes last: a narrow terminal cuts it, not the counts.

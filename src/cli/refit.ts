@@ -33,6 +33,7 @@ export const REFIT_EXIT = {
 const REFIT_ID = /^[A-Za-z0-9_-]{1,128}$/;
 
 const HELP = `usage: rlgate refit --version V (--model-path P | --request FILE) [--selector S] [--refit-id ID]
+                     [--strategy all|rolling|in_flight [strategy flags]]
                      [--nats-url U] [--subject-root R] [--timeout-secs N] [--quiet] [NATS credential flags]
   Sends {"weight_version", "selector", "source": {"kind": "disk", "model_path"}} (or the JSON
   request in FILE) on <root>.refit.request and prints the report (JSON) on stdout. While the refit
@@ -40,6 +41,14 @@ const HELP = `usage: rlgate refit --version V (--model-path P | --request FILE) 
   terminal, one key=value line per event otherwise.
   --refit-id      the refit's id, [A-Za-z0-9_-]{1,128} (default: the request file's refit_id, else a
                   random UUID); the same id again is the same refit, never a second one
+  --strategy      how the fleet is refit (the request's "strategy", docs/refit-strategies.md):
+                  all (every engine at once, the default), rolling (in waves), in_flight (running
+                  requests kept in place); replaces the request file's strategy
+  --max-unavailable N|P%   rolling: engines per wave, a count or a share of the targets (default 1)
+  --drain-timeout-ms N     rolling: how long a wave's requests may take to end (default 30000)
+  --pause-mode abort|retract  rolling: how what still runs after the drain is paused (default abort)
+  --max-failed N           rolling: more failed engines than N and no further wave starts (default 0)
+  --cache flush|keep       in_flight: flush the prefix cache with the load (default), or keep it
   --timeout-secs  longest wait for the report (default 900)
   --quiet         no progress on stderr
   --subject-root  the gateways' subject root [RLGATE_SUBJECT_ROOT] (default rl)
@@ -69,6 +78,12 @@ async function parseRefitArgs(argv: string[]): Promise<RefitArgs> {
       request: { type: 'string' },
       selector: { type: 'string' },
       'refit-id': { type: 'string' },
+      strategy: { type: 'string' },
+      'max-unavailable': { type: 'string' },
+      'drain-timeout-ms': { type: 'string' },
+      'pause-mode': { type: 'string' },
+      'max-failed': { type: 'string' },
+      cache: { type: 'string' },
       'subject-root': { type: 'string' },
       'timeout-secs': { type: 'string' },
       quiet: { type: 'boolean' },
@@ -96,6 +111,8 @@ async function parseRefitArgs(argv: string[]): Promise<RefitArgs> {
     request = { weight_version: values.version, source: { kind: 'disk', model_path: values['model-path'] } };
     if (values.selector) request.selector = values.selector;
   }
+  const strategy = strategyOf(values);
+  if (strategy) request.strategy = strategy;
   const id = values['refit-id'];
   if (id !== undefined) {
     if (!REFIT_ID.test(id)) throw new Error(`--refit-id must match [A-Za-z0-9_-]{1,128}, got ${JSON.stringify(id)}`);
@@ -108,6 +125,34 @@ async function parseRefitArgs(argv: string[]): Promise<RefitArgs> {
   const nats = readNatsClientFlags(argv);
   checkNatsSettings(nats.url, nats.auth);
   return { request, root, timeoutMs: Number(secs) * 1000, quiet: values.quiet === true, nats };
+}
+
+const STRATEGY_FLAGS = ['max-unavailable', 'drain-timeout-ms', 'pause-mode', 'max-failed', 'cache'] as const;
+
+/**
+ * The request's `strategy` from the flags, or undefined without `--strategy`. Numbers are sent as
+ * numbers; whether a field fits the kind is the gateway's to say (one set of rules, one 400).
+ */
+function strategyOf(values: Partial<Record<'strategy' | (typeof STRATEGY_FLAGS)[number], string>>): Record<string, unknown> | undefined {
+  if (values.strategy === undefined) {
+    const stray = STRATEGY_FLAGS.find((f) => values[f] !== undefined);
+    if (stray) throw new Error(`--${stray} needs --strategy`);
+    return undefined;
+  }
+  const whole = (flag: (typeof STRATEGY_FLAGS)[number]): number | undefined => {
+    const v = values[flag];
+    if (v === undefined) return undefined;
+    if (!/^\d+$/.test(v)) throw new Error(`--${flag} must be a whole number, got ${v}`);
+    return Number(v);
+  };
+  const out: Record<string, unknown> = { kind: values.strategy };
+  const max = values['max-unavailable'];
+  if (max !== undefined) out.max_unavailable = max.endsWith('%') ? max : whole('max-unavailable');
+  if (values['drain-timeout-ms'] !== undefined) out.drain_timeout_ms = whole('drain-timeout-ms');
+  if (values['pause-mode'] !== undefined) out.pause_mode = values['pause-mode'];
+  if (values['max-failed'] !== undefined) out.max_failed = whole('max-failed');
+  if (values.cache !== undefined) out.cache = values.cache;
+  return out;
 }
 
 export async function refitCommand(argv: string[]): Promise<number> {

@@ -103,9 +103,50 @@ describe('rlgate refit', () => {
     expect(r.stderr).toContain('no gateway answers on nobody.refit.request');
   });
 
+  it('--strategy rolling: one engine at a time, each wave on the stderr lines, its legs marked with the wave', async () => {
+    const r = await refit([
+      '--version',
+      '16',
+      '--model-path',
+      '/m/16',
+      '--strategy',
+      'rolling',
+      '--max-unavailable',
+      '1',
+      '--nats-url',
+      t.nats.url,
+      '--refit-id',
+      'cli-rolling',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const report = JSON.parse(r.stdout);
+    expect(report).toMatchObject({ id: 'cli-rolling', status: 'succeeded', strategy: 'rolling', total: 2, succeeded: 2 });
+    expect(report.waves.map((w: { refit_id: string }) => w.refit_id)).toEqual(['cli-rolling-w1', 'cli-rolling-w2']);
+    const lines = r.stderr
+      .split('\n')
+      .map(fields)
+      .filter((f) => f.refit === 'cli-rolling');
+    expect(lines.filter((f) => f.event === 'wave').map((f) => `${f.wave} ${f.status}`)).toEqual([
+      '1 draining',
+      '1 refitting',
+      '1 done',
+      '2 draining',
+      '2 refitting',
+      '2 done',
+    ]);
+    // Each engine's four legs, in the wave that refit it, and no engine in the other.
+    const byWave = (n: string) => new Set(lines.filter((f) => f.event === 'leg' && f.wave === n).map((f) => f.engine));
+    expect(byWave('1').size).toBe(1);
+    expect(byWave('2').size).toBe(1);
+    expect(new Set([...byWave('1'), ...byWave('2')])).toEqual(new Set(sims.map((s) => s.url)));
+    for (const sim of sims) expect((await sim.state()).weightVersion).toBe('16');
+  });
+
   it('exit 2 on a usage error, before anything is sent', async () => {
     for (const args of [
       ['--model-path', '/m'],
+      ['--version', '1', '--model-path', '/m', '--max-unavailable', '1'],
+      ['--version', '1', '--model-path', '/m', '--strategy', 'rolling', '--max-failed', 'x'],
       ['--version', '1', '--model-path', '/m', '--refit-id', 'a.b'],
       ['--version', '1', '--model-path', '/m', '--bogus'],
     ]) {

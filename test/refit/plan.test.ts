@@ -287,3 +287,79 @@ describe('refit requests planRefit never sees', () => {
     expect(err.context.field).toBe(field);
   });
 });
+
+describe('planRefit: strategies', () => {
+  const sglang = () => worker(31001);
+  const keepOnly = () => worker(31002, { 'rl.pause_modes': 'wait,keep' });
+  const waitOnly = () => worker(31003, { 'rl.pause_modes': 'wait,abort' });
+
+  it('rolling pauses in the strategy mode, abort by default', () => {
+    expect(planRefit(disk({}, { strategy: { kind: 'rolling' } }), [sglang()]).pause.body).toEqual({ mode: 'abort' });
+    expect(planRefit(disk({}, { strategy: { kind: 'rolling', pause_mode: 'retract' } }), [sglang()]).pause.body).toEqual({ mode: 'retract' });
+  });
+
+  it('in_flight pauses in place: in_place where every engine has it, else keep', () => {
+    expect(planRefit(disk({}, { strategy: { kind: 'in_flight' } }), [sglang()]).pause.body).toEqual({ mode: 'in_place' });
+    expect(planRefit(disk({}, { strategy: { kind: 'in_flight' } }), [keepOnly()]).pause.body).toEqual({ mode: 'keep' });
+  });
+
+  it('in_flight is refused (409 strategy_unsupported) naming each engine that cannot, or when the targets share no mode', () => {
+    const w = waitOnly();
+    const e = gatewayError(() => planRefit(disk({}, { strategy: { kind: 'in_flight' } }), [sglang(), w]));
+    expect(e.code).toBe('strategy_unsupported');
+    expect(e.status).toBe(409);
+    expect(e.context.workers).toBe(w.id);
+    const mixed = gatewayError(() => planRefit(disk({}, { strategy: { kind: 'in_flight' } }), [sglang(), keepOnly()]));
+    expect(mixed.code).toBe('strategy_unsupported');
+    expect(mixed.context.workers).toBe('');
+  });
+
+  it("in_flight's cache decides the flush of the load: flush by default, keep on request", () => {
+    const load = (req: RefitRequest) => planRefit(req, [sglang()]).step(0, sglang()).body;
+    expect(load(disk({}, { strategy: { kind: 'in_flight' } }))).toMatchObject({ flush_cache: true });
+    expect(load(disk({}, { strategy: { kind: 'in_flight', cache: 'keep' } }))).toMatchObject({ flush_cache: false });
+    const last = (req: RefitRequest) => planRefit(req, [sglang()]).step(CHUNKS.length, sglang()).body;
+    expect(last(distributed({}, { strategy: { kind: 'in_flight' } }))).toMatchObject({ flush_cache: true });
+    expect(last(distributed({}, { strategy: { kind: 'in_flight', cache: 'keep' } }))).toMatchObject({ flush_cache: false });
+  });
+});
+
+describe('parseRefitRequest: strategies', () => {
+  const base = { weight_version: '8', source: { kind: 'disk', model_path: '/m' } };
+  const refused = (body: unknown) => gatewayError(() => parseRefitRequest(body));
+
+  it('accepts each kind with its own fields', () => {
+    expect(parseRefitRequest({ ...base, strategy: { kind: 'all' } }).strategy).toEqual({ kind: 'all' });
+    const rolling = { kind: 'rolling', max_unavailable: '25%', drain_timeout_ms: 0, pause_mode: 'retract', max_failed: 2 };
+    expect(parseRefitRequest({ ...base, strategy: rolling }).strategy).toEqual(rolling);
+    expect(parseRefitRequest({ ...base, strategy: { kind: 'in_flight', cache: 'keep' } }).strategy).toEqual({ kind: 'in_flight', cache: 'keep' });
+  });
+
+  it.each([
+    [{ kind: 'sometimes' }, '/strategy/kind'],
+    [{ kind: 'rolling', max_unavailable: 0 }, '/strategy/max_unavailable'],
+    [{ kind: 'rolling', max_unavailable: '0%' }, '/strategy/max_unavailable'],
+    [{ kind: 'rolling', max_unavailable: '150%' }, '/strategy/max_unavailable'],
+    [{ kind: 'rolling', pause_mode: 'in_place' }, '/strategy/pause_mode'],
+    [{ kind: 'rolling', cache: 'keep' }, '/strategy/cache'],
+    [{ kind: 'in_flight', max_unavailable: 1 }, '/strategy/max_unavailable'],
+    [{ kind: 'all', max_failed: 1 }, '/strategy/max_failed'],
+    [{ kind: 'rolling', surge: 1 }, '/strategy/surge'],
+  ])('refuses %j (400 at %s)', (strategy, field) => {
+    const e = refused({ ...base, strategy });
+    expect(e.code).toBe('invalid_request');
+    expect(String(e.context.field)).toContain(field.split('/').slice(0, 3).join('/'));
+  });
+
+  it('refuses a rolling NCCL refit, a request pause_mode beside a strategy, and a source flush that contradicts in_flight', () => {
+    const nccl = { weight_version: '8', source: { kind: 'distributed', master_address: 'h', master_port: 1, chunks: CHUNKS } };
+    expect(refused({ ...nccl, strategy: { kind: 'rolling' } }).context.field).toBe('/strategy/kind');
+    expect(refused({ ...base, pause_mode: 'abort', strategy: { kind: 'rolling' } }).context.field).toBe('/pause_mode');
+    expect(refused({ ...base, source: { ...base.source, flush_cache: true }, strategy: { kind: 'in_flight', cache: 'keep' } }).context.field).toBe(
+      '/source/flush_cache',
+    );
+    expect(parseRefitRequest({ ...base, source: { ...base.source, flush_cache: false }, strategy: { kind: 'in_flight', cache: 'keep' } }).strategy?.kind).toBe(
+      'in_flight',
+    );
+  });
+});
