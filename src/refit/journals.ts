@@ -180,7 +180,8 @@ export class RefitJournals {
   /**
    * A refit other than `refitId` that holds one of these engines: one this replica queued that
    * has no journal yet, or a running one. A journal the local copy shows running is read afresh
-   * before it refuses anything: it may have ended meanwhile.
+   * before it refuses anything: it may have ended meanwhile. A rolling refit (`parent`, for one of
+   * its waves) and its own waves never clash.
    */
   async clashes(refitId: string, targets: string[], parent?: string): Promise<Clash | undefined> {
     for (const [id, { targets: held }] of this.accepted) {
@@ -189,7 +190,8 @@ export class RefitJournals {
       if (hit) return { worker: hit, refit: id, running: false };
     }
     for (const j of [...this.journals.values()]) {
-      if (j.status !== 'running' || j.id === refitId || j.id === parent) continue;
+      // A rolling refit's waves and the parent hold the same engines: neither clashes with the other.
+      if (j.status !== 'running' || j.id === refitId || j.id === parent || j.parent === refitId) continue;
       const hit = targets.find((t) => j.targets.includes(t));
       if (!hit) continue;
       const now = (await this.fresh(j.id)) ?? j;
