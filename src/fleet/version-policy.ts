@@ -91,3 +91,15 @@ export function admit(policy: VersionPolicy, candidate: Candidate, fleetMax: str
       return compareVersions(v, policy.version) >= 0 ? null : 'stale';
   }
 }
+
+/**
+ * Whether a request admitted when its engine held `admitted` is now too stale under `policy`: the
+ * fleet's maximum moved more than `k` versions past it (`max-staleness:k`; the same numeric
+ * distance the admission filter measures, a text version on either side being stale once the
+ * maximum differs). Only `max-staleness` bounds a request in flight.
+ */
+export function staleInFlight(policy: VersionPolicy, admitted: string, fleetMax: string | undefined): boolean {
+  if (policy.kind !== 'max-staleness' || fleetMax === undefined) return false;
+  if (compareVersions(admitted, fleetMax) >= 0) return false;
+  return admit(policy, { control: 'active', version: admitted }, fleetMax) === 'stale';
+}

@@ -41,6 +41,7 @@ import { Metrics } from '../obs/metrics.ts';
 import { redactUrl } from '../obs/redact-url.ts';
 import { defaultDeadlines } from '../refit/deadlines.ts';
 import { RefitJournals } from '../refit/journals.ts';
+import { StaleGuard } from '../relay/stale-guard.ts';
 import { serveRefitRequests } from '../refit/nats-front.ts';
 import { pauseHolds, watchLatePauses } from '../refit/pause-holds.ts';
 import { RefitPublisher } from '../refit/publisher.ts';
@@ -237,7 +238,10 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
     }
     const router = new Router({ registry, view, host, policy, usage, decisions: metrics, answers: metrics, draining: (id) => journals.draining(id) });
     const feed = new FleetFeed({ bus, subjects: subj, registry, view });
-    const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, refitEvents, feed, router, bus, fence };
+    // Looked at only while a max-staleness request runs; the table's generations say when versions moved.
+    const stale = new StaleGuard({ view, generation: () => registry.generation + host.generation, metrics });
+    cleanups.push(() => stale.close());
+    const services: Services = { config, log, metrics, registry, view, host, passthrough, refits, refitEvents, feed, router, bus, fence, stale };
     // Trainers on the bus: one replica answers each refit request.
     if (config.rl.enabled) {
       const sub = serveRefitRequests(bus, subj, refits);

@@ -8,6 +8,7 @@
 // with the same retry before their first event; an engine that cannot take a request (`text`
 // without a tokenizer, a field its wire lacks) passes it to the other eligible engines.
 
+import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpEngineClient } from '../engines/http.ts';
 import { relayToHttpEngine, type Sent } from '../relay/http-relay.ts';
@@ -28,7 +29,8 @@ import { smallestContextLength } from '../fleet/context-length.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { TokenEngine } from '../engines/generation.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
-import { parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
+import { formatVersionPolicy, parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
+import { ON_STALE_HEADER, staleActionOf, withRid, type StaleAction } from '../relay/stale-guard.ts';
 import { errorResponses } from '../api/error-responses.ts';
 import {
   ChatRequest,
@@ -107,6 +109,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   }
   const rl = services.config.rl.enabled;
   const policy = rl ? requestPolicy(services.config.rl.versionPolicy, req) : undefined;
+  const onStale = rl ? staleActionOf(req.headers[ON_STALE_HEADER]) : undefined;
   let modelId: string;
   try {
     modelId = resolveModel(services, parsed.model);
@@ -153,6 +156,15 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   const timeoutSecs = services.config.requestTimeoutSecs;
   const watch = new RequestWatch(reply.raw, timeoutSecs * 1000);
   const stream = parsed.stream === true;
+  // Under max-staleness a /generate is bounded while it runs too (stale-guard.ts); an HTTP engine
+  // is asked to abort it by its rid, so a request that names none gets one.
+  const bounded = policy?.kind === 'max-staleness' && path === '/generate' && !batch;
+  let rid: string | undefined;
+  let sentBody = body;
+  if (bounded) {
+    rid = typeof parsed.rid === 'string' ? parsed.rid : `rlgate-${randomUUID()}`;
+    if (parsed.rid === undefined && body) sentBody = withRid(body, rid);
+  }
 
   const tried = new Set<string>();
   let unreachable: { worker: Worker; error: Error } | undefined;
@@ -160,10 +172,13 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   // A retry goes by the prompt alone, as it always has: no key, no target, on another engine.
   let inputs: RoutingInputs = first;
   const retry: RoutingInputs = prompt;
+  let unwatch: (() => void) | undefined;
   for (;;) {
     tried.add(worker.id);
     timing.attempt(worker);
     const client = services.host.client(worker.id);
+    unwatch?.();
+    unwatch = bounded ? boundInFlight(services, worker, client, watch, policy!, modelId, onStale ?? 'abort', rid!) : undefined;
     // What the engine's answer said, for the policy's bookkeeping and the routing figures (each relay fills it at the answer's end).
     const outcome: RequestOutcome = { answered: false };
     let sent: Sent | TokenAttempt;
@@ -175,16 +190,19 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
             ? await tokenRelay(services, worker, client, parsed, reply, signals, outcome)
             : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals, outcome);
       } else if (client instanceof HttpEngineClient) {
-        sent = await relayToHttpEngine(services, path, stream, body, worker, client, reply, watch, outcome);
+        sent = await relayToHttpEngine(services, path, stream, sentBody, worker, client, reply, watch, outcome);
       } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
     } catch (err) {
+      unwatch?.();
       router.finished(worker.id, inputs, outcome);
       throw err;
     }
     if (sent.kind === 'answered') {
-      finishOnClose(reply.raw, router, worker.id, inputs, outcome);
+      finishOnClose(reply.raw, router, worker.id, inputs, outcome, unwatch);
       return reply;
     }
+    unwatch?.();
+    unwatch = undefined;
     router.finished(worker.id, inputs, outcome);
     if (sent.kind === 'deadline') {
       services.metrics.request(path, 504);
@@ -227,8 +245,18 @@ function headerValue(v: string | string[] | undefined): string | undefined {
 }
 
 /** Tells the router the request ended when its answer is done or cut off (a stream outlives the handler). */
-function finishOnClose(res: FastifyReply['raw'], router: Services['router'], workerId: string, inputs: RoutingInputs, outcome: RequestOutcome): void {
-  const done = () => router.finished(workerId, inputs, outcome);
+function finishOnClose(
+  res: FastifyReply['raw'],
+  router: Services['router'],
+  workerId: string,
+  inputs: RoutingInputs,
+  outcome: RequestOutcome,
+  unwatch: (() => void) | undefined,
+): void {
+  const done = () => {
+    unwatch?.();
+    router.finished(workerId, inputs, outcome);
+  };
   if (res.closed) done();
   else res.once('close', done);
 }
@@ -272,4 +300,47 @@ let configuredPolicy: { text: string; policy: VersionPolicy } | undefined;
 function defaultPolicy(text: string): VersionPolicy {
   if (configuredPolicy?.text !== text) configuredPolicy = { text, policy: parseVersionPolicy(text.trim()) };
   return configuredPolicy.policy;
+}
+
+/**
+ * Watches one attempt against its staleness bound: the engine's version now is what it was
+ * admitted on. Gone stale, a `mark` request goes on (its buffered answer says `x-rl-stale:
+ * marked`); an `abort` one is cut off: a token engine's generation is cancelled (the answer ends as
+ * an abort partial saying why), an HTTP engine is sent `abort_request` for the request's rid and
+ * its own abort answer comes back. Unversioned engines are not watched.
+ */
+function boundInFlight(
+  services: Services,
+  worker: Worker,
+  client: ReturnType<Services['host']['client']>,
+  watch: RequestWatch,
+  policy: VersionPolicy,
+  modelId: string,
+  action: StaleAction,
+  rid: string,
+): (() => void) | undefined {
+  const admitted = services.view.engine(worker).version;
+  if (admitted === undefined) return undefined;
+  return services.stale.watch({
+    modelId,
+    admitted,
+    policy,
+    action,
+    onStale: (fleetMax) => {
+      const why = `admitted on version ${admitted}, the fleet is on ${fleetMax}, past ${formatVersionPolicy(policy)}`;
+      services.log.info({ worker_id: worker.id, rid, admitted, fleet_version: fleetMax, action }, 'request in flight past its staleness bound');
+      watch.goneStale(action, why);
+      if (action === 'abort' && client instanceof HttpEngineClient) {
+        void client.pool
+          .request({
+            path: '/abort_request',
+            method: 'POST',
+            headers: { 'content-type': 'application/json', ...(worker.apiKey ? { authorization: `Bearer ${worker.apiKey}` } : {}) },
+            body: JSON.stringify({ rid }),
+          })
+          .then((r) => r.body.dump())
+          .catch((err: Error) => services.log.warn({ worker_id: worker.id, rid, err: err.message }, 'could not ask the engine to abort a stale request'));
+      }
+    },
+  });
 }

@@ -14,6 +14,7 @@ import type { Bus } from '../bus/connection.ts';
 import type { RefitEventLog } from '../bus/refit-events.ts';
 import type { FleetFeed } from '../fleet/fleet-feed.ts';
 import type { LeaseFence } from '../fleet/lease-fence.ts';
+import type { StaleGuard } from '../relay/stale-guard.ts';
 
 export interface Services {
   config: GatewayConfig;
@@ -29,6 +30,8 @@ export interface Services {
   /** Engine changes and refit events while someone watches (GET /v1/rl/events). */
   feed: FleetFeed;
   router: Router;
+  /** The staleness bound on /generate requests in flight (relay/stale-guard.ts). */
+  stale: StaleGuard;
   /** Only whether NATS is connected (GET /health); routes never use the bus directly. */
   bus: Pick<Bus, 'connected'>;
   /** Whether this replica may command engines (GET /health): closed when its lease is not confirmed. */

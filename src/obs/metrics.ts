@@ -65,6 +65,7 @@ export class Metrics {
   private readonly filtered: Lazy<Counter<'reason'>>;
   private readonly unroutables: Lazy<Counter>;
   private readonly mixed: Lazy<Counter>;
+  private readonly staleInFlight: Lazy<Counter<'action'>>;
   private readonly inflightChanges: Lazy<Counter>;
   private readonly requests: Counter<'route' | 'status_class'>;
   private readonly decisions: Counter<'worker' | 'reason'>;
@@ -156,6 +157,15 @@ export class Metrics {
     );
     this.unroutables = lazy(() => new Counter({ name: rl('requests_unroutable_total'), help: 'Selections whose eligible set became empty', registers }));
     this.mixed = lazy(() => new Counter({ name: rl('mixed_version_total'), help: 'Buffered /generate responses flagged mixed-version', registers }));
+    this.staleInFlight = lazy(
+      () =>
+        new Counter({
+          name: rl('stale_requests_total'),
+          help: 'Requests in flight under max-staleness whose fleet moved past their bound, by what was done (aborted, marked)',
+          labelNames: ['action'] as const,
+          registers,
+        }),
+    );
     this.inflightChanges = lazy(
       () =>
         new Counter({
@@ -334,6 +344,11 @@ export class Metrics {
   /** A buffered /generate answer flagged `x-smg-mixed-version`. */
   mixedVersion(): void {
     if (this.rl) this.mixed().inc();
+  }
+
+  /** A request in flight went past its `max-staleness` bound: aborted, or let finish and marked. */
+  staleRequest(action: 'aborted' | 'marked'): void {
+    if (this.rl) this.staleInFlight().inc({ action });
   }
 
   /** An engine's version changed while it had data-plane requests in flight. */

@@ -16,7 +16,17 @@ import type { RequestWatch } from './request-watch.ts';
 import type { RelayServices } from './relay-services.ts';
 import { streamedChunk } from '../obs/request-timing.ts';
 import { readAnswerCounts } from './answer-counts.ts';
-import { EXPOSED_HEADERS, GATEWAY_ONLY_HEADERS, MIXED_HEADERS, ROUTED_HEADER, WEIGHT_HEADERS, isJsonContentType, isMixedBytes } from './stamping.ts';
+import {
+  ADMITTED_HEADER,
+  EXPOSED_HEADERS,
+  GATEWAY_ONLY_HEADERS,
+  MIXED_HEADERS,
+  ROUTED_HEADER,
+  STALE_HEADER,
+  WEIGHT_HEADERS,
+  isJsonContentType,
+  isMixedBytes,
+} from './stamping.ts';
 
 const HOP_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade', ...GATEWAY_ONLY_HEADERS]);
 
@@ -39,7 +49,9 @@ export function relayToHttpEngine(
   outcome: RequestOutcome,
 ): Promise<Sent> {
   return new Promise<Sent>((resolve, reject) => {
-    const attempt = new HttpAttempt(services, path, stream, worker, reply, watch, outcome, resolve, reject);
+    // The engine's version as the request is sent: the answer's admitted version (RL on).
+    const admitted = services.config.rl.enabled ? services.view.engine(worker).version : undefined;
+    const attempt = new HttpAttempt(services, path, stream, worker, reply, watch, outcome, admitted, resolve, reject);
     services.host.acquire(worker.id);
     const headers: Record<string, string> = worker.apiKey
       ? { 'content-type': 'application/json', authorization: `Bearer ${worker.apiKey}` }
@@ -75,6 +87,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
     private readonly reply: FastifyReply,
     private readonly watch: RequestWatch,
     private readonly answer: RequestOutcome,
+    private readonly admitted: string | undefined,
     private readonly resolve: (s: Sent) => void,
     private readonly reject: (err: unknown) => void,
   ) {}
@@ -92,7 +105,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
     this.outcome = statusCode >= 500 ? 'failure' : 'success';
     // One read of the table version for the stamped header and the mixed check alike.
     this.version = rl ? services.view.engine(this.worker).version : undefined;
-    this.head = answerHead(this.worker, this.reply, upstream, rl, this.version);
+    this.head = answerHead(this.worker, this.reply, upstream, rl, this.version, this.admitted);
     // Streams are never inspected (§13.4): only a buffered 2xx JSON /generate is read whole.
     if (rl && path === '/generate' && !this.stream && statusCode < 300 && isJsonContentType(upstream['content-type'])) {
       this.chunks = [];
@@ -131,10 +144,14 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
     const payload = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
     this.release(this.outcome);
     const head = this.head!;
-    if (isMixedBytes(payload, this.version)) {
+    // Mixed: the body names another version than the engine holds, or a refit of the engine
+    // landed while it ran (admitted on one version, answered on another).
+    const straddled = this.admitted !== undefined && this.version !== undefined && this.admitted !== this.version;
+    if (straddled || isMixedBytes(payload, this.version)) {
       for (const h of MIXED_HEADERS) head[h] = 'true';
       services.metrics.mixedVersion();
     }
+    if (this.watch.stale) head[STALE_HEADER] = this.watch.stale;
     head['content-length'] = payload.length;
     this.reply.hijack();
     res.writeHead(status, head);
@@ -179,7 +196,14 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
 }
 
 /** The caller's answer head: the engine's headers minus hop-by-hop and gateway-only ones, plus ours. */
-function answerHead(worker: Worker, reply: FastifyReply, upstream: IncomingHttpHeaders, rl: boolean, version: string | undefined): OutgoingHttpHeaders {
+function answerHead(
+  worker: Worker,
+  reply: FastifyReply,
+  upstream: IncomingHttpHeaders,
+  rl: boolean,
+  version: string | undefined,
+  admitted: string | undefined,
+): OutgoingHttpHeaders {
   const head: OutgoingHttpHeaders = {};
   for (const k in upstream) {
     const v = upstream[k];
@@ -187,6 +211,7 @@ function answerHead(worker: Worker, reply: FastifyReply, upstream: IncomingHttpH
   }
   head[ROUTED_HEADER] = worker.url;
   if (rl && version !== undefined) for (const h of WEIGHT_HEADERS) head[h] = version;
+  if (rl && admitted !== undefined) head[ADMITTED_HEADER] = admitted;
   if (reply.request.headers.origin !== undefined) head['access-control-expose-headers'] = EXPOSED_HEADERS;
   return head;
 }

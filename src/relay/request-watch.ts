@@ -10,8 +10,15 @@ import type { AttemptSignals } from './token-relay.ts';
 export class RequestWatch {
   callerGone = false;
   expired = false;
+  /**
+   * The request went past its `max-staleness` bound while it ran (stale-guard.ts): `aborted` (it
+   * was cut off) or `marked` (it finishes, and its buffered answer says so in `x-rlgate-stale`).
+   */
+  stale: 'aborted' | 'marked' | undefined;
+  /** Why it went stale, for the abort partial a token engine's answer ends with. */
+  staleMessage = '';
   private current: Dispatcher.DispatchController | null = null;
-  private controllers: { caller: AbortController; deadline: AbortController } | null = null;
+  private controllers: { caller: AbortController; deadline: AbortController; stale: AbortController } | null = null;
   private readonly timer: NodeJS.Timeout;
 
   constructor(res: ServerResponse, timeoutMs: number) {
@@ -37,6 +44,17 @@ export class RequestWatch {
     this.controllers?.caller.abort();
   }
 
+  /**
+   * The request is past its staleness bound. Marked, it goes on; aborted, a token engine's
+   * generation is cancelled (its answer ends as an abort partial). An HTTP engine is asked to abort
+   * it by the caller of this (by rid), so that its own abort answer comes back as SGLang writes it.
+   */
+  goneStale(action: 'abort' | 'mark', message: string): void {
+    this.stale = action === 'abort' ? 'aborted' : 'marked';
+    this.staleMessage = message;
+    if (action === 'abort') this.controllers?.stale.abort();
+  }
+
   get interrupted(): boolean {
     return this.callerGone || this.expired;
   }
@@ -49,11 +67,12 @@ export class RequestWatch {
   /** The same facts as AbortSignals, for the token relays. */
   signals(): AttemptSignals {
     if (!this.controllers) {
-      this.controllers = { caller: new AbortController(), deadline: new AbortController() };
+      this.controllers = { caller: new AbortController(), deadline: new AbortController(), stale: new AbortController() };
       if (this.callerGone) this.controllers.caller.abort();
       if (this.expired) this.controllers.deadline.abort();
+      if (this.stale === 'aborted') this.controllers.stale.abort();
     }
-    return { caller: this.controllers.caller.signal, deadline: this.controllers.deadline.signal };
+    return { caller: this.controllers.caller.signal, deadline: this.controllers.deadline.signal, stale: this.controllers.stale.signal, watch: this };
   }
 }
 

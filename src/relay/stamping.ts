@@ -1,7 +1,9 @@
 // Response stamping of the data plane: the routed engine's table version as
-// `x-smg-weight-version`, and `x-smg-mixed-version: true` when a buffered JSON /generate body
-// names a version other than that one. RL-only; callers decide when RL is on. It never changes
-// a body: the mixed check reads it and the caller sends the bytes it already has.
+// `x-smg-weight-version`, the version it was admitted on as `x-rl-admitted-version`,
+// `x-smg-mixed-version: true` when a buffered JSON /generate body names a version other than the
+// table's, and `x-rl-stale` on a buffered answer past its staleness bound. RL-only; callers decide
+// when RL is on. It never changes a body: the mixed check reads it and the caller sends the bytes
+// it already has.
 
 import type { FastifyReply } from 'fastify';
 import { compareVersions } from '../fleet/versions.ts';
@@ -9,12 +11,23 @@ import { compareVersions } from '../fleet/versions.ts';
 export const ROUTED_HEADER = 'x-smg-routed-worker-id';
 export const WEIGHT_HEADERS = ['x-smg-weight-version', 'x-rl-weight-version'] as const;
 export const MIXED_HEADERS = ['x-smg-mixed-version', 'x-rl-mixed-version'] as const;
+/** The engine's version when the request was admitted (RL on; every data-plane answer). */
+export const ADMITTED_HEADER = 'x-rl-admitted-version';
+/** `aborted` or `marked`: a buffered answer that went past its `max-staleness` bound while it ran. */
+export const STALE_HEADER = 'x-rl-stale';
 
 /**
  * Headers only the gateway may set: an engine's headers of these names never pass through as
  * if they were the gateway's (with RL off none of the RL ones may appear at all).
  */
-export const GATEWAY_ONLY_HEADERS: ReadonlySet<string> = new Set([ROUTED_HEADER, 'x-rl-routed-worker-id', ...WEIGHT_HEADERS, ...MIXED_HEADERS]);
+export const GATEWAY_ONLY_HEADERS: ReadonlySet<string> = new Set([
+  ROUTED_HEADER,
+  'x-rl-routed-worker-id',
+  ...WEIGHT_HEADERS,
+  ...MIXED_HEADERS,
+  ADMITTED_HEADER,
+  STALE_HEADER,
+]);
 
 /** What a browser may read of a cross-origin answer (`access-control-expose-headers`). */
 export const EXPOSED_HEADERS = [
@@ -24,6 +37,8 @@ export const EXPOSED_HEADERS = [
   'x-rl-weight-version',
   'x-rl-mixed-version',
   'x-rl-routed-worker-id',
+  ADMITTED_HEADER,
+  STALE_HEADER,
   'x-request-id',
 ].join(', ');
 
@@ -31,6 +46,8 @@ export const EXPOSED_HEADERS = [
 export function stampWeightVersion(reply: FastifyReply, tableVersion: string | undefined): void {
   if (tableVersion === undefined) return;
   for (const h of WEIGHT_HEADERS) reply.header(h, tableVersion);
+  // A token engine's answer is stamped as it is sent: the version it was admitted on.
+  reply.header(ADMITTED_HEADER, tableVersion);
 }
 
 /** `x-smg-mixed-version: true` (+ twin). The caller counts it (`mixed_version_total`). */

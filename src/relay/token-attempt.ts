@@ -11,7 +11,7 @@ import type { Worker } from '../fleet/worker.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { RelayServices } from './relay-services.ts';
 import type { TokenAnswer } from './token-answer.ts';
-import { GATEWAY_ONLY_HEADERS, ROUTED_HEADER, stampWeightVersion } from './stamping.ts';
+import { GATEWAY_ONLY_HEADERS, ROUTED_HEADER, STALE_HEADER, stampWeightVersion } from './stamping.ts';
 import { streamedEvent } from '../obs/request-timing.ts';
 
 /** The request's signals, one set for every attempt (generate.ts owns them and the deadline timer). */
@@ -20,6 +20,10 @@ export interface AttemptSignals {
   caller: AbortSignal;
   /** `--request-timeout-secs` passed, counted from the request's arrival. */
   deadline: AbortSignal;
+  /** The request went past its `max-staleness` bound and is to be cut off (request-watch.ts). */
+  stale?: AbortSignal;
+  /** Whether (and why) it went stale: an abort partial says so, a marked answer's header too. */
+  watch?: { readonly stale: 'aborted' | 'marked' | undefined; readonly staleMessage: string };
 }
 
 /** How one attempt on one token engine ended. */
@@ -92,7 +96,11 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
           if (answer.lacksLogprobs) break;
         }
       } catch (err) {
-        if (deadline.expired) {
+        if (deadline.staleMessage) {
+          // Cut off for staleness: not the engine's fault; the caller gets what was made so far.
+          outcome = 'neutral';
+          answer.abort(deadline.staleMessage);
+        } else if (deadline.expired) {
           outcome = 'failure';
           if (got === 0) throw deadline.timeout(services, path, worker);
           answer.abort(deadline.message);
@@ -113,6 +121,7 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
       }
       const body = shape.body(reply);
       answer.settle(call.outcome);
+      if (signals.watch?.stale) reply.header(STALE_HEADER, signals.watch.stale);
       services.metrics.request(path, 200);
       return { kind: 'answered', reply: reply.code(200).header('content-type', 'application/json').send(body) };
     }
@@ -122,18 +131,23 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
     try {
       first = await events.next();
     } catch (err) {
-      if (deadline.expired) {
-        outcome = 'failure';
-        throw deadline.timeout(services, path, worker);
+      if (deadline.staleMessage) {
+        outcome = 'neutral';
+        answer.abort(deadline.staleMessage);
+      } else {
+        if (deadline.expired) {
+          outcome = 'failure';
+          throw deadline.timeout(services, path, worker);
+        }
+        if (isUnsent(err, signals)) {
+          outcome = 'failure';
+          return unsent(reply, err as Error);
+        }
+        const verdict = failure(err, true, signals.caller.aborted);
+        outcome = verdict.outcome;
+        if (!verdict.partial) throw verdict.error;
+        answer.abort(verdict.message);
       }
-      if (isUnsent(err, signals)) {
-        outcome = 'failure';
-        return unsent(reply, err as Error);
-      }
-      const verdict = failure(err, true, signals.caller.aborted);
-      outcome = verdict.outcome;
-      if (!verdict.partial) throw verdict.error;
-      answer.abort(verdict.message);
       first = { done: true, value: undefined };
     }
     // An engine whose first event lacks the logprobs asked for cannot answer: another may, and
@@ -174,7 +188,11 @@ export async function runTokenAttempt(call: AttemptCall): Promise<TokenAttempt> 
           return;
         }
       } catch (err) {
-        const verdict = deadline.expired ? deadline.verdict() : failure(err, false, signals.caller.aborted);
+        const verdict = deadline.staleMessage
+          ? { outcome: 'neutral' as const, message: deadline.staleMessage }
+          : deadline.expired
+            ? deadline.verdict()
+            : failure(err, false, signals.caller.aborted);
         outcome = verdict.outcome;
         answer.abort(verdict.message);
         broke = true;
@@ -230,6 +248,7 @@ export class TokenDeadline {
   private readonly fired: Promise<never>;
   private readonly onDeadline: () => void;
   private readonly onCaller: () => void;
+  private readonly onStale: () => void;
 
   constructor(
     readonly secs: number,
@@ -245,10 +264,21 @@ export class TokenDeadline {
       abort.abort();
     };
     this.onCaller = () => abort.abort();
+    this.onStale = () => {
+      fire(new Error(this.staleMessage));
+      abort.abort();
+    };
     if (signals.deadline.aborted) this.onDeadline();
     else signals.deadline.addEventListener('abort', this.onDeadline, { once: true });
     if (signals.caller.aborted) this.onCaller();
     else signals.caller.addEventListener('abort', this.onCaller, { once: true });
+    if (signals.stale?.aborted) this.onStale();
+    else signals.stale?.addEventListener('abort', this.onStale, { once: true });
+  }
+
+  /** The request was cut off for staleness: the abort partial's message, else ''. */
+  get staleMessage(): string {
+    return this.signals.stale?.aborted ? `stale: ${this.signals.watch?.staleMessage ?? 'past its max-staleness bound'}` : '';
   }
 
   get message(): string {
@@ -258,12 +288,13 @@ export class TokenDeadline {
   clear(): void {
     this.signals.deadline.removeEventListener('abort', this.onDeadline);
     this.signals.caller.removeEventListener('abort', this.onCaller);
+    this.signals.stale?.removeEventListener('abort', this.onStale);
   }
 
   /** `it` whose reads give up when the deadline passes (the engine is cancelled separately). */
   race<T>(it: AsyncIterator<T>): AsyncIterator<T> {
     return {
-      next: () => (this.expired ? this.fired : Promise.race([it.next(), this.fired])),
+      next: () => (this.expired || this.signals.stale?.aborted ? this.fired : Promise.race([it.next(), this.fired])),
       return: (v?: unknown) => it.return?.(v) ?? Promise.resolve({ done: true, value: undefined }),
     };
   }

@@ -142,6 +142,8 @@ describe('CORS exposed headers and the in-flight version-change counter (SGLang 
         'x-rl-weight-version',
         'x-rl-mixed-version',
         'x-rl-routed-worker-id',
+        'x-rl-admitted-version',
+        'x-rl-stale',
         'x-request-id',
       ].sort(),
     );

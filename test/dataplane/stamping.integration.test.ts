@@ -85,6 +85,7 @@ describe('lines 56, 57: one SGLang simulator', () => {
     expect(bare.status).toBe(200);
     expect(bare.headers['x-smg-weight-version']).toBeUndefined();
     expect(bare.headers['x-rl-weight-version']).toBeUndefined();
+    expect(bare.headers['x-rl-admitted-version']).toBeUndefined();
     expect(bare.headers['x-smg-routed-worker-id']).toBe(sim.url);
     // The simulator reports `default`, but with no table version there is nothing to differ from.
     expect(bare.json.meta_info.weight_version).toBe('default');
@@ -104,6 +105,8 @@ describe('lines 56, 57: one SGLang simulator', () => {
       expect(String(r.headers['content-type']), what).toContain(type);
       expect(r.headers['x-smg-weight-version'], what).toBe('9');
       expect(r.headers['x-rl-weight-version'], what).toBe('9');
+      // No refit while it ran: admitted on the version it was answered on.
+      expect(r.headers['x-rl-admitted-version'], what).toBe('9');
       expect(r.headers['x-smg-routed-worker-id'], what).toBe(sim.url);
       if (type === 'text/event-stream') expect(r.text, what).toContain('data: [DONE]');
     }

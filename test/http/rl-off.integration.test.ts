@@ -125,6 +125,7 @@ describe('RL switched off (fixture OFF)', () => {
       expect(r.headers['x-smg-weight-version'], header).toBeUndefined();
       expect(r.headers['x-smg-mixed-version'], header).toBeUndefined();
       expect(r.headers['x-rl-weight-version'], header).toBeUndefined();
+      expect(r.headers['x-rl-admitted-version'], header).toBeUndefined();
       expect(r.headers['x-smg-routed-worker-id'], header).toBe(sim.url);
     }
   });
