@@ -8,8 +8,11 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
+import { until } from '../fixtures/gateway-process.ts';
 import { sample } from '../fixtures/prometheus-text.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { startTokenFleet, type TokenFleet } from '../fixtures/token-fleet.ts';
+import { defaultConfig } from '../../src/gateway/config.ts';
 
 /** 80 tokens at 40 tokens/s: two seconds, long enough for two rolling refits. */
 const LONG = { input_ids: [1, 2, 3], sampling_params: { max_new_tokens: 80, ignore_eos: true } };
@@ -111,4 +114,40 @@ describe('a request in flight past its max-staleness bound', () => {
     expect(r.json.error).toBe('invalid_request');
     for (const s of sims) expect((await s.requests()).filter((q) => q.path === '/generate')).toEqual([]);
   });
+});
+
+describe('a token engine’s request in flight past its bound (TokenSpeed over gRPC)', () => {
+  let fleet: TokenFleet;
+  afterAll(() => fleet?.close());
+
+  it('is cut off into an abort partial that says why; the engine is not charged a failure', async () => {
+    fleet = await startTokenFleet({
+      sglang: ['--model', 'MODEL', '--token-rate', '0'],
+      tokenspeed: [['--model', 'MODEL', '--token-rate', '40']],
+      // X-SMG-Target-Worker picks the TokenSpeed engine (consistent_hashing honours it).
+      gateway: { routing: { ...defaultConfig().routing, policy: 'consistent_hashing' } },
+    });
+    const { t, ids } = fleet;
+    // TokenSpeed loads over NCCL only: disk refits move the SGLang engine, and with it the fleet.
+    for (const id of [ids.sg!, ids.ts[0]!]) expect((await t.http('POST', `/v1/rl/workers/${id}/version`, { body: { weight_version: '1' } })).status).toBe(200);
+    const answer = t.http('POST', '/generate', { body: LONG, headers: { ...BOUNDED, 'x-smg-target-worker': ids.ts[0]! } });
+    await new Promise((r) => setTimeout(r, 200));
+    for (const v of ['2', '3']) {
+      const r = await t.http('POST', '/v1/rl/refits', { body: { weight_version: v, source: { kind: 'disk', model_path: `/m/${v}` } } });
+      expect(r.status, r.text).toBe(200);
+      expect(r.json.engines.map((e: { worker_id: string }) => e.worker_id)).toEqual([ids.sg]);
+    }
+    const r = await answer;
+    expect(r.status, r.text).toBe(200);
+    expect(r.headers['x-smg-routed-worker-id']).toBe(fleet.ts[0]!.url);
+    expect(r.headers['x-rl-admitted-version']).toBe('1');
+    expect(r.headers['x-rl-stale']).toBe('aborted');
+    expect(r.json.meta_info.finish_reason).toMatchObject({ type: 'abort' });
+    expect(r.json.meta_info.finish_reason.message).toContain('stale: admitted on version 1, the fleet is on 3');
+    expect(r.json.output_ids.length).toBeLessThan(80);
+    const row = (await t.http('GET', `/v1/rl/workers/${ids.ts[0]}`)).json;
+    expect(row.breaker).toBe('closed');
+    // The engine's own count: the cancelled generation stops there too.
+    await until('the engine to stop generating', 5_000, async () => (await fleet.ts[0]!.state()).running === 0);
+  }, 30_000);
 });
