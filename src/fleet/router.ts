@@ -14,6 +14,7 @@ import type { EngineHost } from './engine-host.ts';
 import type { EngineView, FleetView } from './fleet-view.ts';
 import { LeastInflightPolicy } from './policies/least-inflight.ts';
 import type { Decision, LoadReport, Reason, RequestOutcome, RoutingInputs, RoutingPolicy } from './policies/policy.ts';
+import { groupKey, type VersionPins } from './version-pins.ts';
 import type { Registry } from './registry.ts';
 import { RoutingUsage, routingSource, type RoutingFigures } from './routing-usage.ts';
 import { admit, type DropReason, type VersionPolicy } from './version-policy.ts';
@@ -92,6 +93,15 @@ export class Router {
       reports?: (id: string) => LoadReport | undefined;
       /** Engines a rolling refit drains (refit/journals.ts): no new request goes there while another can take it. */
       draining?: (id: string) => boolean;
+      /** One version per GRPO group while engines of several versions serve (RL on; version-pins.ts). */
+      pins?: VersionPins;
+      /**
+       * Whether groups are held to one version now: while a rolling refit runs. Otherwise a fleet
+       * of mixed versions is routed as SMG routes it (the version policy alone decides).
+       */
+      pinning?: () => boolean;
+      /** A group that had to be served by a second version (no engine of its own was eligible). */
+      groupSplit?: () => void;
     },
   ) {
     const policy: RoutingPolicy = deps.policy ?? new LeastInflightPolicy();
@@ -109,9 +119,12 @@ export class Router {
     return this.policy.name;
   }
 
-  /** Whether the policy reads the prompt: callers extract it only then. */
+  /**
+   * Whether routing reads the prompt now: callers extract it only then. The policy may; and while
+   * a rolling refit runs, a GRPO group is known by its prompt (version-pins.ts), whatever the policy.
+   */
   get needsPrompt(): boolean {
-    return this.policy.needsPrompt;
+    return this.policy.needsPrompt || (this.deps.pins !== undefined && (this.deps.pinning?.() ?? true));
   }
 
   /** The policy's queued work on a worker, in tokens; undefined when the policy keeps no such count. */
@@ -213,9 +226,21 @@ export class Router {
    * taken as sent to it (the policy's `routed`). Undefined when there is no candidate, or when the
    * policy finds none fits (a target worker that is not eligible).
    */
-  decide(opts: PickOptions = {}, candidates: Worker[] = this.eligible(opts)): Decision<Worker> | undefined {
-    if (candidates.length === 0) return undefined;
+  decide(opts: PickOptions = {}, all: Worker[] = this.eligible(opts)): Decision<Worker> | undefined {
+    if (all.length === 0) return undefined;
     const { policy } = this;
+    // With RL on, a GRPO group's siblings go to engines of the version its first sample got.
+    const { pins, view } = this.deps;
+    const group = pins && opts.policy ? groupKey(opts) : undefined;
+    const narrow = group !== undefined && (this.deps.pinning?.() ?? true);
+    const candidates = narrow
+      ? pins!.narrow(
+          group,
+          all,
+          (w) => view.engine(w).version,
+          () => this.deps.groupSplit?.(),
+        )
+      : all;
     const d = policy.pick({
       candidates,
       modelId: opts.modelId,
@@ -228,6 +253,10 @@ export class Router {
       implicitKey: opts.implicitKey,
     });
     if (!d) return undefined;
+    if (group !== undefined) {
+      const v = view.engine(d.worker).version;
+      if (v !== undefined) pins!.served(group, v);
+    }
     policy.routed?.(d.worker.id, opts);
     this.deps.decisions?.routingDecision(d.worker.url, d.reason);
     this.usage.decided(d.worker.id, d.reason);

@@ -42,6 +42,7 @@ import { redactUrl } from '../obs/redact-url.ts';
 import { defaultDeadlines } from '../refit/deadlines.ts';
 import { RefitJournals } from '../refit/journals.ts';
 import { StaleGuard } from '../relay/stale-guard.ts';
+import { VersionPins } from '../fleet/version-pins.ts';
 import { serveRefitRequests } from '../refit/nats-front.ts';
 import { pauseHolds, watchLatePauses } from '../refit/pause-holds.ts';
 import { RefitPublisher } from '../refit/publisher.ts';
@@ -236,7 +237,17 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       const kvFeed = new KvFeed({ registry, index: kvIndex, log: child('kv-events') });
       cleanups.push(() => kvFeed.close());
     }
-    const router = new Router({ registry, view, host, policy, usage, decisions: metrics, answers: metrics, draining: (id) => journals.draining(id) });
+    const router = new Router({
+      registry,
+      view,
+      host,
+      policy,
+      usage,
+      decisions: metrics,
+      answers: metrics,
+      draining: (id) => journals.draining(id),
+      ...(config.rl.enabled ? { pins: new VersionPins(Date.now), pinning: () => journals.rolling(), groupSplit: () => metrics.groupVersionSplit() } : {}),
+    });
     const feed = new FleetFeed({ bus, subjects: subj, registry, view });
     // Looked at only while a max-staleness request runs; the table's generations say when versions moved.
     const stale = new StaleGuard({ view, generation: () => registry.generation + host.generation, metrics });

@@ -66,6 +66,7 @@ export class Metrics {
   private readonly unroutables: Lazy<Counter>;
   private readonly mixed: Lazy<Counter>;
   private readonly staleInFlight: Lazy<Counter<'action'>>;
+  private readonly groupSplits: Lazy<Counter>;
   private readonly inflightChanges: Lazy<Counter>;
   private readonly requests: Counter<'route' | 'status_class'>;
   private readonly decisions: Counter<'worker' | 'reason'>;
@@ -157,6 +158,14 @@ export class Metrics {
     );
     this.unroutables = lazy(() => new Counter({ name: rl('requests_unroutable_total'), help: 'Selections whose eligible set became empty', registers }));
     this.mixed = lazy(() => new Counter({ name: rl('mixed_version_total'), help: 'Buffered /generate responses flagged mixed-version', registers }));
+    this.groupSplits = lazy(
+      () =>
+        new Counter({
+          name: rl('group_version_splits_total'),
+          help: 'Requests of a GRPO group (same prompt or routing key) served by another version than its first sample, no engine of that version being eligible',
+          registers,
+        }),
+    );
     this.staleInFlight = lazy(
       () =>
         new Counter({
@@ -344,6 +353,11 @@ export class Metrics {
   /** A buffered /generate answer flagged `x-smg-mixed-version`. */
   mixedVersion(): void {
     if (this.rl) this.mixed().inc();
+  }
+
+  /** A sibling of a GRPO group served by another version than its group's first sample. */
+  groupVersionSplit(): void {
+    if (this.rl) this.groupSplits().inc();
   }
 
   /** A request in flight went past its `max-staleness` bound: aborted, or let finish and marked. */

@@ -54,6 +54,8 @@ export class RefitJournals {
   /** Engines the running rolling refits drain, by refit id, and all of them at once. */
   private readonly drainingBy = new Map<string, readonly string[]>();
   private drainingIds: ReadonlySet<string> = new Set();
+  /** Running rolling refits, by id. */
+  private readonly rollingIds = new Set<string>();
   private polling: NodeJS.Timeout | undefined;
   private stopWatch: (() => void) | undefined;
 
@@ -156,6 +158,11 @@ export class RefitJournals {
    */
   draining(workerId: string): boolean {
     return this.drainingIds.has(workerId);
+  }
+
+  /** A rolling refit runs somewhere: engines of two versions serve until it ends. */
+  rolling(): boolean {
+    return this.drainingBy.size > 0 || this.rollingIds.size > 0;
   }
 
   /** Called with every journal as it changes (any replica's refits). */
@@ -292,11 +299,14 @@ export class RefitJournals {
     if (!j) {
       this.journals.delete(id);
       this.drainedBy(id, []);
+      this.rollingIds.delete(id);
       return;
     }
     this.journals.delete(id); // re-inserted last: the map stays in order of change
     this.journals.set(id, j);
     this.drainedBy(id, j.status === 'running' ? (j.rollout?.draining ?? []) : []);
+    if (j.status === 'running' && j.request.strategy?.kind === 'rolling') this.rollingIds.add(id);
+    else this.rollingIds.delete(id);
     this.accepted.delete(id);
     for (const l of this.journalListeners) l(j);
     if (j.status === 'done' && j.report) {

@@ -25,6 +25,11 @@ import { DEFAULT_DRAIN_TIMEOUT_MS, mayGoOn, planWaves, waveRefitId } from './wav
 
 /** How often a draining wave's engines are asked for their running requests. */
 const DRAIN_POLL_MS = 100;
+/**
+ * A drain lasts this long at least: every replica's router learns of it through the journal's
+ * watch, a few milliseconds behind, and a request one of them routes meanwhile must be counted.
+ */
+const DRAIN_MIN_MS = 100;
 /** How long one `/v1/loads` read may take. */
 const LOADS_READ_MS = 2_000;
 /** How often a wave whose refit another replica holds is looked at again. */
@@ -167,11 +172,12 @@ export class RollingRefit {
    * requests there when the engine cannot say), or `deadline`. The engines still running one then.
    */
   private async drain(wave: Worker[], deadline: number, fence: AbortSignal, refitId: string): Promise<string[]> {
+    const earliest = Math.min(deadline, Date.now() + DRAIN_MIN_MS);
     let busy = wave.map((w) => w.id);
     for (;;) {
-      const loads = await Promise.all(wave.filter((w) => busy.includes(w.id)).map(async (w) => [w.id, await this.running(w, refitId)] as const));
+      const loads = await Promise.all(wave.map(async (w) => [w.id, await this.running(w, refitId)] as const));
       busy = loads.filter(([, n]) => n > 0).map(([id]) => id);
-      if (busy.length === 0 || Date.now() >= deadline || fence.aborted) return busy;
+      if ((busy.length === 0 && Date.now() >= earliest) || Date.now() >= deadline || fence.aborted) return busy;
       await new Promise((res) => setTimeout(res, Math.min(DRAIN_POLL_MS, Math.max(0, deadline - Date.now()))));
     }
   }
