@@ -4,6 +4,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
+import { until } from '../fixtures/gateway-process.ts';
 import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 const disk = (v: string, path = '/m') => ({ weight_version: v, source: { kind: 'disk', model_path: path } });
@@ -73,14 +74,22 @@ describe('gateway shutdown during a refit', () => {
       await sims[0]!.setFaults({ route: 'update_weights_from_disk', delayMs: 800, times: 1 });
       const bus = await t.bus();
       const pending = bus.request<{ status: number }>('rl.refit.request', disk('3'), 20_000);
-      // Wait until the refit has paused the engines, then shut the gateway down under it.
-      const deadline = Date.now() + 10_000;
-      while ((await sims[0]!.state()).paused === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      // Shut the gateway down under the refit: once it has paused the slowed engine, whose load
+      // (800 ms) has not landed yet.
+      const underRefit = await until('the refit pausing the engine', 10_000, async () => {
+        const st = await sims[0]!.state();
+        return st.paused !== null ? st : null;
+      });
       const closing = t.gw.close();
+      expect(underRefit.weightVersion, 'the load landed before the shutdown').not.toBe('3');
       const answer = await pending;
       await closing;
       expect(answer.status).toBe(200);
-      for (const s of sims) expect((await s.state()).paused).toBeNull();
+      for (const s of sims) {
+        const st = await s.state();
+        expect(st.paused).toBeNull();
+        expect(st.weightVersion).toBe('3');
+      }
     } finally {
       await t.close().catch(() => {});
       await Promise.all(sims.map((s) => s.stop()));
