@@ -18,7 +18,7 @@ import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { FUZZ_RUNS, FUZZ_SEED, fuzzParams } from '../fixtures/fuzz.ts';
-import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { engineCalls, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 type Method = 'GET' | 'HEAD' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS';
 interface Route {
@@ -170,7 +170,7 @@ describe('HTTP routes under random requests', () => {
     // Nothing a random request could do legitimately changes the fleet: every id and URL it names
     // is random, and no random body is a valid registration, write or refit.
     expect(await fleetFacts(t, sim)).toEqual(before);
-    const control = (await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path) && !DATA_PLANE.has(r.path));
+    const control = (await engineCalls(sim)).filter((r) => !DATA_PLANE.has(r.path));
     expect(
       control.map((r) => `${r.method} ${r.path}`),
       'control calls reached the engine',
@@ -363,7 +363,7 @@ describe('HTTP write routes under slow bodies', () => {
     process.stdout.write(`[fuzz] HTTP slow bodies: statuses ${JSON.stringify(Object.fromEntries(statuses))}\n`);
     // No body was ever complete: nothing reached the engine, data plane included, and nothing changed.
     expect(await fleetFacts(t, sim)).toEqual(before);
-    const reached = (await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path));
+    const reached = await engineCalls(sim);
     expect(
       reached.map((r) => `${r.method} ${r.path}`),
       'slow requests reached the engine',

@@ -11,7 +11,7 @@ import { encode } from '../../src/bus/codec.ts';
 import { subjects } from '../../src/bus/subjects.ts';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { fuzzParams } from '../fixtures/fuzz.ts';
-import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { engineCalls, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 const subj = subjects('rl');
 const decoder = new TextDecoder();
@@ -66,7 +66,7 @@ describe('NATS subjects under random payloads', () => {
       }),
       fuzzParams('request subjects', requestSubjects().length),
     );
-    const calls = (await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path));
+    const calls = await engineCalls(sim);
     expect(calls.map((c) => c.path)).toEqual([]);
     expect((await sim.state()).paused).toBeNull();
     expect((await t.http('GET', '/health')).status).toBe(200);
