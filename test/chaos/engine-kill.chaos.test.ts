@@ -3,8 +3,8 @@
 // own state (/_sim/state), never on the gateway's belief:
 //   - the refit's report names the killed engine among its failed engines (a 207);
 //   - when that report arrives, no surviving engine is paused;
-//   - once the engine is back and the gateway has seen it, the next refit leaves no engine paused,
-//     and every engine it reports ok holds the new weight version.
+//   - once the engine is back and the gateway has seen it, the next refit answers 200 `succeeded`,
+//     reports every engine ok, leaves none paused, and every engine holds the new weight version.
 // A real gateway (in-process, its own nats-server) and three SGLang simulators in child processes.
 //
 // How the kill moment is drawn: every engine delays each call of the refit by a fixed time
@@ -158,9 +158,11 @@ describe(`chaos: ${SCENARIO}`, () => {
         await waitSeen(victim);
         restartToSeen.push(Date.now() - restartedAt);
 
+        // The whole fleet serves again: the next refit must succeed on every engine, the restarted one included.
         const next = String(2 * trial + 2);
         const r2 = await refit(`kill-${trial}-next`, next);
         nextOutcomes[`${r2.status} ${r2.json?.status}`] = (nextOutcomes[`${r2.status} ${r2.json?.status}`] ?? 0) + 1;
+        if (r2.status !== 200 || r2.json?.status !== 'succeeded') issues.push(`trial ${trial}: the next refit answered ${r2.status} ${r2.text.slice(0, 500)}`);
         const okUrls = new Set(((r2.json?.engines ?? []) as Engine[]).filter((e) => e.outcome === 'ok').map((e) => e.url));
         for (const s of sims) {
           const st = await s.state();
@@ -168,7 +170,8 @@ describe(`chaos: ${SCENARIO}`, () => {
             pausedAfterNext++;
             issues.push(`trial ${trial}: ${s.url}${s === victim ? ' (restarted)' : ''} paused after the next refit: ${r2.status} ${r2.text}`);
           }
-          if (okUrls.has(s.url) && st.weightVersion !== next) {
+          if (!okUrls.has(s.url)) issues.push(`trial ${trial}: ${s.url}${s === victim ? ' (restarted)' : ''} not reported ok in the next refit`);
+          else if (st.weightVersion !== next) {
             wrongVersionAfterNext++;
             issues.push(`trial ${trial}: ${s.url} reported ok in the next refit but holds ${st.weightVersion}, not ${next}`);
           }

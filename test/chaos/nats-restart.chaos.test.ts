@@ -6,11 +6,15 @@
 // - Between refits: once every gateway says it is back on the bus (GET /health 200), the next
 //   refit succeeds, and every engine holds its version and is not paused.
 // - During one: the refit's calls are slowed by simulator faults, the server is stopped at a random
-//   moment of the refit and started again after a short outage. The refit's HTTP answer still arrives,
-//   each engine's outcome in it is what the engine really did (ok exactly when the engine holds
-//   the new version), no engine is paused once it has ended, and the next refit succeeds.
+//   moment of the refit and started again after a short outage. The stop must come before the
+//   refit's last engine call was answered (the engines' own records say when it arrived, its
+//   fault how long it was held), so a stop after the refit's end fails the trial instead of being
+//   counted. The refit's HTTP answer still arrives, each engine's outcome in it is what the engine
+//   really did (ok exactly when the engine holds the new version), no engine is paused once it has
+//   ended, and the next refit succeeds.
 //
-// Everything is judged on the simulators' own state (/_sim/state), never the gateway's view.
+// Everything is judged on the simulators' own state (/_sim/state, /_sim/requests), never the
+// gateway's view; the figures are counted from it.
 // Short form: one trial of each per layout; `npm run chaos`: 20 of each per layout.
 
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -30,12 +34,13 @@ const SCENARIO = 'nats-restart';
 const TRIALS = chaosSize(1, 20);
 /**
  * The refit the server is stopped in is slowed in its pause, load and resume (simulator faults), so
- * that a random moment within MOMENT_SPAN_MS of its start lands in any phase, before it ends.
+ * that a random moment within MOMENT_SPAN_MS of its start lands in any phase, before it ends: the
+ * slowed calls add up to 400 ms more than the span, room for the moment to be read late.
  */
 const SLOW: Array<{ route: string; delayMs: number }> = [
   { route: 'pause_generation', delayMs: 300 },
   { route: 'update_weights_from_disk', delayMs: 1_500 },
-  { route: 'continue_generation', delayMs: 300 },
+  { route: 'continue_generation', delayMs: 600 },
 ];
 const MOMENT_SPAN_MS = 2_000;
 const OUTAGE_MIN_MS = 300;
@@ -125,12 +130,13 @@ describe(`chaos: ${SCENARIO}`, () => {
     const refit = (refitId: string, v: string) =>
       httpJson(front.url, 'POST', '/v1/rl/refits', { refit_id: refitId, weight_version: v, source: { kind: 'disk', model_path: `/m/${v}` } });
 
-    /** Stops the server, keeps it down `outageMs`, starts it again; returns when it is ready. */
-    const bounce = async (outageMs: number): Promise<number> => {
+    /** Stops the server, keeps it down `outageMs`, starts it again; returns when it stopped and when it is ready. */
+    const bounce = async (outageMs: number): Promise<{ stoppedAt: number; readyAt: number }> => {
+      const stoppedAt = Date.now();
       await nats.stop();
       await sleep(outageMs);
       nats = await startEmbeddedNats({ port: nats.port, storeDir, restart: false });
-      return Date.now();
+      return { stoppedAt, readyAt: Date.now() };
     };
     const allBack = () =>
       until('GET /health 200 on every gateway', BACK_BOUND_MS, async () => {
@@ -138,13 +144,19 @@ describe(`chaos: ${SCENARIO}`, () => {
         return true;
       });
 
-    /** A refit with no fault: it must succeed, and every engine holds `v`, not paused. */
-    const refitMustSucceed = async (what: string) => {
+    /** What the figures count, from the simulators' state after each refit. */
+    type Tally = { succeeded: number; paused: number };
+    /** A refit with no fault: it must succeed, and every engine holds `v`, not paused (tallied first). */
+    const refitMustSucceed = async (what: string, tally: Tally) => {
       const v = version();
       const r = await within(what, ANSWER_BOUND_MS, refit(`r-${v}`, v));
+      const states = await simStates();
+      const paused = states.filter((st) => st.paused !== null).length;
+      tally.paused += paused;
+      if (r.status === 200 && r.json?.status === 'succeeded' && paused === 0 && states.every((st) => st.weightVersion === v)) tally.succeeded++;
       expect(r.status, `${what}: ${r.text}`).toBe(200);
       expect(r.json.status).toBe('succeeded');
-      for (const st of await simStates()) {
+      for (const st of states) {
         expect(st.paused, `${what}: ${st.url} paused`).toBeNull();
         expect(st.weightVersion, `${what}: ${st.url} version`).toBe(v);
       }
@@ -155,22 +167,23 @@ describe(`chaos: ${SCENARIO}`, () => {
       async () => {
         const outages: number[] = [];
         const backMs: number[] = [];
-        await refitMustSucceed('the refit before the first restart');
+        const next: Tally = { succeeded: 0, paused: 0 };
+        await refitMustSucceed('the refit before the first restart', { succeeded: 0, paused: 0 });
         for (let trial = 0; trial < TRIALS; trial++) {
           const outage = Math.round(OUTAGE_MIN_MS + random() * OUTAGE_SPAN_MS);
-          const ready = await bounce(outage);
+          const { readyAt } = await bounce(outage);
           await allBack();
           outages.push(outage);
-          backMs.push(Date.now() - ready);
-          await refitMustSucceed(`trial ${trial}: the refit after the restart`);
+          backMs.push(Date.now() - readyAt);
+          await refitMustSucceed(`trial ${trial}: the refit after the restart`, next);
         }
         figures[`${layout.tag}_replica${layout.twoReplicas ? 's' : ''}_between_refits`] = {
           layout: layout.name,
           trials: TRIALS,
           outage_ms: stats(outages),
           server_ready_to_gateways_healthy_ms: stats(backMs),
-          next_refits_succeeded: TRIALS,
-          engines_left_paused: 0,
+          next_refits_succeeded: next.succeeded,
+          engines_left_paused: next.paused,
         };
       },
       chaosTimeout(60_000),
@@ -184,8 +197,14 @@ describe(`chaos: ${SCENARIO}`, () => {
         const stoppedIn: Record<string, number> = {};
         const answers: Record<string, number> = {};
         const outcomes: Record<string, number> = {};
+        const stopBeforeLastCall: number[] = [];
+        const next: Tally = { succeeded: 0, paused: 0 };
+        let leftPaused = 0;
         for (let trial = 0; trial < TRIALS; trial++) {
-          for (const s of sims) await s.setFaults(SLOW.map((f) => ({ ...f, times: 1 })));
+          for (const s of sims) {
+            await s.setFaults(SLOW.map((f) => ({ ...f, times: 1 })));
+            await s.clearRequests();
+          }
           const v = version();
           const refitId = `r-${v}`;
           let answeredAt = 0;
@@ -202,18 +221,36 @@ describe(`chaos: ${SCENARIO}`, () => {
           const phase = progress.json?.status === 'running' ? String(progress.json.phase) : 'ended';
           stoppedIn[phase] = (stoppedIn[phase] ?? 0) + 1;
           const outage = Math.round(OUTAGE_MIN_MS + random() * OUTAGE_SPAN_MS);
-          const ready = await bounce(outage);
+          const { stoppedAt, readyAt } = await bounce(outage);
           outages.push(outage);
           const r = await within(`trial ${trial} (stopped in ${phase}): the refit's answer`, ANSWER_BOUND_MS, answer);
-          // A refit that had ended before the stop answered before the outage: no recovery to time.
-          if (phase !== 'ended') answerAfterBus.push(answeredAt - ready);
+          answerAfterBus.push(answeredAt - readyAt);
           if (r instanceof Error) throw r;
+          // The stop came inside the refit, as the engines saw it: before its last call to an
+          // engine was answered (arrival, plus the time its fault held it). None at all: the stop
+          // cut the refit before any call reached an engine.
+          const calls = (await Promise.all(sims.map((s) => s.requests()))).flatMap((records) => {
+            const held = new Map(SLOW.map((f) => [`/${f.route}`, f.delayMs])); // each fault holds one call
+            return records
+              .filter((q) => q.headers['x-request-id'] === `refit-${refitId}` || String(q.headers['x-request-id']).startsWith(`refit-${refitId}-`))
+              .map((q) => {
+                const ms = held.get(q.path) ?? 0;
+                held.delete(q.path);
+                return Date.parse(q.time) + ms;
+              });
+          });
+          if (calls.length > 0) {
+            stopBeforeLastCall.push(Math.max(...calls) - stoppedAt);
+            expect(Math.max(...calls), `trial ${trial}: the server stopped after the refit's last engine call was answered`).toBeGreaterThan(stoppedAt);
+          }
           const a = r as JsonAnswer;
           answers[a.status] = (answers[a.status] ?? 0) + 1;
           expect([200, 207], `trial ${trial} (stopped in ${phase}): ${a.text}`).toContain(a.status);
           expect(a.json.id).toBe(refitId);
           // The engines' own truth: ok exactly for the engines that hold the new version.
-          for (const st of await simStates()) {
+          const states = await simStates();
+          leftPaused += states.filter((st) => st.paused !== null).length;
+          for (const st of states) {
             expect(st.paused, `trial ${trial} (stopped in ${phase}): ${st.url} left paused`).toBeNull();
             const e = (a.json.engines as Array<{ url: string; outcome: string; error?: string }>).find((x) => x.url === st.url);
             expect(e, `trial ${trial}: ${st.url} in the report`).toBeDefined();
@@ -225,7 +262,7 @@ describe(`chaos: ${SCENARIO}`, () => {
           }
           for (const s of sims) await s.clearFaults();
           await allBack();
-          await refitMustSucceed(`trial ${trial}: the refit after`);
+          await refitMustSucceed(`trial ${trial}: the refit after`, next);
         }
         figures[`${layout.tag}_replica${layout.twoReplicas ? 's' : ''}_during_a_refit`] = {
           layout: layout.name,
@@ -233,11 +270,15 @@ describe(`chaos: ${SCENARIO}`, () => {
           slowed_ms: Object.fromEntries(SLOW.map((f) => [f.route, f.delayMs])),
           outage_ms: stats(outages),
           stopped_in_phase: stoppedIn,
+          stop_to_last_engine_call_answered_ms: {
+            min: stopBeforeLastCall.length ? Math.min(...stopBeforeLastCall) : Number.NaN,
+            p50: percentile(stopBeforeLastCall, 50),
+          },
           server_ready_to_refit_answer_ms: stats(answerAfterBus),
           answers,
           engine_outcomes: outcomes,
-          engines_left_paused: 0,
-          next_refits_succeeded: TRIALS,
+          engines_left_paused: leftPaused,
+          next_refits_succeeded: next.succeeded,
         };
       },
       chaosTimeout(60_000),

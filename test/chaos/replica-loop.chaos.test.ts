@@ -6,10 +6,13 @@
 // The trainer behaves as a real one: it sends each refit to a live replica; when that replica dies
 // under it, it asks another for the refit by id (GET /v1/rl/refits/{id}: its progress, then its
 // report) and sends the same request again (same refit_id, so the same refit) only if no replica
-// knows it. Asserted:
+// knows it. Each kill comes while a refit is under way. Asserted:
 // - every refit accepted ends with a final report, none stuck running, read afresh after the loop
-//   on every live replica;
+//   on every live replica; each report names its refit and version, accounts for every engine and
+//   has the status its engines' outcomes give (succeeded: all ok; failed: none ok, or aborted;
+//   partial otherwise);
 // - an engine a report calls ok holds that refit's version (the simulator's own state);
+// - every kill came inside a refit, and that refit ended with its report;
 // - after one last refit, every simulator holds its version and none is paused (/_sim/state).
 // Short form: 2 kills; `npm run chaos`: 30.
 //
@@ -56,6 +59,9 @@ const BACKOFF_MS = 250;
 type Report = {
   id: string;
   status: string;
+  weight_version: string;
+  total: number;
+  succeeded: number;
   aborted?: string;
   skipped: unknown[];
   engines: Array<{ url: string; outcome: string; error?: string; failed_phase?: string; message?: string; weight_version: string | null }>;
@@ -284,6 +290,27 @@ describe(`chaos: ${SCENARIO}`, () => {
             }
             bump(outcomes, report.aborted ? `${report.status} (${report.aborted})` : report.status);
             skippedEngines += report.skipped?.length ?? 0;
+            // Final, about this refit, every engine accounted for, its status what its engines say.
+            const ok = report.engines.filter((e) => e.outcome === 'ok').length;
+            const n = report.engines.length;
+            expect(
+              {
+                id: report.id,
+                version: report.weight_version,
+                status: report.status,
+                total: report.total,
+                succeeded: report.succeeded,
+                engines: n + report.skipped.length,
+              },
+              `refit loop-${i}: ${JSON.stringify(report).slice(0, 500)}`,
+            ).toEqual({
+              id: `loop-${i}`,
+              version: `v${i}`,
+              status: ok === n ? 'succeeded' : ok === 0 || report.aborted ? 'failed' : 'partial',
+              total: n,
+              succeeded: ok,
+              engines: sims.length,
+            });
             const states = await Promise.all(sims.map(async (s) => ({ url: s.url, st: await s.state() })));
             for (const e of report.engines) {
               const key = e.outcome === 'ok' ? 'ok' : `${e.error} in ${e.failed_phase}`;
@@ -316,13 +343,21 @@ describe(`chaos: ${SCENARIO}`, () => {
           await sleep(Math.floor(random() * KILL_SPAN_MS));
           const alive = live();
           const asked = alive[0]!;
-          const refitId = current;
+          // Inside a refit: between two refits (a moment, or the trainer's back-off) the kill waits
+          // for the next one, and the roles are read again if that refit ended while they were read.
+          let refitId: string | null = null;
           let runner: string | null = null;
-          if (refitId) {
-            const r = await call(asked, 'GET', `/v1/rl/refits/${refitId}`, undefined, 5_000).catch(() => null);
-            if (r?.status === 200 && r.json.status === 'running') runner = r.json.replica as string;
+          let rows: JsonAnswer | null = null;
+          while (!trainerDone && (refitId === null || current !== refitId)) {
+            while (current === null && !trainerDone) await sleep(10);
+            refitId = current;
+            runner = null;
+            if (refitId) {
+              const r = await call(asked, 'GET', `/v1/rl/refits/${refitId}`, undefined, 5_000).catch(() => null);
+              if (r?.status === 200 && r.json.status === 'running') runner = r.json.replica as string;
+            }
+            rows = await call(asked, 'GET', '/v1/rl/workers', undefined, 5_000).catch(() => null);
           }
-          const rows = await call(asked, 'GET', '/v1/rl/workers', undefined, 5_000).catch(() => null);
           const owners = new Set<string>(((rows?.json?.workers ?? []) as Array<{ owner: string | null }>).flatMap((w) => (w.owner ? [w.owner] : [])));
           const byId = (id: string | null) => alive.find((g) => g.replicaId === id);
           const liveOwners = alive.filter((g) => owners.has(g.replicaId));
@@ -336,12 +371,13 @@ describe(`chaos: ${SCENARIO}`, () => {
           const roles = [victim.replicaId === runner ? 'runner' : '', owners.has(victim.replicaId) ? 'owner' : ''].filter(Boolean);
           const role = roles.length ? roles.join('+') : 'idle';
           bump(victims, role);
+          // Recorded before the kill's first await, so the trainer cannot take that refit's report first.
           const inRefit = current;
           const at = Date.now();
+          if (inRefit) killsInRefit.push({ at, id: inRefit, role });
           dead.add(victim);
           await endReplica(victim, 'SIGKILL');
           kills++;
-          if (inRefit) killsInRefit.push({ at, id: inRefit, role });
           const t0 = Date.now();
           replacement = launch().then(() => void startMs.push(Date.now() - t0));
         }
@@ -351,6 +387,9 @@ describe(`chaos: ${SCENARIO}`, () => {
       await Promise.all([killer.finally(() => (stopTrainer = true)), trainer]);
       sub.unsubscribe();
       expect(kills, 'kills').toBe(KILLS);
+      // Each came inside a refit, and that refit ended with its report (taken off the list then).
+      expect(killToReport.length, 'kills that came inside a refit and were followed by its report').toBe(KILLS);
+      expect(killsInRefit, 'kills inside a refit whose report never came').toEqual([]);
 
       // Every refit accepted has its final report, on every live replica; none is listed running.
       for (const g of live()) {

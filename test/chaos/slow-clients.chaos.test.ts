@@ -10,9 +10,8 @@
 // - every refit answers 200 `succeeded`, the engine it named holds the new version, and no engine is
 //   left paused (/_sim/state after each refit and at the end);
 // - every /generate answers 200 (none refused by the in-flight cap, which slow clients must not
-//   fill); its p99 during the slow clients stays within a generous bound of the baseline's (ten
-//   times, or two seconds more); the ratios are reported, not asserted: timing on a loaded machine
-//   is noise;
+//   fill); how much slower it gets is reported (p50 and p99 before and during, their ratios), not
+//   asserted: no test asserts speed, bench/slow-clients.ts measures it against a bound;
 // - every slow client is answered 408 or closed, not before its timeout and within the timeout + 1 s
 //   (Node checks once a second) + a stated slack + the event-loop delays the gateway and this
 //   process showed meanwhile; none stays open past it;
@@ -512,16 +511,13 @@ describe(`chaos: ${SCENARIO}`, () => {
       }
       expect(paused).toBe(0);
 
-      // /generate: every one answered 200, and during the slow clients within a generous bound of the
-      // baseline (ten times its p99, or two seconds more, whichever is larger).
+      // /generate: every one answered 200 (how fast is the bench's: bench/slow-clients.ts).
       const notOk = [...warm.gens, ...base.gens, ...slow.gens].filter((g) => g.status !== 200);
       expect(
         notOk.map((g) => `${g.status} ${g.text.slice(0, 200)}`),
         '/generate not answered 200',
       ).toEqual([]);
       expect(slow.gens.length).toBeGreaterThan(0);
-      const bound = Math.max(10 * percentile(basePass, 99), percentile(basePass, 99) + 2_000);
-      expect(percentile(slowPass, 99), `/generate p99 during the slow clients vs bound ${Math.round(bound)} ms`).toBeLessThanOrEqual(bound);
 
       expect(fdsAfter, 'gateway descriptors after the slow clients').toBeLessThanOrEqual(fdsBefore + 16);
 

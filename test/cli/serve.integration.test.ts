@@ -73,18 +73,30 @@ describe('rlgate serve', () => {
 
   it('restarts an engine that crashed', async () => {
     const victim = serving.engines[0]!;
+    // The process that runs now holds the refit's version.
+    expect((await json(`${victim.url}/_sim/state`)).body.weightVersion).toBe('4');
+    const killedAt = Date.now();
     process.kill(victim.pid, 'SIGKILL');
-    // Back on the same URL, answering the gateway again.
-    const health = async () => {
+    await until(
+      async () => alive(victim.pid),
+      (up) => !up,
+      5_000,
+    );
+    // Back on the same URL: a new process, started after the kill, on the initial weights (the
+    // killed one held the refit's).
+    const state = async () => {
       try {
-        const r = await request(`${victim.url}/health`);
-        await r.body.dump();
-        return r.statusCode;
+        return await json(`${victim.url}/_sim/state`);
       } catch {
-        return 0;
+        return { status: 0, body: undefined };
       }
     };
-    await until(health, (status) => status === 200);
+    const back = await until(state, (r) => r.status === 200);
+    expect(back.body.weightVersion).toBe('default');
+    expect(back.body.uptimeMs).toBeLessThan(Date.now() - killedAt);
+    const health = await request(`${victim.url}/health`);
+    await health.body.dump();
+    expect(health.statusCode).toBe(200);
   });
 
   it('SIGTERM stops the gateway and every engine', async () => {

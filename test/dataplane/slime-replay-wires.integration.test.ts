@@ -13,6 +13,8 @@ import { ZmqEngineClient } from '../../src/engines/zmq.ts';
 
 type Wire = 'grpc' | 'zmq';
 const MODEL = 'MODEL';
+/** The weight version every engine starts with and holds throughout: nothing in this file refits. */
+const VERSION = 'w0';
 /** What slime's rollout sends: one prompt, no `model`. */
 const SLIME_BODY = {
   input_ids: [1, 2, 3],
@@ -26,11 +28,13 @@ interface Fleet {
   engines: Array<{ url: string; controlUrl: string }>;
   /** POST /workers bodies, in the order of `engines`. */
   registrations: Array<Record<string, unknown>>;
+  /** The `meta_info.weight_version` every answer must carry. */
+  version: string;
   close(): Promise<void>;
 }
 
 async function startFleet(wire: Wire): Promise<Fleet> {
-  const args = ['--model', MODEL, '--token-rate', '20'];
+  const args = ['--model', MODEL, '--token-rate', '20', '--weight-version', VERSION];
   if (wire === 'grpc') {
     // Logprobs are off in TokenSpeed unless switched on (sim/tokenspeed/README.md).
     const sims = await Promise.all([0, 1].map(() => spawnTokenspeedSim([...args, '--rl-control-port', '0', '--enable-output-logprobs'])));
@@ -38,6 +42,8 @@ async function startFleet(wire: Wire): Promise<Fleet> {
       engines: sims.map((s) => ({ url: s.url, controlUrl: s.controlUrl! })),
       // Exactly slime's body: no runtime_type, so the registry's default for grpc:// applies.
       registrations: sims.map((s) => ({ url: s.url, worker_type: 'regular' })),
+      // The engine's own, stamped on every answer.
+      version: VERSION,
       close: async () => {
         await Promise.all(sims.map((s) => s.stop()));
       },
@@ -71,6 +77,9 @@ async function startFleet(wire: Wire): Promise<Fleet> {
       worker_type: 'regular',
       labels: { 'rl.control_url': s.controlUrl, zmq_handshake_address: HANDSHAKE, model_id: MODEL },
     })),
+    // The wire carries no version and no refit has told the gateway one: its attribution's last
+    // resort (docs/grpc-workers.md), whatever the engine holds.
+    version: 'default',
     close,
   };
 }
@@ -84,13 +93,13 @@ function sseDatas(text: string): string[] {
 }
 
 /** The fields slime reads from one answer object. */
-function expectSlimeShape(obj: any, finish: string[]): void {
+function expectSlimeShape(obj: any, finish: string[], version: string): void {
   expect(Array.isArray(obj)).toBe(false);
   const m = obj.meta_info;
   expect(m.output_token_logprobs).toHaveLength(m.completion_tokens);
   expect(m.output_token_logprobs.map((e: unknown[]) => e[1])).toEqual(obj.output_ids);
   expect(finish).toContain(m.finish_reason.type);
-  expect(m.weight_version).toBeDefined();
+  expect(m.weight_version).toBe(version);
 }
 
 describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fleet', (wire) => {
@@ -130,7 +139,7 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
   it('item 2: slime /generate (no model) → one object whose logprobs carry the output ids', async () => {
     const r = await t.http('POST', '/generate', { body: SLIME_BODY });
     expect(r.status).toBe(200);
-    expectSlimeShape(r.json, ['stop', 'length']);
+    expectSlimeShape(r.json, ['stop', 'length'], fleet.version);
     expect(r.json.meta_info.completion_tokens).toBeGreaterThan(0);
   });
 
@@ -142,7 +151,7 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
     expect(datas.at(-1)).toBe('[DONE]');
     expect(datas.length).toBeGreaterThan(1);
     for (const d of datas.slice(0, -1)) expect(Array.isArray(JSON.parse(d).output_ids)).toBe(true);
-    expectSlimeShape(JSON.parse(datas.at(-2)!), ['stop', 'length']);
+    expectSlimeShape(JSON.parse(datas.at(-2)!), ['stop', 'length'], fleet.version);
   });
 
   it('items 7/8: abort_all per listed URL → loads reach 0; streamed and buffered calls end 200 abort partials', async () => {
@@ -161,13 +170,13 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
       const datas = sseDatas(r.text);
       expect(datas.at(-1)).toBe('[DONE]');
       const last = JSON.parse(datas.at(-2)!);
-      expectSlimeShape(last, ['abort']);
+      expectSlimeShape(last, ['abort'], fleet.version);
       expect(last.meta_info.completion_tokens).toBeGreaterThan(0);
     }
     for (const c of calls.slice(2)) {
       const r = await c.done;
       expect(r.status).toBe(200);
-      expectSlimeShape(JSON.parse(r.text), ['abort']);
+      expectSlimeShape(JSON.parse(r.text), ['abort'], fleet.version);
     }
     // abort_all leaves the engines serving.
     expect((await t.http('POST', '/generate', { body: SLIME_BODY })).status).toBe(200);
@@ -185,7 +194,7 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
     expect(resumed.status).toBe(200);
     const retried = await t.http('POST', '/generate', { body: SLIME_BODY });
     expect(retried.status).toBe(200);
-    expectSlimeShape(retried.json, ['stop', 'length']);
+    expectSlimeShape(retried.json, ['stop', 'length'], fleet.version);
   });
 
   it('re-registration of a known URL → 202 with the same id; the fleet still serves', async () => {

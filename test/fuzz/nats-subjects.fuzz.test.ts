@@ -10,8 +10,9 @@ import type { Bus } from '../../src/bus/connection.ts';
 import { encode } from '../../src/bus/codec.ts';
 import { subjects } from '../../src/bus/subjects.ts';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
+import { until } from '../fixtures/gateway-process.ts';
 import { fuzzParams } from '../fixtures/fuzz.ts';
-import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { engineCalls, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 const subj = subjects('rl');
 const decoder = new TextDecoder();
@@ -37,6 +38,53 @@ const payload = fc.oneof(
   { weight: 8, arbitrary: hostileJson.map((v) => encode(v)) },
   { weight: 2, arbitrary: fc.uint8Array({ maxLength: 512 }).filter((b) => b.length > 0) },
 );
+
+interface FeedEvent {
+  event: string;
+  data: any; // eslint-disable-line @typescript-eslint/no-explicit-any -- assertions read it
+}
+
+/**
+ * A watcher of GET /v1/rl/events: every event it reads, `snapshot` once the first one came, and
+ * `done` with how the stream ended: `closed by the watcher` after close(), `ended by the gateway`,
+ * or the error that cut it.
+ */
+function watchFleet(url: string) {
+  const ctrl = new AbortController();
+  const events: FeedEvent[] = [];
+  let sawSnapshot!: () => void;
+  const snapshot = new Promise<void>((r) => (sawSnapshot = r));
+  const done: Promise<unknown> = (async () => {
+    const res = await fetch(`${url}/v1/rl/events`, { headers: { accept: 'text/event-stream' }, signal: ctrl.signal });
+    if (res.status !== 200) return `answered ${res.status}: ${await res.text()}`;
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const { value, done: ended } = await reader.read();
+      if (ended) return 'ended by the gateway';
+      buf += decoder.decode(value, { stream: true });
+      for (let cut = buf.indexOf('\n\n'); cut >= 0; cut = buf.indexOf('\n\n')) {
+        const lines = buf.slice(0, cut).split('\n');
+        buf = buf.slice(cut + 2);
+        const data = lines.find((l) => l.startsWith('data: '));
+        if (data === undefined) continue; // a comment (keep-alive)
+        const event = lines.find((l) => l.startsWith('event: '))?.slice(7) ?? 'message';
+        events.push({ event, data: JSON.parse(data.slice(6)) });
+        if (event === 'snapshot') sawSnapshot();
+      }
+    }
+  })().catch((err: unknown) => (ctrl.signal.aborted ? 'closed by the watcher' : err));
+  return {
+    events,
+    snapshot,
+    done,
+    close: () => {
+      ctrl.abort();
+      return done;
+    },
+  };
+}
 
 describe('NATS subjects under random payloads', () => {
   let t: TestGateway;
@@ -66,7 +114,7 @@ describe('NATS subjects under random payloads', () => {
       }),
       fuzzParams('request subjects', requestSubjects().length),
     );
-    const calls = (await sim.requests()).filter((r) => !GATEWAY_OWN_PATHS.has(r.path));
+    const calls = await engineCalls(sim);
     expect(calls.map((c) => c.path)).toEqual([]);
     expect((await sim.state()).paused).toBeNull();
     expect((await t.http('GET', '/health')).status).toBe(200);
@@ -74,8 +122,9 @@ describe('NATS subjects under random payloads', () => {
 
   it('followed subjects (notices, state events, cancels, refit events) take anything without harm', async () => {
     const followed = () => [subj.engineNotice(workerId), subj.engineState(workerId), subj.replicaCancel(t.gw.replicaId), subj.refitEvents('fuzz-refit')];
-    // A live watcher of the fleet feed reads what these carry.
-    const stream = fetch(`${t.url}/v1/rl/events`, { signal: AbortSignal.timeout(60_000) }).then((r) => r.body?.cancel());
+    // A live watcher of the fleet feed reads what these carry, from its snapshot on.
+    const watcher = watchFleet(t.url);
+    await Promise.race([watcher.snapshot, watcher.done.then((end) => Promise.reject(new Error(`the fleet stream ended before its snapshot: ${String(end)}`)))]);
     await fc.assert(
       fc.asyncProperty(fc.constantFrom(...followed()), payload, async (subject, data) => {
         bus.nc.publish(subject, data);
@@ -87,10 +136,20 @@ describe('NATS subjects under random payloads', () => {
     expect((await t.http('GET', '/health')).status).toBe(200);
     const rows = (await t.http('GET', '/v1/rl/workers')).json.workers as Array<{ url: string }>;
     expect(rows.map((r) => r.url)).toEqual([sim.url]);
-    const refit = await t.http('POST', '/v1/rl/refits', { body: { weight_version: 'after-fuzz', source: { kind: 'disk', model_path: '/m/after-fuzz' } } });
+    const refit = await t.http('POST', '/v1/rl/refits', {
+      body: { refit_id: 'after-fuzz', weight_version: 'after-fuzz', source: { kind: 'disk', model_path: '/m/after-fuzz' } },
+    });
     expect(refit.status, refit.text).toBe(200);
     expect((await sim.state()).paused).toBeNull();
     expect((await sim.state()).weightVersion).toBe('after-fuzz');
-    void stream.catch(() => {});
+    // The watcher took every hostile event and still follows the fleet: the refit's report reaches it.
+    await until('the refit report on the fleet stream', 10_000, async () =>
+      watcher.events.find((e) => e.event === 'refit' && e.data?.refit_id === 'after-fuzz' && e.data.type === 'report'),
+    ).catch(async (err: Error) => {
+      throw new Error(`${err.message} (the stream: ${String(await Promise.race([watcher.done, 'still open']))})`);
+    });
+    const report = watcher.events.find((e) => e.event === 'refit' && e.data?.refit_id === 'after-fuzz' && e.data.type === 'report')!;
+    expect(report.data.report).toMatchObject({ id: 'after-fuzz', status: 'succeeded' });
+    expect(await watcher.close(), 'how the fleet stream ended').toBe('closed by the watcher');
   });
 });

@@ -4,7 +4,8 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { GATEWAY_OWN_PATHS, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import { until } from '../fixtures/gateway-process.ts';
+import { engineCalls, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 const disk = (v: string, path = '/m') => ({ weight_version: v, source: { kind: 'disk', model_path: path } });
 
@@ -50,7 +51,7 @@ describe('refit edge cases', () => {
     expect(byId[ids[2]!].outcome).toBe('ok');
     // The asleep engine got no call of the refit (its probes, every second, go on); the paused one
     // was refitted but not resumed.
-    expect((await sims[0]!.requests()).filter((q) => !GATEWAY_OWN_PATHS.has(q.path))).toEqual([]);
+    expect(await engineCalls(sims[0]!)).toEqual([]);
     expect((await sims[1]!.requests()).some((q) => q.path === '/continue_generation')).toBe(false);
     expect((await sims[1]!.state()).weightVersion).toBe('2');
     expect((await sims[1]!.state()).paused).not.toBeNull();
@@ -73,14 +74,22 @@ describe('gateway shutdown during a refit', () => {
       await sims[0]!.setFaults({ route: 'update_weights_from_disk', delayMs: 800, times: 1 });
       const bus = await t.bus();
       const pending = bus.request<{ status: number }>('rl.refit.request', disk('3'), 20_000);
-      // Wait until the refit has paused the engines, then shut the gateway down under it.
-      const deadline = Date.now() + 10_000;
-      while ((await sims[0]!.state()).paused === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      // Shut the gateway down under the refit: once it has paused the slowed engine, whose load
+      // (800 ms) has not landed yet.
+      const underRefit = await until('the refit pausing the engine', 10_000, async () => {
+        const st = await sims[0]!.state();
+        return st.paused !== null ? st : null;
+      });
       const closing = t.gw.close();
+      expect(underRefit.weightVersion, 'the load landed before the shutdown').not.toBe('3');
       const answer = await pending;
       await closing;
       expect(answer.status).toBe(200);
-      for (const s of sims) expect((await s.state()).paused).toBeNull();
+      for (const s of sims) {
+        const st = await s.state();
+        expect(st.paused).toBeNull();
+        expect(st.weightVersion).toBe('3');
+      }
     } finally {
       await t.close().catch(() => {});
       await Promise.all(sims.map((s) => s.stop()));

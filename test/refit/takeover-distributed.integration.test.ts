@@ -45,7 +45,10 @@ describe('SIGKILL of the replica running a distributed refit', () => {
         chunkTimeoutMs: 5_000,
         settleMs: 200,
         httpTimeoutMs: 60_000,
-      }).catch(() => null);
+      }).then(
+        (r) => ({ answered: r }),
+        (err: unknown) => ({ lost: err }),
+      );
       // Step 0 joins the group; steps 1..3 are the chunks.
       const holder = await until(`the refit in chunk ${chunk}`, 20_000, async () => {
         const r = await front!.http('GET', `/v1/rl/refits/${refitId}`);
@@ -59,7 +62,16 @@ describe('SIGKILL of the replica running a distributed refit', () => {
         const r = await survivor.http('GET', `/v1/rl/refits/${refitId}`);
         return r.status === 200 && r.json.status !== 'running' ? r.json : null;
       });
-      await trainer;
+      // The trainer's own answer: the failed report (207), from the replica it asked if that one
+      // survived; the connection lost if it was the one killed.
+      const got = await trainer;
+      if (front === victim) expect(got, 'the killed replica answered').toMatchObject({ lost: expect.any(Error) });
+      else {
+        expect(got, 'no answer from the surviving replica').toHaveProperty('answered');
+        const r = (got as { answered: Awaited<ReturnType<typeof runDistributedRefit>> }).answered;
+        expect(r.status, JSON.stringify(r.report)).toBe(207);
+        expect(r.report).toEqual(report);
+      }
       await f.launch();
       await new Promise((r) => setTimeout(r, 500));
       sub.unsubscribe();

@@ -46,9 +46,11 @@ describe('SIGKILL of the replica running a refit', () => {
       const sub = f.bus.subscribe(subjects('rl').refitReport(refitId), (data) => void reports.push(data));
       const [front] = f.live();
       // Sent to one replica; whichever replica's runner takes it is killed.
-      const answer = front!
-        .http('POST', '/v1/rl/refits', { refit_id: refitId, weight_version: version, source: { kind: 'disk', model_path: `/m/${version}` } })
-        .catch(() => null);
+      const body = { refit_id: refitId, weight_version: version, source: { kind: 'disk', model_path: `/m/${version}` } };
+      const answer = front!.http('POST', '/v1/rl/refits', body).then(
+        (r) => ({ answered: r }),
+        (err: unknown) => ({ lost: err }),
+      );
       const holder = await until(`the refit reaching the ${phase} phase`, 15_000, async () => {
         const r = await front!.http('GET', `/v1/rl/refits/${refitId}`);
         return r.status === 200 && r.json.status === 'running' && r.json.phase === phase ? (r.json.replica as string) : null;
@@ -61,7 +63,21 @@ describe('SIGKILL of the replica running a refit', () => {
         const r = await survivor.http('GET', `/v1/rl/refits/${refitId}`);
         return r.status === 200 && r.json.status !== 'running' ? r.json : null;
       });
-      await answer;
+      // The trainer's own answer: the report, from the replica it asked if that one survived. If it
+      // was the one killed, its connection is lost, and the trainer sends the same request (same
+      // refit_id) to the survivor, which answers the same report: the same refit, not a second one
+      // (the loads counted below would show a second).
+      const got = await answer;
+      let r: { status: number; json: unknown; text: string };
+      if (front === victim) {
+        expect(got, 'the killed replica answered').toMatchObject({ lost: expect.any(Error) });
+        r = await survivor.http('POST', '/v1/rl/refits', body);
+      } else {
+        expect(got, 'no answer from the surviving replica').toHaveProperty('answered');
+        r = (got as { answered: typeof r }).answered;
+      }
+      expect(r.status, r.text).toBe(200);
+      expect(r.json).toEqual(report);
       await f.launch(); // two replicas again for the next trial
       await new Promise((r) => setTimeout(r, 500));
       sub.unsubscribe();

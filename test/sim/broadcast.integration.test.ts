@@ -1,16 +1,18 @@
 // The GPU-free broadcast group over real TCP on 127.0.0.1: rendezvous rules, whole-tensor
 // delivery with matching checksums, collective failures on both sides, a 64 MiB tensor, and the
-// trainer simulator driving a refit through a stand-in gateway (the real one does not exist yet).
+// trainer simulator driving a refit through a real gateway (in-process, its own nats-server) to
+// two SGLang simulators, judged on what the simulators were sent and hold.
 
 import { createHash } from 'node:crypto';
-import { createServer as createHttpServer, type Server } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { openGroup, type GroupMaster, type OpenGroupOptions } from '../../sim/broadcast/master.ts';
 import { joinGroup } from '../../sim/broadcast/member.ts';
-import type { GroupMember, JoinParams, LoadedTensor, TensorSpec } from '../../sim/broadcast/types.ts';
+import type { GroupMember, JoinParams, TensorSpec } from '../../sim/broadcast/types.ts';
 import { makeChunks } from '../../src/cli/trainer/chunks.ts';
 import { runDistributedRefit, TrainerError } from '../../src/cli/trainer/refit.ts';
+import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
+import { engineCalls, spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 const GROUP = 'weight_update_group';
 const MiB = 1 << 20;
@@ -283,105 +285,92 @@ describe('broadcast', () => {
   });
 });
 
-describe('trainer simulator', () => {
-  interface StandIn {
-    url: string;
-    seen: { auth: string[]; bodies: any[] };
-  }
+describe('trainer simulator through the gateway', () => {
+  const ADMIN = 'admin-secret';
+  const auth = { authorization: `Bearer ${ADMIN}` };
+  /** Two engines, 2 GPUs and 1 GPU: world size 4 with rank 0. */
+  const TP = [2, 1];
+  let t: TestGateway;
+  let sims: SimProcess[] = [];
 
-  /** Plays the gateway's side of a distributed refit with joinGroup, one member per listed row. */
-  async function standInGateway(rows: Array<{ id: string; tp_size: number | null }>): Promise<StandIn> {
-    const seen = { auth: [] as string[], bodies: [] as any[] };
-    const server: Server = createHttpServer(async (req, res) => {
-      seen.auth.push(String(req.headers.authorization));
-      const reply = (status: number, body: unknown): void => {
-        res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
-      };
-      if (req.headers.authorization !== 'Bearer admin-secret') return reply(401, { error: 'unauthorized' });
-      if (req.method === 'GET' && req.url === '/v1/rl/workers') {
-        return reply(200, { protocol_version: 1, workers: rows, total: rows.length });
-      }
-      let raw = '';
-      for await (const part of req) raw += part;
-      const body = JSON.parse(raw);
-      seen.bodies.push(body);
-      const src = body.source;
-      // The plan a dry run answers: rank 0 plus every listed row's GPUs.
-      if (body.dry_run === true) return reply(200, { dry_run: true, world_size: 1 + rows.reduce((n, r) => n + (r.tp_size ?? 1), 0) });
-      let offset = 1;
-      const engines = await Promise.all(
-        rows.map((row) => {
-          const gpus = row.tp_size ?? 1;
-          const rankOffset = offset;
-          offset += gpus;
-          return joinGroup({
-            masterAddress: src.master_address,
-            masterPort: src.master_port,
-            rankOffset,
-            worldSize: src.world_size,
-            groupName: src.group_name,
-            gpus,
-            timeoutMs: 10_000,
-          });
-        }),
-      );
-      const loaded: Record<string, LoadedTensor[]> = Object.fromEntries(rows.map((r) => [r.id, []]));
-      for (const chunk of src.chunks) {
-        const specs = chunk.names.map((name: string, i: number) => ({ name, dtype: chunk.dtypes[i], shape: chunk.shapes[i] }));
-        const got = await Promise.all(engines.map((g) => g.receive(specs, 10_000)));
-        got.forEach((tensors, i) => loaded[rows[i]!.id]!.push(...tensors));
-      }
-      for (const g of engines) g.close();
-      reply(200, { weight_version: body.weight_version, loaded });
-    });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    cleanups.push(() => server.close());
-    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, seen };
-  }
+  beforeAll(async () => {
+    const [s, g] = await Promise.allSettled([
+      Promise.all(TP.map((tp) => spawnSglangSim(['--token-rate', '0', '--tp-size', String(tp)]))),
+      startTestGateway({ adminKey: ADMIN }),
+    ]);
+    if (s.status === 'fulfilled') sims = s.value;
+    if (g.status === 'fulfilled') t = g.value;
+    if (s.status === 'rejected') throw s.reason;
+    if (g.status === 'rejected') throw g.reason;
+    for (const sim of sims) {
+      const r = await t.http('POST', '/workers', { body: { url: sim.url, labels: { role: 'rollout' } }, headers: auth });
+      expect(r.status, r.text).toBe(202);
+    }
+    await t.waitReady(sims.length);
+  }, 60_000);
+  afterAll(async () => {
+    await t?.close();
+    await Promise.all(sims.map((sim) => sim.stop()));
+  });
 
   it("sizes the group from the gateway's plan and broadcasts every chunk while the refit call is open", async () => {
-    const gw = await standInGateway([
-      { id: 'a', tp_size: 2 },
-      { id: 'b', tp_size: null },
-    ]);
+    for (const sim of sims) await sim.clearRequests();
     const chunks = makeChunks({ params: 5, perChunk: 2, shape: [64, 64] });
     const result = await runDistributedRefit({
-      gateway: gw.url,
+      gateway: `${t.url}/`,
       version: '3',
       chunks,
-      adminKey: 'admin-secret',
+      adminKey: ADMIN,
       selector: 'role=rollout',
+      rendezvousTimeoutMs: 15_000,
+      chunkTimeoutMs: 15_000,
+      httpTimeoutMs: 30_000,
     });
-    expect(result.status).toBe(200);
+    // The gateway takes neither the plan nor the refit without the admin key: both carried it.
+    expect(result.status, JSON.stringify(result.report)).toBe(200);
     expect(result.worldSize).toBe(4);
     expect(result.chunksSent).toBe(3);
     expect(result.transferError).toBeNull();
-    expect(result.sent.map((t) => t.name)).toEqual(chunks.flatMap((c) => c.names));
-    const report = result.report as { weight_version: string; loaded: Record<string, LoadedTensor[]> };
-    expect(report.loaded.a).toEqual(result.sent);
-    expect(report.loaded.b).toEqual(result.sent);
-    expect(gw.seen.auth).toEqual(['Bearer admin-secret', 'Bearer admin-secret']);
-    expect(gw.seen.bodies[0]).toMatchObject({ weight_version: '3', selector: 'role=rollout', dry_run: true });
-    expect(gw.seen.bodies[1]).toEqual({
+    expect(result.sent.map((x) => x.name)).toEqual(chunks.flatMap((c) => c.names));
+    expect(result.report).toMatchObject({
+      status: 'succeeded',
       weight_version: '3',
+      source: 'distributed',
       selector: 'role=rollout',
-      source: {
-        kind: 'distributed',
-        master_address: '127.0.0.1',
-        master_port: result.masterPort,
-        world_size: 4,
-        group_name: 'weight_update_group',
-        backend: 'nccl',
-        chunks,
-      },
+      world_size: 4,
+      total: 2,
+      succeeded: 2,
     });
+    // What each engine was asked and holds, by its own record: the trainer's group (its port, the
+    // planned world size), one rank each after rank 0, every chunk in order, and every tensor rank 0
+    // sent, loaded with the same checksum; the group gone afterwards.
+    const offsets: number[] = [];
+    for (const sim of sims) {
+      const seen = await sim.requests();
+      const init = seen.filter((q) => q.path === '/init_weights_update_group').map((q) => JSON.parse(q.body));
+      expect(init).toHaveLength(1);
+      expect(init[0]).toMatchObject({ master_address: '127.0.0.1', master_port: result.masterPort, world_size: 4, group_name: GROUP, backend: 'nccl' });
+      offsets.push(init[0].rank_offset);
+      const loads = seen.filter((q) => q.path === '/update_weights_from_distributed').map((q) => JSON.parse(q.body));
+      expect(loads.map(({ names, dtypes, shapes }) => ({ names, dtypes, shapes }))).toEqual(chunks);
+      const st = await sim.state();
+      expect(st.weightVersion).toBe('3');
+      expect(st.weights.groups).toEqual([]);
+      const loaded = new Map((st.weights.tensors as Array<{ name: string; checksum: string }>).map((x) => [x.name, x.checksum]));
+      for (const x of result.sent) expect(loaded.get(x.name), x.name).toBe(x.checksum);
+    }
+    // Rank 1 for the first engine in the fleet's order, then 1 + its GPUs: ranks 1..3 covered once.
+    const ranks = offsets.flatMap((o, i) => Array.from({ length: TP[i]! }, (_, k) => o + k)).sort((a, b) => a - b);
+    expect(ranks).toEqual([1, 2, 3]);
   });
 
   it('a refused plan is an error and no refit is requested', async () => {
-    const gw = await standInGateway([{ id: 'a', tp_size: 1 }]);
-    const err = await runDistributedRefit({ gateway: gw.url, version: '1', chunks: [], adminKey: 'wrong' }).catch((e: unknown) => e);
+    for (const sim of sims) await sim.clearRequests();
+    const before = (await t.http('GET', '/v1/rl/refits', { headers: auth })).json.refits;
+    const err = await runDistributedRefit({ gateway: t.url, version: '1', chunks: [], adminKey: 'wrong' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TrainerError);
     expect(err).toMatchObject({ code: 'plan_failed', status: 401 });
-    expect(gw.seen.bodies).toEqual([]);
+    expect((await t.http('GET', '/v1/rl/refits', { headers: auth })).json.refits).toEqual(before);
+    for (const sim of sims) expect((await engineCalls(sim)).map((q) => q.path)).toEqual([]);
   });
 });
