@@ -48,7 +48,7 @@ const HELP = `usage: rlgate refit --version V (--model-path P | --request FILE) 
   --drain-timeout-ms N     rolling: how long a wave's requests may take to end (default 30000)
   --pause-mode abort|retract  rolling: how what still runs after the drain is paused (default abort)
   --max-failed N           rolling: more failed engines than N and no further wave starts (default 0)
-  --cache flush|keep       in_flight: flush the prefix cache with the load (default), or keep it
+  --cache keep|flush       in_flight: keep the old weights' KV (default), or flush it with the load
   --timeout-secs  longest wait for the report (default 900)
   --quiet         no progress on stderr
   --subject-root  the gateways' subject root [RLGATE_SUBJECT_ROOT] (default rl)

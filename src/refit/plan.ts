@@ -79,18 +79,36 @@ export function inFlightMode(targets: readonly Worker[]): string {
   );
 }
 
+/**
+ * SGLang refuses a cache flush while requests are frozen `in_place` (its pause's documented
+ * contract; a flush after a pause can also assert the scheduler down): an in_flight refit that
+ * asks for one over such engines is refused before anything is paused.
+ */
+function checkInFlightCache(req: RefitRequest, mode: string): void {
+  if (req.strategy?.kind !== 'in_flight' || req.strategy.cache !== 'flush' || mode !== 'in_place') return;
+  throw new GatewayError(
+    'strategy_unsupported',
+    'an in_flight refit cannot flush the prefix cache of SGLang engines: SGLang refuses a flush while requests are frozen in place; use cache `keep` (the default), or strategy `rolling` to flush',
+    { workers: '' },
+  );
+}
+
 /** The pause call's body: the strategy's mode, else the request's, else the engine's default. */
 function pauseBody(req: RefitRequest, targets: readonly Worker[]): Record<string, unknown> {
   const st = req.strategy;
-  if (st?.kind === 'in_flight') return { mode: inFlightMode(targets) };
+  if (st?.kind === 'in_flight') {
+    const mode = inFlightMode(targets);
+    checkInFlightCache(req, mode);
+    return { mode };
+  }
   if (st?.kind === 'rolling') return { mode: st.pause_mode ?? 'abort' };
   return req.pause_mode ? { mode: req.pause_mode } : {};
 }
 
-/** Whether the load flushes the prefix cache: an in_flight refit's `cache` says, else the source, else `fallback`. */
+/** Whether the load flushes the prefix cache: an in_flight refit's `cache` says (`keep` by default), else the source, else `fallback`. */
 function flushes(req: RefitRequest, fallback: boolean): boolean {
   const st = req.strategy;
-  if (st?.kind === 'in_flight') return st.cache !== 'keep';
+  if (st?.kind === 'in_flight') return st.cache === 'flush';
   return req.source.flush_cache ?? fallback;
 }
 

@@ -164,10 +164,10 @@ function checkStrategy(req: RefitRequest): void {
     );
   }
   // An in_flight refit's `cache` says whether the load flushes: a source flag saying otherwise is a contradiction.
-  if (st.kind === 'in_flight' && req.source.flush_cache !== undefined && req.source.flush_cache !== (st.cache !== 'keep')) {
+  if (st.kind === 'in_flight' && req.source.flush_cache !== undefined && req.source.flush_cache !== (st.cache === 'flush')) {
     throw new GatewayError(
       'invalid_request',
-      `invalid refit request at \`/source/flush_cache\`: the in_flight strategy's cache (\`${st.cache ?? 'flush'}\`) says otherwise`,
+      `invalid refit request at \`/source/flush_cache\`: the in_flight strategy's cache (\`${st.cache ?? 'keep'}\`) says otherwise`,
       {
         field: '/source/flush_cache',
       },

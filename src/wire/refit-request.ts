@@ -51,7 +51,7 @@ export interface RefitStrategy {
   pause_mode?: 'abort' | 'retract';
   /** rolling: more failed engines than this (over all waves) and no further wave starts. Default 0. */
   max_failed?: number;
-  /** in_flight: `flush` the prefix cache with the load (default), or `keep` the old weights' KV. */
+  /** in_flight: `keep` the old weights' KV (default), or `flush` the prefix cache with the load (engines pausing with `keep` only: SGLang cannot flush in place). */
   cache?: 'flush' | 'keep';
 }
 

@@ -314,13 +314,20 @@ describe('planRefit: strategies', () => {
     expect(mixed.context.workers).toBe('');
   });
 
-  it("in_flight's cache decides the flush of the load: flush by default, keep on request", () => {
-    const load = (req: RefitRequest) => planRefit(req, [sglang()]).step(0, sglang()).body;
-    expect(load(disk({}, { strategy: { kind: 'in_flight' } }))).toMatchObject({ flush_cache: true });
-    expect(load(disk({}, { strategy: { kind: 'in_flight', cache: 'keep' } }))).toMatchObject({ flush_cache: false });
-    const last = (req: RefitRequest) => planRefit(req, [sglang()]).step(CHUNKS.length, sglang()).body;
-    expect(last(distributed({}, { strategy: { kind: 'in_flight' } }))).toMatchObject({ flush_cache: true });
-    expect(last(distributed({}, { strategy: { kind: 'in_flight', cache: 'keep' } }))).toMatchObject({ flush_cache: false });
+  it("in_flight's cache decides the flush of the load: keep by default, flush on request where the engines pause with keep", () => {
+    const load = (req: RefitRequest, w: Worker) => planRefit(req, [w]).step(0, w).body;
+    expect(load(disk({}, { strategy: { kind: 'in_flight' } }), sglang())).toMatchObject({ flush_cache: false });
+    expect(load(disk({}, { strategy: { kind: 'in_flight', cache: 'keep' } }), sglang())).toMatchObject({ flush_cache: false });
+    expect(load(disk({}, { strategy: { kind: 'in_flight', cache: 'flush' } }), keepOnly())).toMatchObject({ flush_cache: true });
+    const last = (req: RefitRequest, w: Worker) => planRefit(req, [w]).step(CHUNKS.length, w).body;
+    expect(last(distributed({}, { strategy: { kind: 'in_flight' } }), sglang())).toMatchObject({ flush_cache: false });
+    expect(last(distributed({}, { strategy: { kind: 'in_flight', cache: 'flush' } }), keepOnly())).toMatchObject({ flush_cache: true });
+  });
+
+  it('in_flight with cache flush over engines that pause in_place (SGLang) is refused: they cannot flush while requests are frozen', () => {
+    const e = gatewayError(() => planRefit(disk({}, { strategy: { kind: 'in_flight', cache: 'flush' } }), [sglang()]));
+    expect(e.code).toBe('strategy_unsupported');
+    expect(e.message).toContain('flush');
   });
 });
 
@@ -358,6 +365,7 @@ describe('parseRefitRequest: strategies', () => {
     expect(refused({ ...base, source: { ...base.source, flush_cache: true }, strategy: { kind: 'in_flight', cache: 'keep' } }).context.field).toBe(
       '/source/flush_cache',
     );
+    expect(refused({ ...base, source: { ...base.source, flush_cache: true }, strategy: { kind: 'in_flight' } }).context.field).toBe('/source/flush_cache');
     expect(parseRefitRequest({ ...base, source: { ...base.source, flush_cache: false }, strategy: { kind: 'in_flight', cache: 'keep' } }).strategy?.kind).toBe(
       'in_flight',
     );
