@@ -50,12 +50,13 @@ import { ms, profileSummary, type CpuProfile } from './stats.ts';
 import { WRK } from './wrk.ts';
 import { ROLLOUT_POLICIES, rolloutMarkdown, runRollout } from './rollout/suite.ts';
 import { REALISTIC, type Workload } from './rollout/workload.ts';
+import { LOAD_MS, refitUnderLoadMarkdown, runRefitUnderLoad } from './refit-under-load.ts';
 
 // The flags, in a plain file so that bench/bench.sh can print them before anything is installed.
 const HELP = readFileSync(new URL('./help.txt', import.meta.url), 'utf8');
 
-type Suite = 'fanout' | 'generate' | 'replicas' | 'scale' | 'rollout';
-const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale', 'rollout'];
+type Suite = 'fanout' | 'generate' | 'replicas' | 'scale' | 'rollout' | 'refit-under-load';
+const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale', 'rollout', 'refit-under-load'];
 
 interface Args {
   suites: Suite[];
@@ -82,6 +83,8 @@ interface Args {
   rolloutPolicies: string[];
   rolloutWorkloads: Array<Workload['kind']>;
   rolloutSeed: number;
+  refitEngines: number;
+  refitCallers: number;
   /** Default 300 s, or 900 s when the scale suite runs. */
   maxSeconds: number;
   profile: boolean;
@@ -114,6 +117,8 @@ function parseArgs(argv: string[]): Args {
     rolloutPolicies: [...ROLLOUT_POLICIES],
     rolloutWorkloads: ['grpo-short', 'grpo-long-system', 'agentic'],
     rolloutSeed: 20261203,
+    refitEngines: 8,
+    refitCallers: 64,
     maxSeconds: 0,
     profile: false,
     out: join(ROOT, 'bench/results'),
@@ -157,6 +162,12 @@ function parseArgs(argv: string[]): Args {
       }
       case '--rollout-seed':
         a.rolloutSeed = int(flag, value(), 0, 2 ** 31 - 1);
+        break;
+      case '--refit-engines':
+        a.refitEngines = int(flag, value(), 2, 64);
+        break;
+      case '--refit-callers':
+        a.refitCallers = int(flag, value(), 1, 4096);
         break;
       case '--latency-rounds':
         a.latencyRounds = int(flag, value(), 10, 1_000_000);
@@ -868,6 +879,7 @@ async function main(args: Args): Promise<void> {
   if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline - replicasShare - scaleShare));
   if (args.suites.includes('replicas')) parts.push(await runReplicas(ctx, runDeadline - scaleShare));
   if (args.suites.includes('scale')) parts.push(await runScale(ctx, runDeadline - rolloutShare));
+  if (args.suites.includes('refit-under-load')) parts.push(await runRefitSuite(ctx));
   if (args.suites.includes('rollout')) parts.push(await runRolloutSuite(ctx, runDeadline));
   if (!args.profile) writeFileSync(join(args.out, 'latest.md'), latestTables(args.out));
   if (ctx.profileDir) {
@@ -882,6 +894,14 @@ async function main(args: Args): Promise<void> {
     // Logs matter only when something failed (then this line is never reached, or keepLogs is set).
     rmSync(ctx.logDir, { recursive: true, force: true });
   }
+}
+
+async function runRefitSuite(ctx: RunContext): Promise<string> {
+  const { args } = ctx;
+  const runs = await runRefitUnderLoad({ engines: args.refitEngines, callers: args.refitCallers, steadySeconds: 10, logDir: ctx.logDir, seed: args.rolloutSeed });
+  const md = refitUnderLoadMarkdown(runs, args.refitEngines, args.refitCallers, machineLine(ctx));
+  writeResult(ctx, 'refit-under-load', { machine: ctx.machine, engines: args.refitEngines, callers: args.refitCallers, load_ms: LOAD_MS, runs }, md);
+  return md;
 }
 
 async function runRolloutSuite(ctx: RunContext, deadline: number): Promise<string> {
