@@ -192,7 +192,9 @@ export function refitGoals(runs: StrategyRun[], engines: number): string[] {
   const rolling = by('rolling');
   if (rolling) {
     const met = rolling.ratio >= 0.8 && rolling.failed === 0 && rolling.refused === 0;
-    lines.push(`rolling (max_unavailable 1): ${rolling.ratio.toFixed(3)}× steady output through the refit (goal ≥ 0.80; the limit is ${((engines - 1) / engines).toFixed(3)}): ${met ? 'met' : 'missed'}`);
+    lines.push(
+      `rolling (max_unavailable 1): ${rolling.ratio.toFixed(3)}× steady output through the refit (goal ≥ 0.80; the limit is ${((engines - 1) / engines).toFixed(3)}): ${met ? 'met' : 'missed'}`,
+    );
   }
   const inFlight = by('in_flight');
   if (inFlight) {
@@ -202,7 +204,10 @@ export function refitGoals(runs: StrategyRun[], engines: number): string[] {
     );
   }
   const all = by('all');
-  if (all) lines.push(`all: ${all.refit_status}, ${all.ratio.toFixed(3)}× steady, ${all.aborted} aborted, ${all.refused} refused while the fleet was paused (the transaction as before)`);
+  if (all)
+    lines.push(
+      `all: ${all.refit_status}, ${all.ratio.toFixed(3)}× steady, ${all.aborted} aborted, ${all.refused} refused while the fleet was paused (the transaction as before)`,
+    );
   return lines;
 }
 

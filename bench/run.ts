@@ -898,7 +898,13 @@ async function main(args: Args): Promise<void> {
 
 async function runRefitSuite(ctx: RunContext): Promise<string> {
   const { args } = ctx;
-  const runs = await runRefitUnderLoad({ engines: args.refitEngines, callers: args.refitCallers, steadySeconds: 10, logDir: ctx.logDir, seed: args.rolloutSeed });
+  const runs = await runRefitUnderLoad({
+    engines: args.refitEngines,
+    callers: args.refitCallers,
+    steadySeconds: 10,
+    logDir: ctx.logDir,
+    seed: args.rolloutSeed,
+  });
   const md = refitUnderLoadMarkdown(runs, args.refitEngines, args.refitCallers, machineLine(ctx));
   writeResult(ctx, 'refit-under-load', { machine: ctx.machine, engines: args.refitEngines, callers: args.refitCallers, load_ms: LOAD_MS, runs }, md);
   return md;

@@ -67,6 +67,7 @@ export class Metrics {
   private readonly mixed: Lazy<Counter>;
   private readonly staleInFlight: Lazy<Counter<'action'>>;
   private readonly groupSplits: Lazy<Counter>;
+  private readonly downtime: Lazy<Counter>;
   private readonly inflightChanges: Lazy<Counter>;
   private readonly requests: Counter<'route' | 'status_class'>;
   private readonly decisions: Counter<'worker' | 'reason'>;
@@ -158,6 +159,14 @@ export class Metrics {
     );
     this.unroutables = lazy(() => new Counter({ name: rl('requests_unroutable_total'), help: 'Selections whose eligible set became empty', registers }));
     this.mixed = lazy(() => new Counter({ name: rl('mixed_version_total'), help: 'Buffered /generate responses flagged mixed-version', registers }));
+    this.downtime = lazy(
+      () =>
+        new Counter({
+          name: rl('refit_downtime_engine_seconds_total'),
+          help: 'Engine-seconds refits held engines from serving: each engine from its pause sent to its resume answered',
+          registers,
+        }),
+    );
     this.groupSplits = lazy(
       () =>
         new Counter({
@@ -334,9 +343,10 @@ export class Metrics {
   }
 
   /** A finished refit: its result and the wall time of each phase it ran (once per refit). */
-  refit(result: string, phases: Record<string, number>): void {
+  refit(result: string, phases: Record<string, number>, downtimeEngineMs = 0): void {
     if (!this.rl) return;
     this.refits().inc({ result });
+    if (downtimeEngineMs > 0) this.downtime().inc(downtimeEngineMs / 1000);
     for (const [phase, ms] of Object.entries(phases)) this.refitPhase().observe({ phase }, ms / 1000);
   }
 

@@ -61,6 +61,8 @@ export class PhaseRunner {
   readonly phaseMs: Partial<Record<Phase, number>> = {};
   /** Engines loaded again during the version check: one whose check still fails is quarantined. */
   readonly reloaded = new Set<string>();
+  /** Per engine: when its pause was sent and when its resume was answered (ms since the epoch). */
+  private readonly paused = new Map<string, { from?: number; to?: number }>();
   private readonly phaseStarted = new Map<Phase, number>();
   /** When each phase (and refit step) was sent (`phase|stepIndex`): a cut leg's time counts from it. */
   private readonly phaseSent = new Map<string, number>();
@@ -279,8 +281,24 @@ export class PhaseRunner {
     return legResult('verify', await calls.made(worker, () => recheck, recheck.deadline, signal), target);
   }
 
+  /**
+   * Engine-milliseconds the engines were held: each engine's pause sent to its resume answered
+   * (engines whose pause or resume did not succeed are not counted).
+   */
+  downtimeMs(): number {
+    let ms = 0;
+    for (const { from, to } of this.paused.values()) if (from !== undefined && to !== undefined && to >= from) ms += to - from;
+    return Math.round(ms);
+  }
+
   /** A `leg` event: what one engine's call in a phase came to, as the report will say it. */
   private publishLeg(wid: string, phase: Phase, stepIndex: number, step: string | null, result: LegResult, finished: number): void {
+    if (result.ok && (phase === 'pause' || phase === 'resume')) {
+      const w = this.paused.get(wid) ?? {};
+      if (phase === 'pause') w.from ??= finished - result.latencyMs;
+      else w.to = finished;
+      this.paused.set(wid, w);
+    }
     this.deps.events.publish(this.refit.id, {
       type: 'leg',
       worker_id: wid,

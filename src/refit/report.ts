@@ -27,6 +27,8 @@ export function buildReport(args: {
   skipped: SkippedEngine[];
   /** Versions read from failed engines after the refit; the view's belief where absent. */
   held?: ReadonlyMap<string, string>;
+  /** Engine-milliseconds held (phase-runner.ts). */
+  downtimeMs?: number;
 }): RefitReport {
   const { result, view } = args;
   const engines: EngineReport[] = args.targets.map((w) => {
@@ -89,6 +91,7 @@ export function buildReport(args: {
   };
   if (result.abortReason) report.aborted = result.abortReason;
   if (args.request.strategy?.kind === 'in_flight') report.strategy = 'in_flight';
+  if (args.downtimeMs !== undefined) report.downtime_engine_ms = args.downtimeMs;
   if (args.group) report.world_size = args.group.worldSize;
   return report;
 }

@@ -105,7 +105,7 @@ export class RollingRefit {
       this.deps.events.publish(q.id, { type: 'wave', wave: index, waves: r.waves.length, status: 'draining', engines: ids, wave_refit_id: waveId });
       const drainStart = Date.parse(r.drain_started_at ?? new Date().toISOString());
       const timeoutMs = st.drain_timeout_ms ?? DEFAULT_DRAIN_TIMEOUT_MS;
-      const stillRunning = await this.drain(wave, drainStart + timeoutMs, fence, waveId);
+      const { busy: stillRunning, atStart: drained } = await this.drain(wave, drainStart + timeoutMs, fence, waveId);
       const drainMs = Date.now() - drainStart;
       this.deps.events.publish(q.id, {
         type: 'wave',
@@ -138,6 +138,7 @@ export class RollingRefit {
         succeeded: report.succeeded,
         drain_ms: drainMs,
         drain_timed_out: stillRunning,
+        drained_requests: drained,
         duration_ms: Date.now() - waveStarted,
       };
       await write({ ...r, wave: index + 1, draining: [], drain_started_at: null, done: [...r.done, record] });
@@ -171,13 +172,15 @@ export class RollingRefit {
    * Waits until no wave engine runs a request (its own `/v1/loads`; this replica's count of its
    * requests there when the engine cannot say), or `deadline`. The engines still running one then.
    */
-  private async drain(wave: Worker[], deadline: number, fence: AbortSignal, refitId: string): Promise<string[]> {
+  private async drain(wave: Worker[], deadline: number, fence: AbortSignal, refitId: string): Promise<{ busy: string[]; atStart: number }> {
     const earliest = Math.min(deadline, Date.now() + DRAIN_MIN_MS);
     let busy = wave.map((w) => w.id);
+    let atStart: number | undefined;
     for (;;) {
       const loads = await Promise.all(wave.map(async (w) => [w.id, await this.running(w, refitId)] as const));
+      atStart ??= loads.reduce((n, [, k]) => n + k, 0);
       busy = loads.filter(([, n]) => n > 0).map(([id]) => id);
-      if ((busy.length === 0 && Date.now() >= earliest) || Date.now() >= deadline || fence.aborted) return busy;
+      if ((busy.length === 0 && Date.now() >= earliest) || Date.now() >= deadline || fence.aborted) return { busy, atStart };
       await new Promise((res) => setTimeout(res, Math.min(DRAIN_POLL_MS, Math.max(0, deadline - Date.now()))));
     }
   }
@@ -291,6 +294,7 @@ export function rolloutReport(a: {
     succeeded,
     quorum: 1,
     ...(a.rollout.stopped ? { aborted: 'max_failed' } : {}),
+    downtime_engine_ms: a.reports.reduce((ms, r) => ms + (r?.downtime_engine_ms ?? 0), 0),
     engines,
     failed,
     skipped,

@@ -296,6 +296,7 @@ export class RefitRunner implements RefitTaker {
       view: this.deps.view,
       group: plan.group,
       skipped: q.skipped ?? [],
+      downtimeMs: phases.downtimeMs(),
     });
   }
 
@@ -306,7 +307,8 @@ export class RefitRunner implements RefitTaker {
       () => writer.fenced,
     );
     if (writer.fenced) return;
-    this.deps.metrics.refit(report.status, report.phases);
+    // A rolling refit's waves are refits of their own, counted as they finished.
+    this.deps.metrics.refit(report.status, report.phases, report.strategy === 'rolling' ? 0 : (report.downtime_engine_ms ?? 0));
     this.deps.events.report(report);
     this.deps.log.info(
       { refit_id: report.id, status: report.status, succeeded: report.succeeded, total: report.total, duration_ms: report.duration_ms },

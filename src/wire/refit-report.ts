@@ -51,6 +51,8 @@ export interface RefitReport {
   failed: EngineReport[];
   /** Selected engines that could not take part: left out before anything was paused (or, `wave_not_run`, whose rolling wave never started). */
   skipped: SkippedEngine[];
+  /** Engine-milliseconds held: each engine's pause sent to its resume answered, summed (a rolling refit: over its waves). */
+  downtime_engine_ms?: number;
   /** The strategy, when not `all`. */
   strategy?: 'rolling' | 'in_flight';
   /** A rolling refit's waves, in order: each its own refit (`refit_id`), with its drain. */
@@ -67,5 +69,7 @@ export interface WaveSummary {
   drain_ms: number;
   /** Engines still running requests when the drain timed out: paused in the strategy's mode. */
   drain_timed_out: string[];
+  /** Requests the wave's engines ran or queued when the drain began (they were let finish, up to the drain timeout). */
+  drained_requests: number;
   duration_ms: number;
 }

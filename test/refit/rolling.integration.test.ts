@@ -8,6 +8,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
+import { sample } from '../fixtures/prometheus-text.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 const LOAD_MS = 250;
@@ -96,6 +97,14 @@ describe('a rolling refit of six engines under load, one at a time', () => {
     expect(refit.json).toMatchObject({ status: 'succeeded', strategy: 'rolling', total: 6, succeeded: 6, failed: [], skipped: [] });
     expect(refit.json.waves.map((w: { engines: string[] }) => w.engines.length)).toEqual([1, 1, 1, 1, 1, 1]);
     expect(new Set(refit.json.waves.flatMap((w: { engines: string[] }) => w.engines)).size).toBe(6);
+    // Each engine was held at least for its load, one at a time: never longer than the whole refit.
+    expect(refit.json.downtime_engine_ms).toBeGreaterThanOrEqual(6 * LOAD_MS);
+    expect(refit.json.downtime_engine_ms).toBeLessThan(refit.json.duration_ms);
+    // The drains found requests running on the waves' engines and let them finish (none aborted below).
+    expect(refit.json.waves.reduce((n: number, w: { drained_requests: number }) => n + w.drained_requests, 0)).toBeGreaterThan(0);
+    expect(refit.json.waves.every((w: { drain_timed_out: string[] }) => w.drain_timed_out.length === 0)).toBe(true);
+    const metrics = (await t.http('GET', '/metrics')).text;
+    expect(sample(metrics, 'rlgate_rl_refit_downtime_engine_seconds_total')).toBeCloseTo(refit.json.downtime_engine_ms / 1000, 1);
     const urlOf = new Map(refit.json.engines.map((e: { worker_id: string; url: string }) => [e.worker_id, e.url]));
     inOrder = refit.json.waves.map((w: { engines: string[] }) => sims.find((s) => s.url === urlOf.get(w.engines[0]!))!);
 
