@@ -58,6 +58,7 @@ export class Refit {
     this.phases = new Map(); // column key → latest `phase` event
     this.legs = new Map(); // `${worker_id}|${column key}` → latest `leg` event
     this.takeovers = [];
+    this.wave = undefined; // a rolling refit: the latest `wave` event (its own events are on each wave's refit)
     this.urls = new Map(); // worker id → url, from legs
     this.current = undefined; // column key of the phase running now
     this.seen = new Set();
@@ -71,7 +72,7 @@ export class Refit {
 
   /** Applies one refit event; false when it was seen already (fleet stream and replay overlap). */
   apply(ev) {
-    const key = JSON.stringify([ev.type, ev.time, ev.phase, ev.step_index, ev.worker_id, ev.from, ev.to]);
+    const key = JSON.stringify([ev.type, ev.time, ev.phase, ev.step_index, ev.worker_id, ev.from, ev.to, ev.wave, ev.status]);
     if (this.seen.has(key)) return false;
     this.seen.add(key);
     switch (ev.type) {
@@ -91,6 +92,9 @@ export class Refit {
         break;
       case 'takeover':
         this.takeovers.push(ev);
+        break;
+      case 'wave':
+        if (!this.wave || ev.wave >= this.wave.wave) this.wave = ev;
         break;
       case 'report':
         this.report = ev.report;

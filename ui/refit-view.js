@@ -86,7 +86,7 @@ export class RefitsView {
 
     return el(
       'article',
-      { class: 'refit', dataset: { refit: r.id, status } },
+      { class: 'refit', dataset: { refit: r.id, status, ...(r.wave ? { wave: String(r.wave.wave + 1) } : {}) } },
       el(
         'header',
         {},
@@ -116,8 +116,10 @@ function describe(r) {
 function now_(r, cols) {
   if (r.report) {
     const rep = r.report;
-    return `${rep.succeeded}/${rep.total} ok in ${ms(rep.duration_ms)}`;
+    return `${rep.succeeded}/${rep.total} ok in ${ms(rep.duration_ms)}${rep.waves ? ` over ${rep.waves.length} waves` : ''}`;
   }
+  // A rolling refit: which wave, and what it does (its steps show on the wave's own refit).
+  if (r.wave) return `now: wave ${r.wave.wave + 1}/${r.wave.waves} ${r.wave.status} (${r.wave.wave_refit_id})`;
   const col = cols.find((c) => c.key === r.current);
   if (col) return `now: ${col.label}${col.phase === 'refit' && cols.filter((c) => c.phase === 'refit').length > 1 ? ` (step ${col.index + 1})` : ''}`;
   if (r.summary?.phase) return `now: ${r.summary.phase}`;

@@ -89,6 +89,8 @@ export async function watchCommand(argv: string[]): Promise<number> {
       if (err) return;
       const e = decodeOrNull(msg.data);
       if (e === null || typeof e !== 'object') return;
+      // A rolling refit's copy of its wave's event: the wave's own stream brings the event itself.
+      if (typeof (e as { wave_refit_id?: unknown }).wave_refit_id === 'string' && (e as { type?: unknown }).type !== 'wave') return;
       if (fleet.refitEvent(e)) changed();
       if (json) out(JSON.stringify({ kind: 'refit', ...e }));
     },

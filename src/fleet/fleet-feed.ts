@@ -40,7 +40,11 @@ export class FleetFeed {
         if (e && typeof e === 'object' && typeof e.id === 'string') this.engineChanged(e as EngineStateEvent);
       }),
       bus.subscribe(subjects.allRefitEvents(), (data) => {
-        if (data && typeof data === 'object') this.emit({ kind: 'refit', event: data as Record<string, unknown> });
+        if (!data || typeof data !== 'object') return;
+        const e = data as Record<string, unknown>;
+        // A rolling refit's copy of its wave's event: the wave's own stream brings the event itself.
+        if (typeof e.wave_refit_id === 'string' && e.type !== 'wave') return;
+        this.emit({ kind: 'refit', event: e });
       }),
     ];
     const added = (w: Worker) => this.rowChanged(w.id);

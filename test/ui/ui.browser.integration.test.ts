@@ -237,6 +237,24 @@ describe('web page /ui', () => {
     expect(await page.textContent(`${done} .refit-now`)).toContain(`${report.succeeded}/${report.total} ok`);
   });
 
+  it('follows a rolling refit: the wave running on the refit, each wave as a refit of its own with its legs, then the report over the waves', async () => {
+    await Promise.all(sims.map((s) => s.setFaults({ route: 'update_weights_from_disk', delayMs: 1500, times: 1 })));
+    const id = 'ui-rolling';
+    const answer = t.http('POST', '/v1/rl/refits', { body: { ...disk('17'), refit_id: id, strategy: { kind: 'rolling' } } });
+    const parent = `article.refit[data-refit="${id}"]`;
+    await page.waitForSelector(`${parent}[data-wave="1"]`, { timeout: WAIT_MS });
+    await text(page, `${parent} .refit-now`, `now: wave 1/${sims.length} refitting (${id}-w1)`);
+    // The first wave's own refit shows its engine's legs.
+    const w1 = `article.refit[data-refit="${id}-w1"]`;
+    await page.waitForSelector(`${w1} td.leg[data-phase="refit:0"][data-outcome="running"]`, { timeout: WAIT_MS });
+    const report = (await answer).json;
+    expect(report.status).toBe('succeeded');
+    await page.waitForSelector(`${parent}[data-status="succeeded"]`, { timeout: WAIT_MS });
+    expect(await page.textContent(`${parent} .refit-now`)).toContain(`${report.succeeded}/${report.total} ok`);
+    expect(await page.textContent(`${parent} .refit-now`)).toContain(`over ${sims.length} waves`);
+    for (let n = 1; n <= sims.length; n++) await page.waitForSelector(`article.refit[data-refit="${id}-w${n}"][data-status="succeeded"]`, { timeout: WAIT_MS });
+  });
+
   it("shows a failed leg with its error code and the engine's HTTP status, and the report's status", async () => {
     const failing = sims[0]!;
     await failing.setFaults({ route: 'update_weights_from_disk', status: 501, body: { error: 'not implemented' }, times: 1 });
