@@ -157,6 +157,11 @@ export class Router {
     return fresh;
   }
 
+  /** The newest version any engine of the model holds now (cached with the routing table). */
+  fleetMaxOf(modelId: string): string | undefined {
+    return this.fleetMax(this.current(), modelId);
+  }
+
   private fleetMax(t: RoutingTable, modelId: string): string | undefined {
     if (!t.maxByModel.has(modelId)) t.maxByModel.set(modelId, this.deps.view.fleetMax(modelId));
     return t.maxByModel.get(modelId);

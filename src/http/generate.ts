@@ -30,6 +30,7 @@ import type { Worker } from '../fleet/worker.ts';
 import type { TokenEngine } from '../engines/generation.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { formatVersionPolicy, parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
+import { versionNumber } from '../fleet/versions.ts';
 import { ON_STALE_HEADER, staleActionOf, withRid, type StaleAction } from '../relay/stale-guard.ts';
 import { errorResponses } from '../api/error-responses.ts';
 import {
@@ -177,8 +178,10 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
     tried.add(worker.id);
     timing.attempt(worker);
     const client = services.host.client(worker.id);
+    // The engine's version as the request goes to it: what it is admitted on.
+    const admitted = rl ? services.view.engine(worker).version : undefined;
     unwatch?.();
-    unwatch = bounded ? boundInFlight(services, worker, client, watch, policy!, modelId, onStale ?? 'abort', rid!) : undefined;
+    unwatch = bounded ? boundInFlight(services, worker, admitted, client, watch, policy!, modelId, onStale ?? 'abort', rid!) : undefined;
     // What the engine's answer said, for the policy's bookkeeping and the routing figures (each relay fills it at the answer's end).
     const outcome: RequestOutcome = { answered: false };
     let sent: Sent | TokenAttempt;
@@ -198,7 +201,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       throw err;
     }
     if (sent.kind === 'answered') {
-      finishOnClose(reply.raw, router, worker.id, inputs, outcome, unwatch);
+      finishOnClose(reply.raw, router, worker.id, inputs, outcome, path === '/generate' ? lagOf(services, admitted, modelId) : undefined, unwatch);
       return reply;
     }
     unwatch?.();
@@ -251,11 +254,13 @@ function finishOnClose(
   workerId: string,
   inputs: RoutingInputs,
   outcome: RequestOutcome,
+  lag: (() => void) | undefined,
   unwatch: (() => void) | undefined,
 ): void {
   const done = () => {
     unwatch?.();
     router.finished(workerId, inputs, outcome);
+    if (outcome.answered) lag?.();
   };
   if (res.closed) done();
   else res.once('close', done);
@@ -312,6 +317,7 @@ function defaultPolicy(text: string): VersionPolicy {
 function boundInFlight(
   services: Services,
   worker: Worker,
+  admitted: string | undefined,
   client: ReturnType<Services['host']['client']>,
   watch: RequestWatch,
   policy: VersionPolicy,
@@ -319,7 +325,6 @@ function boundInFlight(
   action: StaleAction,
   rid: string,
 ): (() => void) | undefined {
-  const admitted = services.view.engine(worker).version;
   if (admitted === undefined) return undefined;
   return services.stale.watch({
     modelId,
@@ -343,4 +348,19 @@ function boundInFlight(
       }
     },
   });
+}
+
+/**
+ * The off-policy lag of one answered /generate, observed when it ends: the model's fleet maximum
+ * then minus the version the engine held when the request was sent to it (numeric versions only;
+ * undefined when the engine is unversioned).
+ */
+function lagOf(services: Services, admitted: string | undefined, modelId: string): (() => void) | undefined {
+  const a = admitted === undefined ? null : versionNumber(admitted);
+  if (a === null) return undefined;
+  return () => {
+    const max = services.router.fleetMaxOf(modelId);
+    const m = max === undefined ? null : versionNumber(max);
+    if (m !== null) services.metrics.rolloutLag(m > a ? Number(m - a) : 0);
+  };
 }

@@ -68,6 +68,7 @@ export class Metrics {
   private readonly staleInFlight: Lazy<Counter<'action'>>;
   private readonly groupSplits: Lazy<Counter>;
   private readonly downtime: Lazy<Counter>;
+  private readonly versionLag: Lazy<Histogram>;
   private readonly inflightChanges: Lazy<Counter>;
   private readonly requests: Counter<'route' | 'status_class'>;
   private readonly decisions: Counter<'worker' | 'reason'>;
@@ -159,6 +160,15 @@ export class Metrics {
     );
     this.unroutables = lazy(() => new Counter({ name: rl('requests_unroutable_total'), help: 'Selections whose eligible set became empty', registers }));
     this.mixed = lazy(() => new Counter({ name: rl('mixed_version_total'), help: 'Buffered /generate responses flagged mixed-version', registers }));
+    this.versionLag = lazy(
+      () =>
+        new Histogram({
+          name: rl('rollout_version_lag'),
+          help: 'Versions a finished /generate was behind the fleet: the fleet maximum when it ended minus the version it was admitted on (numeric versions)',
+          buckets: [0, 1, 2, 3, 4, 8, 16],
+          registers,
+        }),
+    );
     this.downtime = lazy(
       () =>
         new Counter({
@@ -363,6 +373,11 @@ export class Metrics {
   /** A buffered /generate answer flagged `x-smg-mixed-version`. */
   mixedVersion(): void {
     if (this.rl) this.mixed().inc();
+  }
+
+  /** How many versions an answered /generate was behind its model's fleet when it ended (the off-policy lag). */
+  rolloutLag(versions: number): void {
+    if (this.rl) this.versionLag().observe(versions);
   }
 
   /** A sibling of a GRPO group served by another version than its group's first sample. */

@@ -93,6 +93,9 @@ describe('a request in flight past its max-staleness bound', () => {
     expect((await engine.requests()).filter((q) => q.path === '/abort_request')).toEqual([]);
     const metrics = (await t.http('GET', '/metrics')).text;
     expect(sample(metrics, 'rlgate_rl_stale_requests_total', { action: 'marked' })).toBe(1);
+    // Its off-policy lag: two versions behind the fleet when it ended.
+    const lag = (le: string) => sample(metrics, 'rlgate_rl_rollout_version_lag_bucket', { le });
+    expect(lag('2')! - lag('1')!).toBeGreaterThanOrEqual(1);
 
     // Through one refit only: within the bound, no header, nothing counted.
     const within = t.http('POST', '/generate', { body: LONG, headers: BOUNDED });
