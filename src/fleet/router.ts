@@ -234,18 +234,19 @@ export class Router {
   decide(opts: PickOptions = {}, all: Worker[] = this.eligible(opts)): Decision<Worker> | undefined {
     if (all.length === 0) return undefined;
     const { policy } = this;
-    // With RL on, a GRPO group's siblings go to engines of the version its first sample got.
+    // With RL on and a rolling refit running, a GRPO group's siblings go to engines of the version
+    // its first sample got; otherwise the prompt is not hashed, nor a pin kept.
     const { pins, view } = this.deps;
-    const group = pins && opts.policy ? groupKey(opts) : undefined;
-    const narrow = group !== undefined && (this.deps.pinning?.() ?? true);
-    const candidates = narrow
-      ? pins!.narrow(
-          group,
-          all,
-          (w) => view.engine(w).version,
-          () => this.deps.groupSplit?.(),
-        )
-      : all;
+    const group = pins && opts.policy && (this.deps.pinning?.() ?? true) ? groupKey(opts) : undefined;
+    const candidates =
+      group !== undefined
+        ? pins!.narrow(
+            group,
+            all,
+            (w) => view.engine(w).version,
+            () => this.deps.groupSplit?.(),
+          )
+        : all;
     const d = policy.pick({
       candidates,
       modelId: opts.modelId,

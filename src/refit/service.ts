@@ -17,6 +17,7 @@ import type { RefitJournals, RunningRefit } from './journals.ts';
 import type { RefitPublisher } from './publisher.ts';
 import { quorumOf } from './verdicts.ts';
 import { splitTargets } from './targets.ts';
+import { planWaves } from './waves.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { QueuedRefit } from '../wire/queued-refit.ts';
 import type { RefitReport, SkippedEngine } from '../wire/refit-report.ts';
@@ -76,6 +77,8 @@ export class RefitService {
       ...(plan.group ? { world_size: plan.group.worldSize } : {}),
       phases,
       calls: phases.reduce((n, p) => n + p.engines.length, 0),
+      ...(req.strategy?.kind === 'rolling' ? { strategy: 'rolling' as const, waves: planWaves(ids, req.strategy.max_unavailable) } : {}),
+      ...(req.strategy?.kind === 'in_flight' ? { strategy: 'in_flight' as const } : {}),
     };
   }
 

@@ -101,6 +101,9 @@ export interface RefitPlanView {
   phases: Array<{ phase: string; step: string | null; method: string; path: string; engines: string[] }>;
   /** Engine calls the refit would make when every engine succeeds. */
   calls: number;
+  /** The strategy, when not `all`; a rolling refit's waves (worker ids, in order). */
+  strategy?: 'rolling' | 'in_flight';
+  waves?: string[][];
 }
 
 /**

@@ -50,10 +50,14 @@ describe('a replica cut off from NATS without a reset', () => {
     expect((await httpJson(a.url, 'POST', '/workers', { url: sim.url })).status).toBe(202);
     await until('the engine owned by cut-a and serving on both', 15_000, async () => (await ownerSeenBy(a)) === 'cut-a' && (await ownerSeenBy(b)) === 'cut-a');
     const id = (await httpJson(a.url, 'GET', '/v1/rl/workers')).json.workers[0].id as string;
-    // A control call before the cut carries the replica and its lease epoch.
-    await sim.clearRequests();
-    expect((await httpJson(a.url, 'POST', `/v1/rl/workers/${id}/engine/flush_cache`, {})).status).toBe(200);
-    const before = (await sim.requests()).filter((r) => r.path === '/flush_cache');
+    // A control call before the cut carries the replica and its lease epoch, once the lease the
+    // registrar claims is in the owners bucket (the row names the registrar a moment before).
+    const before = await until('a control call with the lease epoch', 5_000, async () => {
+      await sim.clearRequests();
+      expect((await httpJson(a.url, 'POST', `/v1/rl/workers/${id}/engine/flush_cache`, {})).status).toBe(200);
+      const calls = (await sim.requests()).filter((r) => r.path === '/flush_cache');
+      return Number(calls[0]?.headers[LEASE_EPOCH_HEADER]) > 0 ? calls : undefined;
+    });
     expect(before).toHaveLength(1);
     expect(before[0]!.headers[REPLICA_HEADER]).toBe('cut-a');
     expect(Number(before[0]!.headers[LEASE_EPOCH_HEADER])).toBeGreaterThan(0);

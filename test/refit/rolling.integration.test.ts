@@ -138,6 +138,16 @@ describe('a rolling refit of six engines under load, one at a time', () => {
     for (const s of sims) await s.clearFaults();
   }, 60_000);
 
+  it('a dry run answers the waves it would run, touching nothing', async () => {
+    const r = await t.http('POST', '/v1/rl/refits', {
+      body: { dry_run: true, weight_version: '9', source: { kind: 'disk', model_path: '/m/9' }, strategy: { kind: 'rolling', max_unavailable: '50%' } },
+    });
+    expect(r.status, r.text).toBe(200);
+    const ids = inOrder.map((s) => r.json.targets.find((x: { url: string }) => x.url === s.url).worker_id);
+    expect(r.json).toMatchObject({ dry_run: true, strategy: 'rolling', waves: [ids.slice(0, 3), ids.slice(3)] });
+    for (const s of sims) expect((await s.state()).weightVersion).toBe('2');
+  });
+
   it('a failing third wave stops the waves (max_failed 0): the rest keep their version, nothing is left paused', async () => {
     const third = inOrder[2]!;
     await third.setFaults({ route: 'update_weights_from_disk', status: 500, body: { success: false, message: 'disk gone' } });
