@@ -159,7 +159,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   const stream = parsed.stream === true;
   // Under max-staleness a /generate is bounded while it runs too (stale-guard.ts); an HTTP engine
   // is asked to abort it by its rid, so a request that names none gets one.
-  const bounded = policy?.kind === 'max-staleness' && path === '/generate' && !batch;
+  const bounded = policy?.kind === 'max-staleness' && path === '/generate' && !batch && (parsed.rid === undefined || typeof parsed.rid === 'string');
   let rid: string | undefined;
   let sentBody = body;
   if (bounded) {
