@@ -7,10 +7,11 @@
 // `marked`. Each is counted in `rlgate_rl_stale_requests_total`.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
+import type { TestGateway } from '../fixtures/gateway.ts';
 import { until } from '../fixtures/gateway-process.ts';
 import { sample } from '../fixtures/prometheus-text.ts';
-import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import type { SimProcess } from '../fixtures/sglang-sim.ts';
+import { startVersionedFleet, type VersionedFleet } from '../fixtures/versioned-fleet.ts';
 import { startTokenFleet, type TokenFleet } from '../fixtures/token-fleet.ts';
 import { defaultConfig } from '../../src/gateway/config.ts';
 
@@ -40,18 +41,13 @@ describe('a request in flight past its max-staleness bound', () => {
     throw new Error('the request never ran');
   };
 
+  let fleet: VersionedFleet;
   beforeAll(async () => {
-    sims = await Promise.all([spawnSglangSim(['--token-rate', '40']), spawnSglangSim(['--token-rate', '40'])]);
-    t = await startTestGateway();
-    await t.register(sims.map((s) => s.url));
     // Both engines on a numeric version: staleness is a distance between versions.
-    const r = await t.http('POST', '/v1/rl/refits', { body: { weight_version: '1', source: { kind: 'disk', model_path: '/m/1' } } });
-    expect(r.status, r.text).toBe(200);
+    fleet = await startVersionedFleet({ sims: 2, simArgs: ['--token-rate', '40'] });
+    ({ t, sims } = fleet);
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await Promise.all((sims ?? []).map((s) => s.stop()));
-  });
+  afterAll(() => fleet?.close());
 
   it('is aborted by its engine, at the gateway’s request, once the fleet is two versions on; counted', async () => {
     const admittedAt = String(version);

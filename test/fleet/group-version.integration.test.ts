@@ -6,9 +6,10 @@
 // SMG routes it: the same prompt reaches both versions.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
+import type { TestGateway } from '../fixtures/gateway.ts';
 import { until } from '../fixtures/gateway-process.ts';
-import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import type { SimProcess } from '../fixtures/sglang-sim.ts';
+import { startVersionedFleet, type VersionedFleet } from '../fixtures/versioned-fleet.ts';
 import { parseVersionPolicy } from '../../src/fleet/version-policy.ts';
 import type { PickOptions } from '../../src/fleet/router.ts';
 import { defaultConfig } from '../../src/gateway/config.ts';
@@ -20,17 +21,16 @@ describe('one version per GRPO group', () => {
   let sims: SimProcess[];
   let t: TestGateway;
 
+  let fleet: VersionedFleet;
   beforeAll(async () => {
-    sims = await Promise.all([0, 1, 2, 3].map(() => spawnSglangSim(['--token-rate', '0'])));
-    t = await startTestGateway({ probeIntervalSecs: 0, routing: { ...defaultConfig().routing, policy: 'round_robin' } });
-    await t.register(sims.map((s) => s.url));
-    const r = await t.http('POST', '/v1/rl/refits', { body: { weight_version: '1', source: { kind: 'disk', model_path: '/m/1' } } });
-    expect(r.status, r.text).toBe(200);
+    fleet = await startVersionedFleet({
+      sims: 4,
+      simArgs: ['--token-rate', '0'],
+      gateway: { probeIntervalSecs: 0, routing: { ...defaultConfig().routing, policy: 'round_robin' } },
+    });
+    ({ t, sims } = fleet);
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await Promise.all((sims ?? []).map((s) => s.stop()));
-  });
+  afterAll(() => fleet?.close());
 
   /**
    * n siblings of group g, picked as the data plane picks; the first kept off `firstNot` (so that

@@ -6,8 +6,9 @@
 // place, so `cache: "flush"` over SGLang engines is refused before anything is paused.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
-import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
+import type { TestGateway } from '../fixtures/gateway.ts';
+import type { SimProcess } from '../fixtures/sglang-sim.ts';
+import { startVersionedFleet, type VersionedFleet } from '../fixtures/versioned-fleet.ts';
 
 /** 60 tokens at 60 tokens/s: a second, through the refit. */
 const LONG = { input_ids: [5, 6, 7], sampling_params: { max_new_tokens: 60, ignore_eos: true } };
@@ -16,17 +17,12 @@ describe('an in_flight refit of engines that run requests', () => {
   let t: TestGateway;
   let sims: SimProcess[];
 
+  let fleet: VersionedFleet;
   beforeAll(async () => {
-    sims = await Promise.all([spawnSglangSim(['--token-rate', '60']), spawnSglangSim(['--token-rate', '60'])]);
-    t = await startTestGateway();
-    await t.register(sims.map((s) => s.url));
-    const r = await t.http('POST', '/v1/rl/refits', { body: { weight_version: '1', source: { kind: 'disk', model_path: '/m/1' } } });
-    expect(r.status, r.text).toBe(200);
+    fleet = await startVersionedFleet({ sims: 2, simArgs: ['--token-rate', '60'] });
+    ({ t, sims } = fleet);
   }, 60_000);
-  afterAll(async () => {
-    await t?.close();
-    await Promise.all((sims ?? []).map((s) => s.stop()));
-  });
+  afterAll(() => fleet?.close());
 
   it('pauses in place, aborts nothing: every request finishes whole, admitted on 1 and answered on 2', async () => {
     await Promise.all(sims.map((s) => s.clearRequests()));
