@@ -119,17 +119,21 @@ export class RollingRefit {
       });
       this.deps.events.forward(waveId, q.id, index);
       const waveStarted = Date.now();
-      const report = await runWave({
-        id: waveId,
-        request: waveRequest(req, waveId),
-        selector: null,
-        targets: ids,
-        skipped: [],
-        origin: q.origin,
-        submitted_at: new Date().toISOString(),
-        parent: q.id,
-      });
-      this.deps.events.unforward(waveId);
+      let report: RefitReport | null;
+      try {
+        report = await runWave({
+          id: waveId,
+          request: waveRequest(req, waveId),
+          selector: null,
+          targets: ids,
+          skipped: [],
+          origin: q.origin,
+          submitted_at: new Date().toISOString(),
+          parent: q.id,
+        });
+      } finally {
+        this.deps.events.unforward(waveId);
+      }
       if (!report) return null;
       const record: WaveRecord = {
         refit_id: waveId,
