@@ -87,7 +87,13 @@ export const VersionPolicyHeaders = Type.Object(
     'x-smg-routing-key': Type.Optional(
       Type.String({
         description:
-          'Session affinity: the same key goes to the same engine under least_inflight (the default), consistent_hashing and manual, or any policy with --routing-key-override.',
+          'Session affinity: the same key goes to the same engine under bounded_affinity (the default, while that engine is within its load bound), least_inflight, consistent_hashing and manual, or any policy with --routing-key-override.',
+      }),
+    ),
+    'x-rl-on-stale': Type.Optional(
+      Type.String({
+        description:
+          'RL on, /generate under max-staleness:<k>: what becomes of the request if the fleet moves more than k versions past the version it was admitted on while it runs: `abort` (the default; the engine aborts it) or `mark` (it finishes; a buffered answer says x-rl-stale: marked).',
       }),
     ),
     'x-smg-target-worker': Type.Optional(
@@ -107,4 +113,6 @@ export const StampHeaders = {
   'x-smg-weight-version': { type: 'string', description: "The routed engine's weight version (also x-rl-weight-version)." },
   'x-smg-mixed-version': { type: 'string', description: '`true` when the body names another version than the routed engine (also x-rl-mixed-version).' },
   'x-smg-routed-worker-id': { type: 'string', description: 'The worker that served the request (also x-rl-routed-worker-id).' },
+  'x-rl-admitted-version': { type: 'string', description: "The routed engine's weight version when the request was sent to it." },
+  'x-rl-stale': { type: 'string', description: '`aborted` or `marked`: a buffered /generate answer that went past its max-staleness bound while it ran.' },
 } as const;
