@@ -83,7 +83,7 @@ export class Router {
       registry: Registry;
       view: FleetView;
       host: EngineHost;
-      /** The data plane's policy (`--policy`); least in flight by default. */
+      /** The data plane's policy (the gateway passes `--policy`'s); least in flight when absent. */
       policy?: RoutingPolicy;
       /** This replica's routing figures (shared with the view that shows them); a fresh one when absent. */
       usage?: RoutingUsage;
