@@ -1,7 +1,8 @@
 // `rlgate demo`: the whole path on one laptop — an embedded nats-server, three simulated SGLang
 // engines in child processes, the gateway, a refit to version 1, one engine killed, a refit to
-// version 2 (a 207 naming the dead engine), and the weight_version of the next /generate after
-// each. Exits 0 and leaves no process behind.
+// version 2 (a 207 naming the dead engine), a rolling refit to version 3 (one engine at a time,
+// the others serving), and the weight_version of the next /generate after each. Exits 0 and
+// leaves no process behind.
 
 import { request } from 'undici';
 import { loadConfig } from '../gateway/config.ts';
@@ -68,8 +69,20 @@ export async function demoCommand(argv: string[]): Promise<number> {
     say(`  next /generate: meta_info.weight_version = ${JSON.stringify(v2)}`);
     say();
 
+    // Generation need not stop: one engine at a time is drained and refit while the rest serve.
+    const third = await refit(gw.url, '3', { kind: 'rolling', max_unavailable: 1, max_failed: 1 });
+    printReport('rolling refit to version "3", one engine at a time', third);
+    for (const w of third.body.waves ?? [])
+      say(`  wave ${w.index + 1}: ${w.engines.length} engine, ${w.status}, drained in ${w.drain_ms} ms, refit in ${w.duration_ms} ms`);
+    const v3 = await generateVersion(gw.url);
+    say(`  next /generate: meta_info.weight_version = ${JSON.stringify(v3)}`);
+    say();
+
     const deadNamed = second.body.failed?.some((f: { url: string; error?: string }) => f.url === victim.url && f.error === 'upstream_unreachable');
-    const ok = first.status === 200 && v1 === '1' && second.status === 207 && deadNamed && v2 === '2';
+    const liveRolled = sims
+      .filter((s) => s !== victim)
+      .every((s) => third.body.engines?.some((e: { url: string; outcome: string }) => e.url === s.url && e.outcome === 'ok'));
+    const ok = first.status === 200 && v1 === '1' && second.status === 207 && deadNamed && v2 === '2' && liveRolled && v3 === '3';
     say(ok ? `demo finished in ${((Date.now() - started) / 1000).toFixed(1)} s: every step behaved as expected` : 'demo FAILED: see the reports above');
     return ok ? 0 : 1;
   } finally {
@@ -84,11 +97,11 @@ interface Answer {
   body: any; // eslint-disable-line @typescript-eslint/no-explicit-any -- printed, not trusted
 }
 
-async function refit(base: string, version: string): Promise<Answer> {
+async function refit(base: string, version: string, strategy?: Record<string, unknown>): Promise<Answer> {
   const res = await request(`${base}/v1/rl/refits`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ weight_version: version, source: { kind: 'disk', model_path: `/models/demo-step-${version}` } }),
+    body: JSON.stringify({ weight_version: version, source: { kind: 'disk', model_path: `/models/demo-step-${version}` }, ...(strategy ? { strategy } : {}) }),
   });
   return { status: res.statusCode, body: await res.body.json() };
 }

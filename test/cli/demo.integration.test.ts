@@ -1,5 +1,6 @@
-// `rlgate demo` as a user runs it: a child process that must exit 0, print both refit reports
-// (the second naming the engine it killed) and the version after each, and leave no process.
+// `rlgate demo` as a user runs it: a child process that must exit 0, print its refit reports
+// (the second naming the engine it killed, the third rolling over the two left) and the version
+// after each, and leave no process.
 
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
@@ -33,6 +34,10 @@ describe('rlgate demo', () => {
     expect(out).toMatch(/refit to version "2": HTTP 207, partial, 2\/3 engines/);
     expect(out).toMatch(/failed .*upstream_unreachable in pause/);
     expect(out).toMatch(/next \/generate: meta_info\.weight_version = "2"/);
+    // The rolling refit: the two live engines, one wave each, then version 3 served.
+    expect(out).toMatch(/rolling refit to version "3", one engine at a time: HTTP 20[07]/);
+    expect([...out.matchAll(/^ {2}wave \d: 1 engine, succeeded/gm)]).toHaveLength(2);
+    expect(out).toMatch(/next \/generate: meta_info\.weight_version = "3"/);
     // Every engine and the nats-server it started are gone: their pids were printed.
     const pids = [...out.matchAll(/\(pid (\d+)\)/g)].map((m) => Number(m[1]));
     expect(pids).toHaveLength(3);
