@@ -19,7 +19,7 @@ export interface Target {
 
 const PROMPT = Array.from({ length: 32 }, (_, i) => 1000 + i * 7);
 
-/** slime's rollout call (slime-data-plane.md §3): one prompt as ids, no model, logprobs on. */
+/** slime's rollout call: one prompt as ids, no model, logprobs on. */
 export const BUFFERED_BODY = JSON.stringify({
   input_ids: PROMPT,
   sampling_params: { max_new_tokens: 8, temperature: 1.0, top_p: 1.0, top_k: -1, skip_special_tokens: false, no_stop_trim: true, ignore_eos: true },

@@ -1,5 +1,5 @@
 // The NCCL weight-update group routes: init_weights_update_group, update_weights_from_distributed,
-// destroy_weights_update_group, with §6.6's lifetime rules (duplicate name, unknown group and
+// destroy_weights_update_group, with NCCL's group lifetime rules (duplicate name, unknown group and
 // mismatched lists are success:false/400). Bytes move through the injected JoinGroup transport;
 // without one the routes validate and record metadata only. It never opens sockets itself.
 
@@ -160,7 +160,7 @@ export function destroyWeightsUpdateGroup(engine: SimEngine, call: Call): void {
   if (name === null) return sendInvalid(call.res, 'group_name must be a string', true);
   if (!call.claimSuccess) {
     const entry = engine.weights.groups.get(name);
-    // A second destroy (or one for a group never made) is harmless, as §6.6 requires.
+    // A second destroy (or one for a group never made) is harmless, as on a real engine.
     if (entry) {
       entry.member?.close();
       engine.weights.groups.delete(name);

@@ -63,7 +63,8 @@ export function runLoad(engine: SimEngine, r: LoadRequest): Promise<LoadOutcome>
       };
       let message = r.successMessage;
       // SGLang's HTTP layer stores the version whenever the engine reports success, so a
-      // claimed-but-skipped load still advertises the new version (the §6.5 trap).
+      // claimed-but-skipped load still advertises the new version (a 200 is no proof
+      // of a refit).
       if (r.weightVersion !== null) {
         engine.weightVersion = r.weightVersion;
         message += ` Weight version updated to ${r.weightVersion}.`;

@@ -25,7 +25,7 @@ export class RpcError extends Error {
   }
 }
 
-/** §2.4: the abort's HTTP-like code decides the status the stream ends with. */
+/** The Python servicer's rule: the abort's HTTP-like code decides the gRPC status the stream ends with. */
 export function abortStatus(statusCode: number | null): status {
   if (statusCode === 400) return status.INVALID_ARGUMENT;
   if (statusCode === 408 || statusCode === 504) return status.DEADLINE_EXCEEDED;

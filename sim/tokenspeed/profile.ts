@@ -1,6 +1,6 @@
 // The two servicer personalities (smg_grpc_servicer's python and rust): how one is chosen (flag > env
 // `SMG_TOKENSPEED_SERVICER_IMPL` > default python, invalid values refused), what each one does
-// differently, and the rust profile's tuning environment (§4.3). Pure: it reads the environment
+// differently, and the rust profile's tuning environment. Pure: it reads the environment
 // it is given and never serves anything.
 
 export const SERVICER_IMPLS = ['python', 'rust'] as const;
@@ -90,7 +90,7 @@ export function profileFor(impl: ServicerImpl, env: NodeJS.ProcessEnv): Servicer
   };
 }
 
-/** §4.3: rust-mode tuning variables with their defaults (null = "a free port"). */
+/** The rust servicer's tuning variables with their defaults (null = "a free port"). */
 export interface RustTuning {
   handshakePort: number | null;
   drainSecs: number;

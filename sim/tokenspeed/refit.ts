@@ -94,7 +94,7 @@ export function destroyWeightsUpdateGroup(engine: TsEngine, call: Call): void {
   if (!b) return;
   const name = groupName(call, b.group_name);
   if (name === null) return;
-  // A second destroy (or one for a group never made) is harmless (§6.6).
+  // A second destroy (or one for a group never made) is harmless, as on a real engine.
   if (!call.claimSuccess) engine.weights.drop(name);
   ok(call, { message: 'Succeeded to destroy custom process group.' });
 }
@@ -134,7 +134,8 @@ export async function updateWeightsFromDistributed(engine: TsEngine, call: Call)
   const store = engine.weights;
   const outcome = await store.serialize(async (): Promise<{ ok: boolean; message: string }> => {
     if (call.claimSuccess) {
-      // "200 without doing the work" (§6.5): nothing received, the version still moves.
+      // "200 without doing the work" (a TokenSpeed failure seen in SMG's acceptance run): nothing
+      // received, the version still moves.
       store.claimedLoads++;
       if (version !== null) engine.weightVersion = version;
       return { ok: true, message: 'Succeeded to update parameter online.' };

@@ -1,6 +1,6 @@
 // What the engine says about itself: TokenSpeed-style ServerArgs (`attn_tp_size` unless launched
-// with `none`, `dp_size` only when attention-DP > 1), the rl.* advertisement of §2.4, secret
-// redaction (recursive), and scheduler_info with `shm_namespace_id`. Read-only over engine state.
+// with `none`, `dp_size` only when attention-DP > 1), the rl.* advertisement (all string
+// values), secret redaction (recursive), and scheduler_info with `shm_namespace_id`. Read-only over engine state.
 
 import { readFileSync, statSync } from 'node:fs';
 import type { TsEngine } from './engine.ts';

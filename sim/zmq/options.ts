@@ -126,7 +126,7 @@ export interface Cli extends CommandLine {
 export const HELP = `Usage: rlgate sim zmq [flags]
 
 A TokenSpeed engine on the ZMQ lane: it dials the gateway's handshake socket,
-serves ADD/ABORT frames and pushes output batches, with TokenSpeed's HTTP RL control app (§3) on
+serves ADD/ABORT frames and pushes output batches, with TokenSpeed's HTTP RL control app on
 --rl-control-port and /_sim admin routes on --port. Prints {"event":"listening","url":...,
 "handshake":...,"control_url":...,"admin_url":...,"port":...} when up (the ZMQ dial retries until
 the gateway binds).

@@ -186,7 +186,7 @@ async function readCapped(stream: AsyncIterable<Uint8Array> & { destroy(): void 
   return { bytes: Buffer.concat(chunks, size), truncated: false };
 }
 
-/** Spec §9.5: truncated → string; json content-type that parses → value; else lossy text. */
+/** SMG's answer body: truncated → string; json content-type that parses → value; else lossy text. */
 function decodeAnswer(bytes: Buffer, truncated: boolean, contentType: string): unknown {
   const text = bytes.toString('utf8');
   if (truncated) return text;

@@ -14,8 +14,8 @@ function invalid(reason: string): GatewayError {
 }
 
 /**
- * §8: `decoded` is the percent-decoded catch-all. Strips one leading `/` and returns the path
- * without it, or throws `invalid_engine_path`.
+ * SMG's engine path rules: `decoded` is the percent-decoded catch-all. Strips one leading `/`
+ * and returns the path without it, or throws `invalid_engine_path`.
  */
 export function validateEnginePath(decoded: string): string {
   const path = decoded.startsWith('/') ? decoded.slice(1) : decoded;
@@ -31,7 +31,10 @@ export function validateEnginePath(decoded: string): string {
   return path;
 }
 
-/** The engine routes that get their own `op` label; everything else is `other` (§15). */
+/**
+ * The engine routes that get their own metric `op` label; everything else is `other`, so callers
+ * cannot mint label values.
+ */
 export const CONTROL_OPS: ReadonlySet<string> = new Set([
   'pause_generation',
   'continue_generation',
@@ -55,7 +58,6 @@ export const CONTROL_OPS: ReadonlySet<string> = new Set([
   'health',
 ]);
 
-/** §15 `op` label for a validated path: the path itself when listed, else `other`. */
 /** Calls that move weights onto the engine. */
 export const WEIGHT_PATHS: ReadonlySet<string> = new Set([
   'update_weights_from_disk',
@@ -73,6 +75,7 @@ export function lifecycleOp(path: string): 'refit' | 'pause' | 'other' {
   return REFIT_PATHS.has(path) ? 'refit' : PAUSE_PATHS.has(path) ? 'pause' : 'other';
 }
 
+/** The metric `op` label for a validated path: the path itself when listed, else `other`. */
 export function controlOp(path: string): string {
   return CONTROL_OPS.has(path) ? path : 'other';
 }
@@ -87,8 +90,8 @@ function decodedKey(rawKey: string): string {
 }
 
 /**
- * §9.2 + corrections: the caller's raw query (without `?`) minus every `selector` pair and
- * every empty pair; other pairs keep their order and bytes, duplicates included. `''` when
+ * The query sent to the engine: the caller's raw query (without `?`) minus every `selector`
+ * pair and every empty pair; other pairs keep their order and bytes, duplicates included. `''` when
  * nothing is left (send no `?`).
  */
 export function queryWithoutSelector(rawQuery: string): string {

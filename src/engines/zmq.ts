@@ -171,7 +171,8 @@ export class ZmqEngineClient implements EngineClient, TokenEngine {
       }
     } finally {
       signal.removeEventListener('abort', onAbort);
-      // Dropping the stream before its terminal output aborts the rest on the engine (§5.6).
+      // Dropping the stream before its terminal output aborts the rest on the engine:
+      // the ZMQ lane sends an ABORT frame for every request still pending.
       const left = stream.pending();
       if (left.length > 0) this.lane.abort(left);
     }

@@ -85,7 +85,7 @@ function listOf(value: string): string[] {
     .filter((s) => s.length > 0);
 }
 
-/** The static row for `engine` with every present `rl.*` override applied (§7.3). */
+/** The static row for `engine` with every present `rl.*` override applied. */
 export function capabilitiesFor(engine: string, labels: Record<string, string>): RlCapabilities {
   const row = Object.hasOwn(STATIC_ROWS, engine) ? STATIC_ROWS[engine] : NOTHING;
   let overridden = false;

@@ -44,7 +44,7 @@ export function workerHost(workerUrl: string): string {
 }
 
 /**
- * §7.2: resolve an advertised `rl.control_url` against the worker URL. Null when the label is
+ * Resolve an advertised `rl.control_url` against the worker URL. Null when the label is
  * absent or blank (no control endpoint). A value without `://` and a value naming a concrete
  * host come back trimmed; a wildcard host (empty, `0.0.0.0`, `::`, `[::]`) is replaced by the
  * worker's host, keeping the advertised scheme, port and path.
@@ -72,7 +72,7 @@ export function resolveControlUrl(advertised: string | undefined | null, workerU
 }
 
 /**
- * §7.1: an HTTP worker's control base is its `base_url` (an `rl.control_url` label is ignored);
+ * An HTTP worker's control base is its `base_url` (an `rl.control_url` label is ignored);
  * a gRPC or ZMQ worker's is its resolved `rl.control_url` label, else null.
  */
 export function controlUrlFor(mode: ConnectionMode, baseUrl: string, labels: Record<string, string>): string | null {

@@ -22,7 +22,7 @@ export function labelsFromFacts(mode: ConnectionMode, facts: EngineFacts): Recor
   if (mode !== 'grpc') return labelsFromServerInfo(facts.serverInfo, facts.modelInfo);
   const out = facts.modelInfo ? flattenModelInfo(facts.modelInfo) : {};
   Object.assign(out, labelsFromServerInfo(facts.serverInfo, null));
-  // §6.4: `scheduler_info.shm_namespace_id` is a label too (the gRPC client hands it over with
+  // `scheduler_info.shm_namespace_id` is a label too (the gRPC client hands it over with
   // the server args); it is not one of the server_args keys, so the pick above drops it.
   const shm = facts.serverInfo.shm_namespace_id;
   if (typeof shm === 'string' && shm.length > 0) out.shm_namespace_id = shm;

@@ -1,6 +1,6 @@
 // The read side of the fleet: registry facts joined with each engine actor's state and this
 // replica's routing figures, shaped as the `/v1/rl` rows, the merged label view
-// selectors match against (§14.3), and the DP-collapsed target set of a fan-out. Reads only;
+// selectors match against, and the DP-collapsed target set of a fan-out. Reads only;
 // every write goes to an actor or the registry.
 
 import { breakerOf, lifecycleOf } from '../../actors/engine.ts';

@@ -56,7 +56,7 @@ export function foldParallelism(labels: Record<string, string>): Record<string, 
 }
 
 /**
- * Labels of an SGLang HTTP worker from its flat `/server_info` and `/model_info` (§6.4): the
+ * Labels of an SGLang HTTP worker from its flat `/server_info` and `/model_info`: the
  * `DISCOVERED_KEYS` present, `version` (the engine version), every `rl.*` key, and the folded
  * parallelism keys. Model info fills keys server info lacks, and its `weight_version` always
  * wins: it is where the live version is read from. For a gRPC worker pass

@@ -104,8 +104,8 @@ function rawMember(text: string, key: string): string | undefined {
 }
 
 /**
- * §12.6: what a 2xx call to `path` (the validated engine path; one leading `/` is ignored)
- * with `requestBody` records. Control routes record a state whatever the body; version routes
+ * Passthrough observation: what a 2xx call to `path` (the validated engine path; one leading
+ * `/` is ignored) with `requestBody` records. Control routes record a state whatever the body; version routes
  * record the validated version field or say why not; every other route records nothing (`{}`).
  */
 export function observeControlCall(path: string, requestBody: Uint8Array | string | null): Observation {

@@ -151,7 +151,7 @@ class Scanner {
   }
 }
 
-/** Parse a selector (§14.1). Throws `SelectorSyntaxError` with the byte offset of the problem. */
+/** Parse a selector (SMG's grammar). Throws `SelectorSyntaxError` with the byte offset of the problem. */
 export function parseSelector(text: string): Selector {
   const sc = new Scanner(text);
   const terms: Term[] = [];
@@ -167,7 +167,7 @@ export function parseSelector(text: string): Selector {
 }
 
 /**
- * The `selector` query parameter of fan-outs and fleet writes (§10.1): absent or blank →
+ * The `selector` query parameter of fan-outs and fleet writes: absent or blank →
  * `selector_required`; otherwise trimmed and parsed, a syntax error → `invalid_selector` with
  * the byte offset into the trimmed text.
  */
@@ -185,7 +185,7 @@ export function selectorFromQuery(raw: string | undefined): Selector {
 }
 
 /**
- * §14.2: every term must hold, by exact string equality. A missing key makes `=` and `in`
+ * Every term must hold, by exact string equality. A missing key makes `=` and `in`
  * false and `!=` and `notin` true. Only own string properties count, so `constructor=x` cannot
  * match an inherited member of the view object.
  */

@@ -17,7 +17,7 @@ function invalid(input: string, reason: string): GatewayError {
   return new GatewayError('invalid_version_policy', `invalid version policy \`${input}\`: ${reason}`);
 }
 
-/** §13.1, case-sensitive and untrimmed (trim header values first: `policyFromHeader`). */
+/** The policy grammar, case-sensitive and untrimmed (trim header values first: `policyFromHeader`). */
 export function parseVersionPolicy(text: string): VersionPolicy {
   if (text === 'any') return { kind: 'any' };
   if (text === 'latest-only') return { kind: 'latest-only' };
@@ -34,7 +34,7 @@ export function parseVersionPolicy(text: string): VersionPolicy {
   throw invalid(text, 'expected any | latest-only | min-version:<v> | max-staleness:<k>');
 }
 
-/** A request header value: trimmed, then parsed (§13.1). */
+/** A request header value: trimmed, then parsed. */
 export function policyFromHeader(value: string): VersionPolicy {
   return parseVersionPolicy(trimWhiteSpace(value));
 }
@@ -61,8 +61,8 @@ export interface Candidate {
 }
 
 /**
- * §13.3: why `candidate` is dropped under `policy` given the model's fleet maximum, or null to
- * keep it. Paused and asleep engines are dropped under every policy.
+ * The routing pre-filter: why `candidate` is dropped under `policy` given the model's fleet
+ * maximum, or null to keep it. Paused and asleep engines are dropped under every policy.
  */
 export function admit(policy: VersionPolicy, candidate: Candidate, fleetMax: string | undefined): DropReason | null {
   if (candidate.control === 'paused') return 'paused';

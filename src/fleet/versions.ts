@@ -8,7 +8,10 @@ export type VersionRejection = 'empty' | 'too_long' | 'not_printable_ascii';
 
 export const MAX_VERSION_BYTES = 128;
 
-/** The placeholder SGLang reports before any refit; it seeds an unversioned entry (§12.3). */
+/**
+ * The placeholder SGLang reports before any refit; it seeds an unversioned entry, so it cannot
+ * out-order the first real refit.
+ */
 export const UNVERSIONED_LABEL = 'default';
 
 const MESSAGES: Record<VersionRejection, string> = {
@@ -34,7 +37,7 @@ export function hasWhiteSpace(s: string): boolean {
   return HAS_WS.test(s);
 }
 
-/** §12.2: trim, then refuse empty, over 128 bytes, and any byte outside 0x21..=0x7E. */
+/** SMG's version gate: trim, then refuse empty, over 128 bytes, and any byte outside 0x21..=0x7E. */
 export function checkVersion(raw: string): { ok: true; value: string } | { ok: false; reason: VersionRejection; message: string } {
   const value = trimWhiteSpace(raw);
   const reject = (reason: VersionRejection) => ({ ok: false as const, reason, message: MESSAGES[reason] });
@@ -45,7 +48,7 @@ export function checkVersion(raw: string): { ok: true; value: string } | { ok: f
   return { ok: true, value };
 }
 
-/** The API gate (§11): the trimmed version, or `invalid_version` / `invalid_body`. */
+/** The gate of the version writes: the trimmed version, or `invalid_version` / `invalid_body`. */
 export function validateVersion(raw: unknown): string {
   if (typeof raw !== 'string') {
     throw new GatewayError('invalid_body', 'weight_version: expected a string');
@@ -56,7 +59,7 @@ export function validateVersion(raw: unknown): string {
 }
 
 /**
- * A version field of a proxied refit body (§12.6): a string, or a number rendered as text,
+ * A version field of a proxied refit body: a string, or a number rendered as text,
  * passed through the same gate as API writes. Anything else (null, bool, array, object) or a
  * value the gate refuses yields undefined.
  */
@@ -80,7 +83,7 @@ function numericValue(v: string): bigint | null {
   return n <= U64_MAX ? n : null;
 }
 
-/** §12.2: the trimmed text parses as an unsigned 64-bit integer (`"042"` is numeric). */
+/** Numeric: the trimmed text parses as an unsigned 64-bit integer (`"042"` is numeric). */
 export function isNumericVersion(v: string): boolean {
   return numericValue(v) !== null;
 }
@@ -96,7 +99,7 @@ let mixedSeen = false;
 
 /**
  * Register the callback told about the first numeric-vs-text comparison of the process (the
- * caller logs the once-per-process warning of §12.2). Returns a function that unregisters it.
+ * caller logs the once-per-process warning). Returns a function that unregisters it.
  */
 export function onMixedComparison(cb: MixedListener): () => void {
   mixedListener = cb;
@@ -129,7 +132,7 @@ export function compareBytes(a: string, b: string): -1 | 0 | 1 {
 }
 
 /**
- * §12.2 ordering: numeric vs numeric by value, text vs text by bytes, numeric vs text by bytes
+ * Version ordering: numeric vs numeric by value, text vs text by bytes, numeric vs text by bytes
  * (reported once per process through `onMixedComparison`). Equality uses the same rule, so
  * `"042"` equals `"42"`.
  */
@@ -147,7 +150,7 @@ export function compareVersions(a: string, b: string): -1 | 0 | 1 {
 }
 
 /**
- * §12.3 per-model fleet maximum: the largest numeric version if any is numeric, else the
+ * Per-model fleet maximum: the largest numeric version if any is numeric, else the
  * lexical maximum of the text versions; undefined when there is none. Numeric versions win
  * outright because the mixed lexical order would let a stray `ckpt-7` outrank every numbered
  * release (`'c' > '1'`) and corrupt the staleness baseline for the whole model.

@@ -81,7 +81,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
   try {
     const { bus, natsUrl, maxPayload } = await joinBus(config, replicaId, log, cleanups);
     const subj = subjects(config.subjectRoot);
-    // Spec §12.2: comparing a numeric with a text version is legal but usually a trainer bug.
+    // Comparing a numeric with a text version is legal (lexical order) but usually a trainer bug.
     cleanups.push(onMixedComparison((a, b) => log.warn({ a, b }, 'weight versions of mixed kinds (numeric and text) compared lexically; this is logged once')));
     const metrics = new Metrics({ rlEnabled: config.rl.enabled, processMetrics: true, prefix: config.metricsPrefix });
     // The fleet's shared state: every replica on this subject root reads and writes the same buckets.

@@ -49,7 +49,7 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 2048 },
     // URLs the router cannot even match (broken percent-encoding, an over-long id) get the same
-    // JSON envelope as every other error; with RL off a /v1/rl URL stays an empty 404 (§2).
+    // JSON envelope as every other error; with RL off a /v1/rl URL stays an empty 404.
     frameworkErrors: (err, req, rawReply) => {
       const reply = rawReply as unknown as FastifyReply;
       if (!config.rl.enabled && isRlPath(req.url)) return reply.code(404).header('content-length', '0').send();
@@ -84,7 +84,8 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
     // and by the decoded path when nothing matched, never by the raw URL alone.
     const pattern = req.routeOptions?.url;
     if (!(pattern ? isRlPath(pattern) : isRlPath(decodedPath(req.url)))) return done();
-    // Spec §2: with RL off, every /v1/rl path, any method, is a 404 with zero bytes — before auth.
+    // With RL off, every /v1/rl path, any method, is a 404 with zero bytes — before auth (as SMG's
+    // end-to-end test asserts).
     if (!config.rl.enabled) {
       reply.code(404).header('content-length', '0').send();
       return;
@@ -102,7 +103,7 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   // `application/*+json` bodies are JSON too (write-guard.ts lets them through).
   app.addContentTypeParser(/^application\/[^;\s]+\+json(?:$|;)/i, { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
 
-  // Spec §13.4: browsers may read the stamping headers of a cross-origin answer. Exposure only:
+  // Browsers may read the stamping headers of a cross-origin answer. Exposure only:
   // which origins may call at all (allow-origin) is write-guard.ts's, by --allowed-origins.
   // (The HTTP-engine relay writes its answers itself and sets the same header: http-relay.ts.)
   app.addHook('onSend', (req, reply, payload, done) => {

@@ -8,7 +8,7 @@ import type { Services } from './services.ts';
 
 /**
  * The model id to route for, or 404 `model_not_found`. Workers registered as `unknown` serve no
- * real model. The name is only a routing filter: nothing about it is sent upstream (§8.3: HTTP
+ * real model. The name is only a routing filter: nothing about it is sent upstream (HTTP
  * bodies go up as received, token engines have no model field). An empty fleet resolves to
  * `unknown`, so that the caller answers its retryable 503.
  */

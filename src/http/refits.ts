@@ -55,7 +55,8 @@ export const refitRoutes: FastifyPluginAsync<RouteOptions> = async (app, { servi
   acceptRawBodies(app);
 
   app.post('/refits', { schema: runSchema }, async (req, reply) => {
-    // The refit route speaks the generic request-error code; invalid_body belongs to §11 writes.
+    // The refit route speaks the generic request-error code; invalid_body belongs to the version
+    // and state writes.
     const body = parseJsonObject(rawBody(req.body), 'invalid_request');
     if (body.dry_run === true) return reply.code(200).send(refits.plan(body));
     // RFC 7240: answer once the refit is queued; its progress and report are followed by id.

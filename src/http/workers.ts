@@ -82,8 +82,8 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   // a worker with label "1"); a wrong type must be a 400 that changes nothing.
   app.setValidatorCompiler(({ schema, httpPart }) => strictValidator(schema as TSchema, httpPart ?? 'body'));
 
-  // A worker's api key is sent as a bearer to wherever its `rl.control_url` label points (spec
-  // §7.1: the label is trusted). With an admin key configured, whatever can set or redirect those
+  // A worker's api key is sent as a bearer to wherever its `rl.control_url` label points (SMG
+  // trusts the label). With an admin key configured, whatever can set or redirect those
   // — a key, an `rl.*` label, any change or removal of a worker — needs the admin bearer. So does
   // a `weight_version` label: it sets the version routing trusts, and a new engine claiming a
   // newer one would take every rollout under `latest-only`. A plain registration

@@ -130,7 +130,7 @@ export function refusedReport(q: QueuedRefit, request: RefitRequest, targets: Wo
   });
 }
 
-/** 200 only when every engine succeeded (spec: partial success is never 200). */
+/** 200 only when every engine succeeded (as a fan-out: partial success is never 200). */
 export function reportStatus(r: RefitReport): 200 | 207 {
   return r.failed.length === 0 ? 200 : 207;
 }

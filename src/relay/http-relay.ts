@@ -106,7 +106,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
     // One read of the table version for the stamped header and the mixed check alike.
     this.version = rl ? services.view.engine(this.worker).version : undefined;
     this.head = answerHead(this.worker, this.reply, upstream, rl, this.version, this.admitted);
-    // Streams are never inspected (§13.4): only a buffered 2xx JSON /generate is read whole.
+    // Streams are never inspected: only a buffered 2xx JSON /generate is read whole.
     if (rl && path === '/generate' && !this.stream && statusCode < 300 && isJsonContentType(upstream['content-type'])) {
       this.chunks = [];
       return;

@@ -64,10 +64,11 @@ export function isJsonContentType(value: string | string[] | undefined): boolean
 }
 
 /**
- * §13.4 over a parsed body: the object, or any element of an array, is mixed when its
- * `meta_info.weight_versions` has more than one element, or its `meta_info.weight_version` (a
- * non-empty string or a number) differs from the table version by §12.2 comparison. Without a
- * table version there is nothing for a single version to differ from.
+ * SMG's mixed-version rule over a parsed body: the object, or any element of an array, is mixed
+ * when its `meta_info.weight_versions` has more than one element, or its
+ * `meta_info.weight_version` (a non-empty string or a number) differs from the table version by
+ * `compareVersions` (`"042"` equals `"42"`). Without a table version there is nothing for a
+ * single version to differ from.
  */
 export function isMixedBody(body: unknown, tableVersion: string | undefined): boolean {
   if (Array.isArray(body)) return body.some((el) => isMixedObject(el, tableVersion));

@@ -1,6 +1,6 @@
-// `rlgate gateway` as a real process (spec §1, §18 line 6): SMG's flag names are accepted, an
-// invalid RL configuration stops startup with a non-zero exit and SMG's message on stderr
-// before anything listens, and a valid one serves /v1/rl until SIGTERM.
+// `rlgate gateway` as a real process: SMG's flag names are accepted, an invalid RL configuration
+// stops startup with a non-zero exit and SMG's message on stderr before anything listens, and a
+// valid one serves /v1/rl until SIGTERM.
 
 import { spawn } from 'node:child_process';
 import { dirname, resolve } from 'node:path';
@@ -46,9 +46,9 @@ function runGateway(args: string[], env: Record<string, string> = {}): Promise<R
   );
 }
 
-describe('rlgate gateway: startup errors (line 6)', () => {
+describe('rlgate gateway: startup errors', () => {
   it("each invalid RL setting exits non-zero with SMG's message on stderr and never listens", async () => {
-    // One process per startup error of §1, by SMG's flag names. (The same rules through the
+    // One process per startup error, by SMG's flag names. (The same rules through the
     // environment and a config file are covered in test/gateway/config.test.ts.)
     const cases: Array<{ args: string[]; env?: Record<string, string>; message: string }> = [
       { args: ['--rl-version-policy', 'latest-only'], message: 'rl.version_policy requires rl.enabled' },

@@ -1,6 +1,6 @@
-// A caller that goes away cancels its engine calls (spec §9.4, §10.1 step 5): the running call
-// is aborted at the engine, a queued fan-out leg is never sent, and the engine's command queue
-// is free again. The control timeout is long (60 s) so only a cancellation can end a hung call.
+// A caller that goes away cancels its engine calls: the running call is aborted at the engine, a
+// queued fan-out leg is never sent, and the engine's command queue is free again. The control
+// timeout is long (60 s) so only a cancellation can end a hung call.
 
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -54,7 +54,7 @@ describe('client disconnect', () => {
     await t?.close();
   });
 
-  it('§9.4: a per-worker call is aborted at the engine and the engine takes the next command', async () => {
+  it('a per-worker call is aborted at the engine and the engine takes the next command', async () => {
     const [sim] = sims;
     await sim!.setFaults({ route: 'flush_cache', hang: true, times: 1 });
     const abandon = startAndAbandon(`${t.url}/v1/rl/workers/${ids[0]}/engine/flush_cache`, {});
@@ -67,7 +67,7 @@ describe('client disconnect', () => {
     expect(next.status).toBe(200);
   });
 
-  it('§10.1.5: a fan-out aborts its running leg and never sends its queued leg', async () => {
+  it('a fan-out aborts its running leg and never sends its queued leg', async () => {
     const [first, second] = sims as [SimProcess, SimProcess];
     await Promise.all(sims.map((s) => s.clearRequests()));
     await first.setFaults({ route: 'pause_generation', hang: true, times: 1 });

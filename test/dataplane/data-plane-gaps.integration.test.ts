@@ -1,7 +1,7 @@
 // Three data-plane gaps: `return_logprob` on a TokenSpeed engine without logprobs fails with
 // 502 logprobs_unavailable, before any byte, unless `--synthesize-logprobs`; answers to a request
-// with `Origin` expose the stamping headers (spec §13.4); a version change while the engine has
-// requests in flight counts in `rlgate_rl_version_change_with_inflight_total` (§12.3, §15).
+// with `Origin` expose the stamping headers (CORS); a version change while the engine has
+// requests in flight counts in `rlgate_rl_version_change_with_inflight_total`.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from 'undici';

@@ -1,7 +1,7 @@
-// slime-shaped /generate on TokenSpeed gRPC workers (spec §18 fixture G, lines 39–41; slime
-// §5, §5.1, §8): one JSON object for one prompt, SSE ending `data: [DONE]` when streamed, the
-// engine-stamped `weight_version` beating the registration label, an explicit `model` accepted
-// and never sent upstream, and a model-less request resolved on a one-worker fleet.
+// slime-shaped /generate on TokenSpeed gRPC workers (fixture G): one JSON object for one prompt,
+// SSE ending `data: [DONE]` when streamed, the engine-stamped `weight_version` beating the
+// registration label, an explicit `model` accepted and never sent upstream, and a model-less
+// request resolved on a one-worker fleet.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
@@ -33,7 +33,7 @@ async function generateRequests(sims: TokenspeedSimProcess[]): Promise<any[]> {
     .map((r) => r.request);
 }
 
-describe('fixture G: /generate on TokenSpeed workers (lines 39, 40)', () => {
+describe('fixture G: /generate on TokenSpeed workers', () => {
   let t: TestGateway;
   let adv: TokenspeedSimProcess;
   let silent: TokenspeedSimProcess;
@@ -58,14 +58,14 @@ describe('fixture G: /generate on TokenSpeed workers (lines 39, 40)', () => {
     await Promise.all([adv?.stop(), silent?.stop(), sg?.stop()]);
   });
 
-  it('the rows keep the label `registered` while the engines stamp v7 (the precondition of lines 39–41)', async () => {
+  it('the rows keep the label `registered` while the engines stamp v7 (the precondition of what follows)', async () => {
     for (const id of ids.slice(0, 2)) {
       const row = (await t.http('GET', `/v1/rl/workers/${id}`)).json;
       expect(row).toMatchObject({ engine: 'tokenspeed', connection_mode: 'grpc', model_id: MODEL, weight_version: 'registered' });
     }
   });
 
-  it('line 39: buffered, with an explicit model → 200, one object, meta_info.weight_version "v7"', async () => {
+  it('buffered, with an explicit model → 200, one object, meta_info.weight_version "v7"', async () => {
     await adv.clearRecords();
     await silent.clearRecords();
     const seen = new Set<string>();
@@ -86,7 +86,7 @@ describe('fixture G: /generate on TokenSpeed workers (lines 39, 40)', () => {
       seen.add(String(r.headers['x-smg-routed-worker-id']));
     }
     expect([...seen].sort()).toEqual([adv.url, silent.url].sort());
-    // The model names the route, never the engine request: nothing upstream carries it (§8.3).
+    // The model names the route, never the engine request: nothing upstream carries it.
     const sent = await generateRequests([adv, silent]);
     expect(sent).toHaveLength(4);
     for (const req of sent) {
@@ -96,7 +96,7 @@ describe('fixture G: /generate on TokenSpeed workers (lines 39, 40)', () => {
     }
   });
 
-  it('line 40: streamed → 200 text/event-stream, events carry "weight_version":"v7", ending data: [DONE]', async () => {
+  it('streamed → 200 text/event-stream, events carry "weight_version":"v7", ending data: [DONE]', async () => {
     for (let i = 0; i < 2; i++) {
       const r = await t.http('POST', '/generate', { body: { ...BODY, stream: true } });
       expect(r.status).toBe(200);
@@ -127,7 +127,7 @@ describe('fixture G: /generate on TokenSpeed workers (lines 39, 40)', () => {
   });
 });
 
-describe('fixture G with one tagged TokenSpeed worker: model-less /generate (line 41)', () => {
+describe('fixture G with one tagged TokenSpeed worker: model-less /generate', () => {
   let t: TestGateway;
   let ts: TokenspeedSimProcess;
 
@@ -141,7 +141,7 @@ describe('fixture G with one tagged TokenSpeed worker: model-less /generate (lin
     await ts?.stop();
   });
 
-  it('line 41: no model → 200 object with meta_info.weight_version "v7"', async () => {
+  it('no model → 200 object with meta_info.weight_version "v7"', async () => {
     const workers = (await t.http('GET', '/workers')).json.workers;
     expect(workers.map((w: { model_id: string }) => w.model_id)).toEqual([MODEL]);
     const r = await t.http('POST', '/generate', { body: { input_ids: [1, 2, 3], sampling_params: { max_new_tokens: 3 } } });

@@ -1,8 +1,8 @@
-// OpenAI /v1/chat/completions and /v1/completions on TokenSpeed gRPC workers (spec §12.1, §13.4,
-// §18 line 58): messages rendered with the engine's jinja chat_template and tokenized with its
-// GetTokenizer bundle, answers in OpenAI's shapes with `system_fingerprint` = engine-reported >
-// table > label > "default" (buffered and on every streamed chunk), `x-smg-weight-version` = the
-// table version. Expected ids and text come from the simulator's byte-level tokenizer and sampler.
+// OpenAI /v1/chat/completions and /v1/completions on TokenSpeed gRPC workers: messages rendered
+// with the engine's jinja chat_template and tokenized with its GetTokenizer bundle, answers in
+// OpenAI's shapes with `system_fingerprint` = engine-reported > table > label > "default" (buffered
+// and on every streamed chunk), `x-smg-weight-version` = the table version. Expected ids and text
+// come from the simulator's byte-level tokenizer and sampler.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
@@ -38,7 +38,7 @@ async function generateCalls(sim: TokenspeedSimProcess): Promise<any[]> {
   return (await sim.rpcs()).filter((r) => r.rpc === 'Generate').map((r) => r.request);
 }
 
-describe('line 58: a non-stamping TokenSpeed worker, no version label', () => {
+describe('a non-stamping TokenSpeed worker, no version label', () => {
   let t: TestGateway;
   let sim: TokenspeedSimProcess;
   let id: string;
@@ -148,7 +148,7 @@ describe('line 58: a non-stamping TokenSpeed worker, no version label', () => {
   });
 });
 
-describe('§12.1: an engine stamping v7 (python profile), registered with label weight_version "registered"', () => {
+describe('an engine stamping v7 (python profile), registered with label weight_version "registered"', () => {
   let t: TestGateway;
   let sim: TokenspeedSimProcess;
   let id: string;

@@ -1,8 +1,7 @@
-// slime as a client of rlgate's data plane (spec slime-data-plane.md §3–§9, control-plane-api
-// §18 lines 42–44): slime's replayed calls against SGLang HTTP simulators (§9 items 1, 2, 4, 5,
-// 7, 10), model resolution, input shapes, the one retry before the first byte, the request
-// deadline, and slime's end-of-rollout abort flow against a TokenSpeed gRPC simulator listed by
-// its control-app URL (`--workers-list-control-urls`).
+// slime as a client of rlgate's data plane: slime's replayed calls against SGLang HTTP simulators
+// (registration, /generate, removal, the abort flow), model resolution, input shapes, the one retry
+// before the first byte, the request deadline, and slime's end-of-rollout abort flow against a
+// TokenSpeed gRPC simulator listed by its control-app URL (`--workers-list-control-urls`).
 
 import { createServer } from 'node:net';
 import { request } from 'undici';
@@ -43,7 +42,7 @@ async function generateBodies(sim: SimProcess): Promise<any[]> {
   return (await sim.requests()).filter((r) => r.path === '/generate').map((r) => JSON.parse(r.body));
 }
 
-describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §18 lines 42–44)', () => {
+describe('slime against SGLang HTTP engines', () => {
   let t: TestGateway;
   let sg: SimProcess;
   let other: SimProcess;
@@ -75,7 +74,7 @@ describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §1
     expect((await t.http('DELETE', `/workers/${deadId}`)).status).toBe(200);
   });
 
-  it('item 1: POST /workers {url, worker_type} → 202; GET /workers lists {id, url}', async () => {
+  it('POST /workers {url, worker_type} → 202; GET /workers lists {id, url}', async () => {
     const r = await t.http('POST', '/workers', { body: { url: sg.url, worker_type: 'regular' } });
     expect(r.status).toBe(202);
     sgId = r.json.id;
@@ -87,7 +86,7 @@ describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §1
     await t.waitReady(1);
   });
 
-  it('item 2: slime /generate → one object whose logprobs carry the output ids', async () => {
+  it('slime /generate → one object whose logprobs carry the output ids', async () => {
     const r = await t.http('POST', '/generate', { body: SLIME_BODY });
     expect(r.status).toBe(200);
     expect(Array.isArray(r.json)).toBe(false);
@@ -99,7 +98,7 @@ describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §1
     expect(m.weight_version).toBe('w1');
   });
 
-  it("item 4 / line 42: no model with one served model → 200; the engine got the caller's bytes, no `model`", async () => {
+  it("no model with one served model → 200; the engine got the caller's bytes, no `model`", async () => {
     await sg.clearRequests();
     const raw = JSON.stringify({ text: 'hi', sampling_params: { max_new_tokens: 2 } });
     const r = await t.http('POST', '/generate', { raw, headers: { 'content-type': 'application/json' } });
@@ -111,7 +110,7 @@ describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §1
     expect(Object.keys(JSON.parse(seen[0]!.body))).not.toContain('model');
   });
 
-  it('line 43: an untagged worker (registry models [MODEL, unknown]) does not count as a model', async () => {
+  it('an untagged worker (registry models [MODEL, unknown]) does not count as a model', async () => {
     const [deadId] = await t.register([`http://127.0.0.1:${await deadPort()}`], { ready: 0 });
     expect((await t.http('GET', `/workers/${deadId}`)).json.model_id).toBe('unknown');
     const r = await t.http('POST', '/generate', { body: SLIME_BODY });
@@ -131,7 +130,7 @@ describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §1
     expect((await t.http('POST', '/generate', { body: { ...SLIME_BODY, model: 'unknown' } })).status).toBe(200);
   });
 
-  it('item 5 / line 44: list `text` → 422 invalid_request_shape; `input_ids` batch → forwarded to the HTTP engine', async () => {
+  it('list `text` → 422 invalid_request_shape; `input_ids` batch → forwarded to the HTTP engine', async () => {
     await sg.clearRequests();
     const bad = await t.http('POST', '/generate', { body: { text: ['a', 'b'] } });
     expect(bad.status).toBe(422);
@@ -144,7 +143,7 @@ describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §1
     expect((await generateBodies(sg))[0].input_ids).toEqual([[1, 2], [3]]);
   });
 
-  it('item 4 / line 43: two real models → an unnamed request is 404; a named one goes only to its workers', async () => {
+  it('two real models → an unnamed request is 404; a named one goes only to its workers', async () => {
     await t.register([other.url], { ready: 2 });
     const r = await t.http('POST', '/generate', { body: SLIME_BODY });
     expect(r.status).toBe(404);
@@ -160,7 +159,7 @@ describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §1
     }
   });
 
-  it('item 10: DELETE /workers/{id} → 2xx; gone from GET /workers and /v1/rl/workers', async () => {
+  it('DELETE /workers/{id} → 2xx; gone from GET /workers and /v1/rl/workers', async () => {
     const r = await t.http('DELETE', `/workers/${sgId}`);
     expect(r.status).toBe(200);
     const listed = (await t.http('GET', '/workers')).json.workers.map((w: { id: string }) => w.id);
@@ -172,7 +171,7 @@ describe('slime against SGLang HTTP engines (slime §9 items 1, 2, 4, 5, 10; §1
   });
 });
 
-describe('slime §9 item 7: the abort flow against SGLang simulators', () => {
+describe('slime: the abort flow against SGLang simulators', () => {
   let t: TestGateway;
   let sims: SimProcess[];
 
@@ -306,7 +305,7 @@ describe('--request-timeout-secs bounds a relayed request', () => {
   });
 });
 
-describe('slime §7 against a TokenSpeed gRPC worker listed by its control app (--workers-list-control-urls)', () => {
+describe('slime: the end-of-rollout abort against a TokenSpeed gRPC worker listed by its control app (--workers-list-control-urls)', () => {
   let t: TestGateway;
   let plain: TestGateway;
   let ts: TokenspeedSimProcess;
@@ -344,7 +343,7 @@ describe('slime §7 against a TokenSpeed gRPC worker listed by its control app (
     expect((await t.http('GET', `/workers/${id}`)).json.url).toBe(ts.url);
   });
 
-  it('line 44 on gRPC: list `text` → 422; `input_ids` batch → 400; a model-less request resolves', async () => {
+  it('on gRPC: list `text` → 422; `input_ids` batch → 400; a model-less request resolves', async () => {
     expect((await t.http('POST', '/generate', { body: { text: ['a', 'b'] } })).status).toBe(422);
     const batch = await t.http('POST', '/generate', { body: { input_ids: [[1, 2], [3]], sampling_params: { max_new_tokens: 2 } } });
     expect(batch.status).toBe(400);

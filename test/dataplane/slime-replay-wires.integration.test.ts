@@ -1,8 +1,9 @@
-// slime's calls replayed (spec slime-data-plane.md §9 items 1, 2, 3, 7/8, 9, 10 and re-registration)
-// against TokenSpeed fleets on the gRPC and ZMQ wires; the HTTP fleet is
-// slime-compat.integration.test.ts. The gateway lists control-app URLs (--workers-list-control-urls)
-// so slime's abort loop reaches the engines. ZMQ workers need an operator registration (lane,
-// `rl.control_url` and model labels) that slime itself would never send.
+// slime's calls replayed (registration, buffered and streamed /generate, the abort flow, a paused
+// fleet, removal and re-registration) against TokenSpeed fleets on the gRPC and ZMQ wires; the HTTP
+// fleet is slime-compat.integration.test.ts. The gateway lists control-app URLs
+// (--workers-list-control-urls) so slime's abort loop reaches the engines. ZMQ workers need an
+// operator registration (lane, `rl.control_url` and model labels) that slime itself would never
+// send.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
@@ -116,7 +117,7 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
     await fleet?.close();
   });
 
-  it('item 1: POST /workers → 202; GET /workers lists {id, url} (the control app) per engine', async () => {
+  it('POST /workers → 202; GET /workers lists {id, url} (the control app) per engine', async () => {
     for (const reg of fleet.registrations) {
       const r = await t.http('POST', '/workers', { body: reg });
       expect(r.status).toBe(202);
@@ -136,14 +137,14 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
     for (const id of ids) expect((await t.http('GET', `/workers/${id}`)).json.model_id).toBe(MODEL);
   });
 
-  it('item 2: slime /generate (no model) → one object whose logprobs carry the output ids', async () => {
+  it('slime /generate (no model) → one object whose logprobs carry the output ids', async () => {
     const r = await t.http('POST', '/generate', { body: SLIME_BODY });
     expect(r.status).toBe(200);
     expectSlimeShape(r.json, ['stop', 'length'], fleet.version);
     expect(r.json.meta_info.completion_tokens).toBeGreaterThan(0);
   });
 
-  it('item 3: the same streamed → SSE objects of the same shape, final [DONE]', async () => {
+  it('the same streamed → SSE objects of the same shape, final [DONE]', async () => {
     const r = await t.http('POST', '/generate', { body: { ...SLIME_BODY, stream: true } });
     expect(r.status).toBe(200);
     expect(String(r.headers['content-type'])).toContain('text/event-stream');
@@ -154,7 +155,7 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
     expectSlimeShape(JSON.parse(datas.at(-2)!), ['stop', 'length'], fleet.version);
   });
 
-  it('items 7/8: abort_all per listed URL → loads reach 0; streamed and buffered calls end 200 abort partials', async () => {
+  it('abort_all per listed URL → loads reach 0; streamed and buffered calls end 200 abort partials', async () => {
     const calls = [inFlight(t.url, { ...LONG, stream: true }), inFlight(t.url, { ...LONG, stream: true }), inFlight(t.url, LONG), inFlight(t.url, LONG)];
     expect(await Promise.all(calls.slice(0, 2).map((c) => c.headers))).toEqual([200, 200]);
     await until('all four running', async () => {
@@ -182,7 +183,7 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
     expect((await t.http('POST', '/generate', { body: SLIME_BODY })).status).toBe(200);
   });
 
-  it('item 9: every engine paused → /generate 503 (retryable); after continue_generation the retry succeeds', async () => {
+  it('every engine paused → /generate 503 (retryable); after continue_generation the retry succeeds', async () => {
     const selector = encodeURIComponent(`id in (${ids.join(',')})`);
     const paused = await t.http('POST', `/v1/rl/engine/pause_generation?selector=${selector}`, { body: { mode: 'abort' } });
     expect(paused.status).toBe(200);
@@ -206,7 +207,7 @@ describe.each<Wire>(['grpc', 'zmq'])('slime replayed against a TokenSpeed %s fle
     expect((await t.http('POST', '/generate', { body: SLIME_BODY })).status).toBe(200);
   });
 
-  it('item 10: DELETE /workers/{id} → 2xx; gone from GET /workers and /v1/rl/workers', async () => {
+  it('DELETE /workers/{id} → 2xx; gone from GET /workers and /v1/rl/workers', async () => {
     const r = await t.http('DELETE', `/workers/${ids[0]}`);
     expect(r.status).toBeGreaterThanOrEqual(200);
     expect(r.status).toBeLessThan(300);

@@ -1,7 +1,7 @@
-// Spec §13.4 and §18 lines 49 (version part), 56, 57: `x-smg-weight-version` carries the routed
-// engine's table version on every routed answer (buffered and streamed, /generate and chat,
-// HTTP and gRPC workers) and is absent while the engine is unversioned; `x-smg-mixed-version`
-// flags a buffered JSON /generate whose body names another version, without touching the body.
+// `x-smg-weight-version` carries the routed engine's table version on every routed answer (buffered
+// and streamed, /generate and chat, HTTP and gRPC workers) and is absent while the engine is
+// unversioned; `x-smg-mixed-version` flags a buffered JSON /generate whose body names another
+// version, without touching the body.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type HttpAnswer, type TestGateway } from '../fixtures/gateway.ts';
@@ -28,7 +28,7 @@ function expectMixed(r: HttpAnswer, what: string): void {
   expect(r.headers['x-rl-mixed-version'], what).toBe('true');
 }
 
-describe('line 49: the version a fan-out update_weight_version records is stamped on the next chat completion', () => {
+describe('the version a fan-out update_weight_version records is stamped on the next chat completion', () => {
   let sims: SimProcess[];
   let t: TestGateway;
 
@@ -65,7 +65,7 @@ describe('line 49: the version a fan-out update_weight_version records is stampe
   });
 });
 
-describe('lines 56, 57: one SGLang simulator', () => {
+describe('one SGLang simulator', () => {
   let sim: SimProcess;
   let t: TestGateway;
   let id: string;
@@ -80,7 +80,7 @@ describe('lines 56, 57: one SGLang simulator', () => {
     await sim?.stop();
   });
 
-  it('line 56: unversioned → no x-smg-weight-version; after version 9 every answer carries it, buffered and streamed', async () => {
+  it('unversioned → no x-smg-weight-version; after version 9 every answer carries it, buffered and streamed', async () => {
     const bare = await t.http('POST', '/generate', { body: GEN });
     expect(bare.status).toBe(200);
     expect(bare.headers['x-smg-weight-version']).toBeUndefined();
@@ -114,7 +114,7 @@ describe('lines 56, 57: one SGLang simulator', () => {
     expect(seen.map((r) => r.path)).toEqual(['/generate', '/generate', '/v1/chat/completions', '/v1/chat/completions']);
   });
 
-  it('line 57: mixed spans and a differing weight_version are flagged, equal ones are not, streams never', async () => {
+  it('mixed spans and a differing weight_version are flagged, equal ones are not, streams never', async () => {
     expect((await t.http('POST', `/v1/rl/workers/${id}/version`, { body: { weight_version: '9' } })).status).toBe(200);
     const mixedBefore = await metric(t, 'rlgate_rl_mixed_version_total');
     const gen = (mock: unknown, extra: Record<string, unknown> = {}) => t.http('POST', '/generate', { body: { ...GEN, ...extra, mock_meta_info: mock } });
@@ -136,7 +136,7 @@ describe('lines 56, 57: one SGLang simulator', () => {
     expectMixed(await gen({ weight_version: 'default' }), '"default" differs from "9"');
     expectNoMixed(await gen({ weight_version: '9', weight_versions: [{ version: '9' }] }), 'one span');
     // An array body is mixed when any element is (two prompts, both merged with the mock). A
-    // batch goes as input_ids: a `text` list is refused with 422 (spec line 44).
+    // batch goes as input_ids: a `text` list is refused with 422.
     const batch = await gen({ weight_version: '7' }, { text: undefined, input_ids: [[1, 2], [3]] });
     expect(batch.status).toBe(200);
     expect(Array.isArray(batch.json)).toBe(true);

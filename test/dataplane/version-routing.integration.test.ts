@@ -1,7 +1,7 @@
-// Spec §13.1–§13.3 and §18 lines 51–55: the routing pre-filter. Paused and asleep engines are
-// never chosen (and counted), the configured policy or a request header narrows the candidates
-// by version, an empty eligible set is a 503 without a routed-worker header. Which engines were
-// chosen is read from the simulators' own request records.
+// The routing pre-filter. Paused and asleep engines are never chosen (and counted), the configured
+// policy or a request header narrows the candidates by version, an empty eligible set is a 503
+// without a routed-worker header. Which engines were chosen is read from the simulators' own
+// request records.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
@@ -44,7 +44,7 @@ async function metric(t: TestGateway, series: string): Promise<number> {
 
 const urls = (sims: SimProcess[], ...idx: number[]) => idx.map((i) => sims[i]!.url).sort();
 
-describe('line 51: a paused engine is never routed (policy any, 1 simulator)', () => {
+describe('a paused engine is never routed (policy any, 1 simulator)', () => {
   let sims: SimProcess[];
   let t: TestGateway;
   let id: string;
@@ -83,7 +83,7 @@ describe('line 51: a paused engine is never routed (policy any, 1 simulator)', (
   });
 });
 
-describe('line 52: asleep engines leave the rotation, health is untouched (policy any, 3 simulators)', () => {
+describe('asleep engines leave the rotation, health is untouched (policy any, 3 simulators)', () => {
   let sims: SimProcess[];
   let t: TestGateway;
   let ids: string[];
@@ -135,7 +135,7 @@ describe('line 52: asleep engines leave the rotation, health is untouched (polic
   });
 });
 
-describe('line 53: latest-only follows the fleet maximum (4 unversioned simulators)', () => {
+describe('latest-only follows the fleet maximum (4 unversioned simulators)', () => {
   let sims: SimProcess[];
   let t: TestGateway;
   let ids: string[];
@@ -180,7 +180,7 @@ describe('line 53: latest-only follows the fleet maximum (4 unversioned simulato
   });
 });
 
-describe('line 54: the request headers override the configured policy (policy any, w0 at 2, w1 at 1)', () => {
+describe('the request headers override the configured policy (policy any, w0 at 2, w1 at 1)', () => {
   let sims: SimProcess[];
   let t: TestGateway;
 
@@ -250,7 +250,7 @@ describe('line 54: the request headers override the configured policy (policy an
   });
 });
 
-describe('line 55: min-version is an absolute floor; all paused → 503 and unroutable +1', () => {
+describe('min-version is an absolute floor; all paused → 503 and unroutable +1', () => {
   let sims: SimProcess[];
   let t: TestGateway;
 

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { gatewayError } from '../fixtures/errors.ts';
 import { controlOp, queryWithoutSelector, validateEnginePath } from '../../src/engines/engine-path.ts';
 
-describe('validateEnginePath (§8)', () => {
+describe('validateEnginePath', () => {
   it.each([
     ['pause_generation', 'pause_generation'],
     ['/pause_generation', 'pause_generation'],
@@ -49,7 +49,7 @@ describe('validateEnginePath (§8)', () => {
   });
 });
 
-describe('controlOp (§15)', () => {
+describe('controlOp', () => {
   it.each([
     'pause_generation',
     'continue_generation',
@@ -80,7 +80,7 @@ describe('controlOp (§15)', () => {
   });
 });
 
-describe('queryWithoutSelector (§9.2 + corrections)', () => {
+describe('queryWithoutSelector', () => {
   it.each([
     ['', ''],
     ['selector=a', ''],

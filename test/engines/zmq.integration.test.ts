@@ -1,6 +1,6 @@
 // The gateway's ZMQ client against the ZMQ engine simulator in child processes, over real ZMQ
-// sockets (spec/engines.md §5): handshake → discovery facts, streamed tokens and logprobs,
-// aborts from both sides, liveness (kill, sentinel, silence, undecodable outputs), rid
+// sockets (SMG's ZMQ lane, TokenSpeed dialect): handshake → discovery facts, streamed tokens and
+// logprobs, aborts from both sides, liveness (kill, sentinel, silence, undecodable outputs), rid
 // multiplexing, DP ranks sharing one socket set, and a tcp:// worker URL.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -87,7 +87,7 @@ describe('handshake, discovery and generation', () => {
     expect(done.logprobs).toHaveLength(6);
     for (const lp of done.logprobs!) expect(lp).toBeLessThan(0);
     for (const e of events) if (e.kind === 'chunk') expect(e.logprobs).toHaveLength(e.tokenIds.length);
-    // The ZMQ wire carries no weight version: the gateway stamps from its table (§12.1).
+    // The ZMQ wire carries no weight version: the gateway stamps from its table.
     expect(events.every((e) => e.weightVersion === undefined)).toBe(true);
 
     const plain = await drain(r.client.generate(request('lp-2'), AbortSignal.timeout(10_000)));

@@ -39,7 +39,7 @@ const NOTHING: RlCapabilities = {
   reports_weight_version: false,
 };
 
-describe('capabilitiesFor: static rows (§7.3)', () => {
+describe('capabilitiesFor: static rows', () => {
   it.each<[string, RlCapabilities]>([
     ['sglang', SGLANG],
     ['vllm', VLLM],
@@ -71,7 +71,7 @@ describe('capabilitiesFor: static rows (§7.3)', () => {
   });
 });
 
-describe('capabilitiesFor: label overrides (§7.3)', () => {
+describe('capabilitiesFor: label overrides', () => {
   it('overrides every field on a row with nothing (SMG capability test)', () => {
     expect(
       capabilitiesFor('trtllm', {
@@ -107,7 +107,7 @@ describe('capabilitiesFor: label overrides (§7.3)', () => {
     expect(capabilitiesFor('sglang', labels)).toEqual({ ...SGLANG, ...changes });
   });
 
-  it('an advertising TokenSpeed engine overrides its fallback row (acceptance line 30)', () => {
+  it('an advertising TokenSpeed engine overrides its fallback row', () => {
     expect(
       capabilitiesFor('tokenspeed', {
         'rl.control_url': 'http://127.0.0.1:30406',

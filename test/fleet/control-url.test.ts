@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { controlUrlFor, resolveControlUrl, workerHost } from '../../src/fleet/control-url.ts';
 
-describe('resolveControlUrl (§7.2)', () => {
+describe('resolveControlUrl', () => {
   it.each<[string | undefined | null, string, string | null]>([
-    // The spec table.
+    // SMG's resolution examples.
     ['http://10.0.0.5:40100', 'grpc://10.0.0.5:30000', 'http://10.0.0.5:40100'],
     ['http://ctl.internal:8001/', 'grpc://a:1', 'http://ctl.internal:8001'],
     ['http://0.0.0.0:40100', 'grpc://10.0.0.5:30000', 'http://10.0.0.5:40100'],
@@ -14,7 +14,7 @@ describe('resolveControlUrl (§7.2)', () => {
     // Absent label.
     [undefined, 'grpc://x:1', null],
     [null, 'grpc://x:1', null],
-    // Acceptance line 35.
+    // A wildcard bind advertised by a gRPC worker takes the worker's host.
     ['http://0.0.0.0:40100', 'grpc://10.0.0.5:30000', 'http://10.0.0.5:40100'],
     // Trimming: whitespace, then every trailing slash.
     ['  http://ctl:1//  ', 'grpc://a:1', 'http://ctl:1'],
@@ -57,10 +57,10 @@ describe('workerHost', () => {
   });
 });
 
-describe('controlUrlFor (§7.1)', () => {
+describe('controlUrlFor', () => {
   it.each<['http' | 'grpc' | 'zmq', string, Record<string, string>, string | null]>([
     ['http', 'http://a:1', {}, 'http://a:1'],
-    // Acceptance line 35: an HTTP worker ignores the label.
+    // An HTTP worker ignores the label.
     ['http', 'http://a:1', { 'rl.control_url': 'http://elsewhere:1' }, 'http://a:1'],
     ['grpc', 'grpc://10.0.0.5:30000', { 'rl.control_url': 'http://0.0.0.0:40100' }, 'http://10.0.0.5:40100'],
     ['grpc', 'grpc://10.0.0.5:30000', { 'rl.control_url': '  ' }, null],

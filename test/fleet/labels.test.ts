@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { DISCOVERED_KEYS, flattenModelInfo, foldParallelism, labelsFromServerInfo, sizeLabel } from '../../src/fleet/labels.ts';
 
-describe('DISCOVERED_KEYS (§6.4)', () => {
+describe('DISCOVERED_KEYS', () => {
   it('is the TokenSpeed gRPC key list, newer builds included', () => {
     expect([...DISCOVERED_KEYS]).toEqual([
       'model',
@@ -22,7 +22,7 @@ describe('DISCOVERED_KEYS (§6.4)', () => {
   });
 });
 
-describe('labelsFromServerInfo (§6.4, SGLang HTTP)', () => {
+describe('labelsFromServerInfo (SGLang HTTP)', () => {
   // A trimmed SGLang `/server_info` body: flat server args, scheduler info, `version`.
   const serverInfo = {
     model_path: '/models/qwen',
@@ -101,7 +101,8 @@ describe('labelsFromServerInfo (§6.4, SGLang HTTP)', () => {
       { tp_size: '2', pp_size: '1', dp_size: '4' },
     ],
     [{ tp_size: 8, attn_tp_size: 2 }, { tp_size: '8' }],
-    // A bare TokenSpeed launch: `attn_tp_size` null, so `tp_size` stays absent (§6.3 example).
+    // A bare TokenSpeed launch: `attn_tp_size` null, so `tp_size` stays absent (its row shows
+    // `tp_size: null`).
     [{ attn_tp_size: null, pipeline_parallel_size: 1 }, { pp_size: '1' }],
     [{ tp_size: null, attn_tp_size: 4 }, { tp_size: '4' }],
   ])('folds TokenSpeed parallelism spellings: %j', (info, expected) => {
@@ -133,7 +134,7 @@ describe('foldParallelism', () => {
   });
 });
 
-describe('sizeLabel (§6.3)', () => {
+describe('sizeLabel', () => {
   it.each<[string | undefined, number | null]>([
     ['1', 1],
     [' 8 ', 8],
@@ -154,7 +155,7 @@ describe('sizeLabel (§6.3)', () => {
   });
 });
 
-describe('flattenModelInfo (§6.4, gRPC)', () => {
+describe('flattenModelInfo (gRPC)', () => {
   it('skips empty strings and zero numbers, keeps booleans, JSON-encodes arrays', () => {
     expect(
       flattenModelInfo({

@@ -4,7 +4,7 @@ import type { Observation } from '../../src/fleet/observe.ts';
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
 
-describe('observeControlCall: control routes (§12.6)', () => {
+describe('observeControlCall: control routes', () => {
   it.each([
     ['pause_generation', 'paused'],
     ['pause', 'paused'],
@@ -35,7 +35,7 @@ describe('observeControlCall: control routes (§12.6)', () => {
   });
 });
 
-describe('observeControlCall: version routes (§12.6)', () => {
+describe('observeControlCall: version routes', () => {
   it.each<[string, string | Uint8Array | null, Observation]>([
     ['update_weights_from_disk', '{"model_path":"/models/x","weight_version":"42","flush_cache":true}', { version: '42' }],
     ['update_weights_from_tensor', '{"serialized_named_tensors":["..."],"weight_version":7}', { version: '7' }],
@@ -58,13 +58,13 @@ describe('observeControlCall: version routes (§12.6)', () => {
     // The wrong field for the route.
     ['update_weight_version', '{"weight_version":"1"}', { rejected: 'missing' }],
     ['update_weights_from_disk', '{"new_version":"1"}', { rejected: 'missing' }],
-    // Unusable JSON types (acceptance line 50: `"weight_version": true`).
+    // Unusable JSON types (`"weight_version": true` among them).
     ['update_weights_from_disk', '{"weight_version":true}', { rejected: 'wrong_type' }],
     ['update_weights_from_disk', '{"weight_version":["42"]}', { rejected: 'wrong_type' }],
     ['update_weights_from_disk', '{"weight_version":{"v":"42"}}', { rejected: 'wrong_type' }],
     ['update_weight_version', '{"new_version":false}', { rejected: 'wrong_type' }],
     ['update_weight_version', '{"new_version":[]}', { rejected: 'wrong_type' }],
-    // Values the §12.2 gate refuses (acceptance line 50: `"bad version"`).
+    // Values the version gate refuses (`"bad version"` among them).
     ['update_weights_from_disk', '{"weight_version":""}', { rejected: 'empty' }],
     ['update_weights_from_disk', '{"weight_version":"   "}', { rejected: 'empty' }],
     ['update_weights_from_disk', `{"weight_version":"${'x'.repeat(129)}"}`, { rejected: 'too_long' }],

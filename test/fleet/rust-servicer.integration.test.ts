@@ -65,11 +65,11 @@ describe('rust servicer profile behind the gateway', () => {
     expect(row.capabilities).toEqual(STATIC_TOKENSPEED);
     // The rust profile advertises nothing: no rl.* key came from discovery, only ours.
     expect(Object.keys(row.labels).filter((k) => k.startsWith('rl.'))).toEqual(['rl.control_url']);
-    // The engine's own launch version is discovered but the caller's label wins (§6.4).
+    // The engine's own launch version is discovered but the caller's label wins.
     expect(row.labels.weight_version).toBe('5');
 
     const bareRow = (await t.http('GET', `/v1/rl/workers/${bareId}`)).json;
-    // No label, and the engine's own `default` placeholder seeds an unversioned entry (§12.3).
+    // No label, and the engine's own `default` placeholder seeds an unversioned entry.
     expect(bareRow).toMatchObject({ control_url: null, weight_version: null, version_source: null });
     expect(bareRow.capabilities).toEqual(STATIC_TOKENSPEED);
   });

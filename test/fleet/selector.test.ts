@@ -13,7 +13,7 @@ function syntaxError(text: string): SelectorSyntaxError {
 }
 
 describe('parseSelector', () => {
-  // §14.1: the ten inputs and their exact byte offsets (acceptance line 25).
+  // SMG's ten invalid inputs and their exact byte offsets.
   it.each([
     ['', 0],
     ['=x', 0],
@@ -84,7 +84,7 @@ describe('selectorFromQuery', () => {
     expect(err.status).toBe(400);
   });
 
-  it('reports the offset into the trimmed text (acceptance line 24)', () => {
+  it('reports the offset into the trimmed text', () => {
     const err = gatewayError(() => selectorFromQuery('engine=='));
     expect(err.code).toBe('invalid_selector');
     expect(err.context).toEqual({ offset: 7 });
@@ -113,7 +113,7 @@ describe('matchesSelector', () => {
     ['engine=sglang,tp_size=4', false],
     ['role="policy"', true],
     ['role="pol\\"icy"', false],
-    // §14.2: a missing key makes `=`/`in` false and `!=`/`notin` true.
+    // A missing key makes `=`/`in` false and `!=`/`notin` true.
     ['missing=x', false],
     ['missing in (x)', false],
     ['missing!=x', true],

@@ -3,7 +3,7 @@ import { gatewayError } from '../fixtures/errors.ts';
 import { admit, formatVersionPolicy, parseVersionPolicy, policyFromHeader } from '../../src/fleet/version-policy.ts';
 import type { Candidate, VersionPolicy } from '../../src/fleet/version-policy.ts';
 
-describe('parseVersionPolicy (§13.1)', () => {
+describe('parseVersionPolicy', () => {
   it.each<[string, VersionPolicy]>([
     ['any', { kind: 'any' }],
     ['latest-only', { kind: 'latest-only' }],
@@ -38,7 +38,7 @@ describe('parseVersionPolicy (§13.1)', () => {
     const err = gatewayError(() => parseVersionPolicy(text));
     expect(err.code).toBe('invalid_version_policy');
     expect(err.status).toBe(400);
-    // The input is echoed between backticks (§5 message shape).
+    // The input is echoed between backticks (SMG's message shape).
     expect(err.message.startsWith(`invalid version policy \`${text}\`: `)).toBe(true);
   });
 
@@ -48,7 +48,7 @@ describe('parseVersionPolicy (§13.1)', () => {
   });
 });
 
-describe('admit (§13.3)', () => {
+describe('admit', () => {
   const any: VersionPolicy = { kind: 'any' };
   const latest: VersionPolicy = { kind: 'latest-only' };
   const stale1: VersionPolicy = { kind: 'max-staleness', k: 1n };
@@ -109,7 +109,7 @@ describe('admit (§13.3)', () => {
     expect(admit(k1, active('18446744073709551613'), '18446744073709551615')).toBe('stale');
   });
 
-  it('matches acceptance line 55: min-version:2 over unversioned, 1 and 3', () => {
+  it('min-version:2 over unversioned, 1 and 3 keeps only 3', () => {
     const kept = [active(), active('1'), active('3')].filter((c) => admit(min2, c, '3') === null);
     expect(kept).toEqual([active('3')]);
   });

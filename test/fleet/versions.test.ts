@@ -16,7 +16,7 @@ const EMPTY = 'weight_version is empty';
 const TOO_LONG = 'weight_version exceeds 128 bytes';
 const NOT_ASCII = 'weight_version contains a byte outside printable ASCII';
 
-describe('checkVersion (§12.2)', () => {
+describe('checkVersion', () => {
   it.each([
     ['42', '42'],
     [' 42 ', '42'],
@@ -52,7 +52,7 @@ describe('checkVersion (§12.2)', () => {
 });
 
 describe('validateVersion', () => {
-  it('returns the trimmed value (acceptance line 45)', () => {
+  it('returns the trimmed value', () => {
     expect(validateVersion(' 42 ')).toBe('42');
   });
 
@@ -61,7 +61,7 @@ describe('validateVersion', () => {
     ['x'.repeat(129), TOO_LONG],
     ['v1\u0007', NOT_ASCII],
     ['step 7', NOT_ASCII],
-  ])('rejects %j with invalid_version (acceptance line 46)', (raw, message) => {
+  ])('rejects %j with invalid_version', (raw, message) => {
     const err = gatewayError(() => validateVersion(raw));
     expect(err.code).toBe('invalid_version');
     expect(err.status).toBe(400);
@@ -73,7 +73,7 @@ describe('validateVersion', () => {
   });
 });
 
-describe('versionFromBodyField (§12.6)', () => {
+describe('versionFromBodyField', () => {
   it.each([
     ['42', '42'],
     [' 7 ', '7'],
@@ -158,7 +158,7 @@ describe('compareVersions', () => {
   });
 });
 
-describe('fleetMaximum (§12.3)', () => {
+describe('fleetMaximum', () => {
   it.each([
     [[], undefined],
     [['3'], '3'],

@@ -1,6 +1,6 @@
-// Gateway settings (spec §1, §18 line 6): SMG's defaults, its three startup errors with their
-// exact texts (the version policy checked even with RL off, the two counts only with RL on),
-// and the same rules reached through flags, environment variables and a JSON config file.
+// Gateway settings: SMG's defaults, its three startup errors with their exact texts (the version
+// policy checked even with RL off, the two counts only with RL on), and the same rules reached
+// through flags, environment variables and a JSON config file.
 
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -38,7 +38,7 @@ function configFile(content: unknown): string {
   return path;
 }
 
-describe('defaults (spec §1)', () => {
+describe('defaults', () => {
   it('RL off, control timeout 600 s, fan-out concurrency 32, version policy any', () => {
     const cfg = defaultConfig();
     expect(cfg.rl).toEqual({ enabled: false, controlTimeoutSecs: 600, fanoutConcurrency: undefined, versionPolicy: 'any' });
@@ -54,7 +54,7 @@ describe('defaults (spec §1)', () => {
   });
 });
 
-describe('startup errors (line 6)', () => {
+describe('startup errors', () => {
   it('RL off with any version policy other than `any` → `rl.version_policy requires rl.enabled`', () => {
     for (const policy of ['latest-only', 'min-version:3', 'max-staleness:1', 'garbage', '']) {
       expect(configError(() => validateConfig(withRl({ enabled: false, versionPolicy: policy }))).message, policy).toBe(POLICY_NEEDS_RL);
@@ -80,7 +80,7 @@ describe('startup errors (line 6)', () => {
     expect(validateConfig(withRl({ enabled: true, fanoutConcurrency: 1 })).rl.fanoutConcurrency).toBe(1);
   });
 
-  it('RL on: the version policy follows the grammar of §13.1', () => {
+  it('RL on: the version policy follows the policy grammar', () => {
     for (const ok of ['any', 'latest-only', 'min-version:3', 'min-version:step-9', 'max-staleness:0', 'max-staleness:12']) {
       expect(() => validateConfig(withRl({ enabled: true, versionPolicy: ok })), ok).not.toThrow();
     }

@@ -1,5 +1,5 @@
 // isMixedBytes reads the common bodies without parsing them; whatever path it takes, its answer
-// must be the one the spec's rule (isMixedBody over the parsed body, §13.4) gives.
+// must be the one SMG's rule (isMixedBody over the parsed body) gives.
 
 import { describe, expect, it } from 'vitest';
 import { isMixedBody, isMixedBytes } from '../../src/relay/stamping.ts';

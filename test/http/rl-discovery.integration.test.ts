@@ -1,12 +1,12 @@
-// Spec §3 and §6, §18 lines 7–11: admin-key authentication on `/v1/rl`, the worker listing and
-// single rows (shape, field order, sorting, DP collapse, dp_ranks), label parsing and the
-// synthetic selector keys that caller labels cannot spoof. Real gateways, real simulators.
+// Admin-key authentication on `/v1/rl`, the worker listing and single rows (shape, field order,
+// sorting, DP collapse, dp_ranks), label parsing and the synthetic selector keys that caller labels
+// cannot spoof. Real gateways, real simulators.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
-// Spec §6.3: the fields of RlWorkerEntry, in this order (rlgate may append its own after them).
+// SMG's fields of RlWorkerEntry, in this order (rlgate may append its own after them).
 const ROW_FIELDS = [
   'id',
   'url',
@@ -36,7 +36,7 @@ async function engineCalls(sim: SimProcess) {
   return (await sim.requests()).filter((r) => !PROBE_PATHS.has(r.path));
 }
 
-describe('admin key on /v1/rl (line 7)', () => {
+describe('admin key on /v1/rl', () => {
   let t: TestGateway;
 
   beforeAll(async () => {
@@ -92,7 +92,7 @@ describe('discovery with real simulators', () => {
     await Promise.all((sims ?? []).map((s) => s.stop()));
   });
 
-  describe('two plain SGLang workers (lines 8, 9)', () => {
+  describe('two plain SGLang workers', () => {
     let t: TestGateway;
     let ids: string[];
 
@@ -106,7 +106,7 @@ describe('discovery with real simulators', () => {
       await t?.close();
     });
 
-    it('line 8: GET /v1/rl/workers → protocol_version 1, total 2, SGLang rows sorted by base_url', async () => {
+    it('GET /v1/rl/workers → protocol_version 1, total 2, SGLang rows sorted by base_url', async () => {
       const r = await t.http('GET', '/v1/rl/workers');
       expect(r.status).toBe(200);
       expect(r.headers['content-type']).toMatch(/^application\/json/);
@@ -148,7 +148,7 @@ describe('discovery with real simulators', () => {
       }
     });
 
-    it('line 9: GET /v1/rl/workers/<id> equals the listing row; an unknown id → 404 worker_not_found with id', async () => {
+    it('GET /v1/rl/workers/<id> equals the listing row; an unknown id → 404 worker_not_found with id', async () => {
       const rows = (await t.http('GET', '/v1/rl/workers')).json.workers;
       for (const row of rows) {
         const one = await t.http('GET', `/v1/rl/workers/${row.id}`);
@@ -165,7 +165,7 @@ describe('discovery with real simulators', () => {
     });
   });
 
-  describe('DP ranks and labels (lines 10, 11)', () => {
+  describe('DP ranks and labels', () => {
     let t: TestGateway;
     let dp0: string;
     let dp1: string;
@@ -183,7 +183,7 @@ describe('discovery with real simulators', () => {
       await t?.close();
     });
 
-    it('line 10: DP ranks @0/@1 collapse into one row (dp_ranks 2); the non-DP worker on the same base is its own row', async () => {
+    it('DP ranks @0/@1 collapse into one row (dp_ranks 2); the non-DP worker on the same base is its own row', async () => {
       const base = sims[0]!.url;
       const r = await t.http('GET', '/v1/rl/workers');
       expect(r.status).toBe(200);
@@ -213,7 +213,7 @@ describe('discovery with real simulators', () => {
       expect((await t.http('GET', `/v1/rl/workers/${plain}`)).json.dp_ranks).toBe(1);
     });
 
-    it('line 11: garbage tp_size → null, version → engine_version, a spoofed engine label changes neither the row nor selectors', async () => {
+    it('garbage tp_size → null, version → engine_version, a spoofed engine label changes neither the row nor selectors', async () => {
       const row = (await t.http('GET', `/v1/rl/workers/${labelled}`)).json;
       expect(row.tp_size).toBeNull();
       expect(row.engine_version).toBe('0.5.15');

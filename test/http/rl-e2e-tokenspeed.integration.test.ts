@@ -1,7 +1,7 @@
-// The end-to-end TokenSpeed-shaped lane (spec §18 lines 63–64), driven as SMG's reference trainer
-// drives it through the `/v1/rl` pass-through: discovery, the engine's model_info, a flush fan-out,
-// and a NCCL-style refit (pause, init per worker with its own rank_offset, one update fan-out per
-// chunk broadcast by rank 0 while it is outstanding, destroy, continue) that /generate then shows.
+// The end-to-end TokenSpeed-shaped lane, driven as SMG's reference trainer drives it through the
+// `/v1/rl` pass-through: discovery, the engine's model_info, a flush fan-out, and a NCCL-style
+// refit (pause, init per worker with its own rank_offset, one update fan-out per chunk broadcast by
+// rank 0 while it is outstanding, destroy, continue) that /generate then shows.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
@@ -36,7 +36,7 @@ describe('E2E TokenSpeed-shaped lane', () => {
     await Promise.all((sims ?? []).map((s) => s.stop()));
   });
 
-  it('line 63: rows, the engine model_info through the proxy, a flush fan-out', async () => {
+  it('rows, the engine model_info through the proxy, a flush fan-out', async () => {
     const listing = await t.http('GET', '/v1/rl/workers');
     expect(listing.status).toBe(200);
     expect(listing.json.total).toBe(2);
@@ -67,7 +67,7 @@ describe('E2E TokenSpeed-shaped lane', () => {
     for (const s of sims) expect((await s.requests()).some((r) => r.path === '/flush_cache')).toBe(true);
   });
 
-  it('line 64: a NCCL refit through the pass-through; the next /generate reports weight_version "1"', async () => {
+  it('a NCCL refit through the pass-through; the next /generate reports weight_version "1"', async () => {
     const rows: Array<{ id: string; url: string; tp_size: number }> = (await t.http('GET', `/v1/rl/workers`)).json.workers;
     // world = trainer + Σ tp; engine i's ranks start after the GPUs of the engines before it.
     const worldSize = 1 + rows.reduce((n, r) => n + r.tp_size, 0);

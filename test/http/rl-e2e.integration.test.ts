@@ -1,6 +1,6 @@
-// The end-to-end SGLang-shaped lane (spec §18 lines 61–62): what a trainer does through the
-// gateway, in order — discover, flush, pause/continue with rollouts still served, read the
-// engine's own server info, and a disk refit whose version the next /generate reports.
+// The end-to-end SGLang-shaped lane: what a trainer does through the gateway, in order — discover,
+// flush, pause/continue with rollouts still served, read the engine's own server info, and a disk
+// refit whose version the next /generate reports.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
@@ -25,7 +25,7 @@ describe('E2E SGLang-shaped lane', () => {
     await Promise.all((sims ?? []).map((s) => s.stop()));
   });
 
-  it('line 61: rows, flush, pause/continue around a chat completion, and the engine server_info', async () => {
+  it('rows, flush, pause/continue around a chat completion, and the engine server_info', async () => {
     const listing = await t.http('GET', '/v1/rl/workers');
     expect(listing.status).toBe(200);
     expect(listing.json.total).toBe(2);
@@ -65,7 +65,7 @@ describe('E2E SGLang-shaped lane', () => {
     expect(info.json.body.tp_size).toBe(2);
   });
 
-  it('line 62: pause, disk refit, continue; the next /generate reports the new version', async () => {
+  it('pause, disk refit, continue; the next /generate reports the new version', async () => {
     const pause = await fanout('pause_generation', {});
     expect(pause.status).toBe(200);
     const refit = await fanout('update_weights_from_disk', { model_path: '/models/e2e', weight_version: 'e2e-refit', flush_cache: true });

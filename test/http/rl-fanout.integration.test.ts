@@ -1,6 +1,6 @@
-// Acceptance for the fan-out `GET|POST /v1/rl/engine/{*path}?selector=` (spec §10, §18 lines
-// 22–24, 26–28) against real SGLang simulators behind a real gateway and nats-server: who was
-// called, the RlFanoutResponse shape, the 200/207 rule, and that failures leave breakers alone.
+// Acceptance for the fan-out `GET|POST /v1/rl/engine/{*path}?selector=` against real SGLang
+// simulators behind a real gateway and nats-server: who was called, the RlFanoutResponse shape, the
+// 200/207 rule, and that failures leave breakers alone.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closedPort } from '../fixtures/closed-port.ts';
@@ -47,7 +47,7 @@ describe('fan-out by selector (2 sglang + 1 vllm)', () => {
     await Promise.all([...(sg ?? []), vllm].filter(Boolean).map((s) => s.stop()));
   });
 
-  it('line 22: calls exactly the matching engines, with no query string, and answers 200', async () => {
+  it('calls exactly the matching engines, with no query string, and answers 200', async () => {
     await Promise.all([...sg, vllm].map((s) => s.clearRequests()));
     const res = await t.http('POST', '/v1/rl/engine/pause_generation?selector=engine%3Dsglang', { body: {} });
     expect(res.status).toBe(200);
@@ -69,7 +69,7 @@ describe('fan-out by selector (2 sglang + 1 vllm)', () => {
     expect(resume.json.succeeded).toBe(2);
   });
 
-  it('§10.1.4: every leg gets the same method, query and trace headers, never the caller credentials', async () => {
+  it('every leg gets the same method, query and trace headers, never the caller credentials', async () => {
     await Promise.all([...sg, vllm].map((s) => s.clearRequests()));
     const res = await t.http('GET', '/v1/rl/engine/flush_cache?timeout=0&selector=engine%3Dsglang', {
       headers: { authorization: 'Bearer caller-token', 'x-request-id': 'fan-1', 'x-smg-routing-key': 'k' },
@@ -85,7 +85,7 @@ describe('fan-out by selector (2 sglang + 1 vllm)', () => {
     }
   });
 
-  it('§10.2: a 2xx saying success:false still counts as succeeded; concurrent fan-outs are all served', async () => {
+  it('a 2xx saying success:false still counts as succeeded; concurrent fan-outs are all served', async () => {
     await sg[0]!.setFaults({ route: 'flush_cache', status: 200, body: { success: false, message: 'busy' }, times: 1 });
     const res = await t.http('POST', '/v1/rl/engine/flush_cache?selector=engine%3Dsglang');
     expect(res.status).toBe(200);
@@ -99,7 +99,7 @@ describe('fan-out by selector (2 sglang + 1 vllm)', () => {
     }
   });
 
-  it('line 24: selector and path errors are 400s that call no engine; only no_match is counted', async () => {
+  it('selector and path errors are 400s that call no engine; only no_match is counted', async () => {
     await Promise.all([...sg, vllm].map((s) => s.clearRequests()));
     const before = { noMatch: await fanoutCount(t, 'no_match'), ok: await fanoutCount(t, 'ok'), partial: await fanoutCount(t, 'partial') };
 
@@ -114,7 +114,7 @@ describe('fan-out by selector (2 sglang + 1 vllm)', () => {
     // The offset counts in the trimmed text.
     const padded = await t.http('POST', '/v1/rl/engine/flush_cache?selector=%20%20engine%3D%3D');
     expect(padded.json).toMatchObject({ error: 'invalid_selector', offset: 7 });
-    // Selector first, then the path (§10.1 steps 1–2).
+    // Selector first, then the path.
     expect((await t.http('POST', '/v1/rl/engine/a/b/c/d/e')).json.error).toBe('selector_required');
     const badPath = await t.http('POST', '/v1/rl/engine/a/b/c/d/e?selector=engine%3Dsglang');
     expect(badPath.status).toBe(400);
@@ -131,8 +131,8 @@ describe('fan-out by selector (2 sglang + 1 vllm)', () => {
     for (const sim of [...sg, vllm]) expect(await controlCalls(sim)).toEqual([]);
   });
 
-  it('line 25 over the wire: the §14.1 inputs fail at their byte offsets; the valid forms select', async () => {
-    // The empty input is line 24's selector_required; the grammar itself is unit-tested in
+  it('selector parse errors keep their byte offsets over the wire; the valid forms select', async () => {
+    // The empty input is selector_required (tested above); the grammar itself is unit-tested in
     // test/fleet/selector.test.ts. Here the offsets must survive the query string and the envelope.
     const cases: Array<[string, number]> = [
       ['=x', 0],
@@ -189,7 +189,7 @@ describe('partial fan-out (good, bad, dead, gRPC without rl.control_url)', () =>
     await Promise.all([good, bad].filter(Boolean).map((s) => s.stop()));
   });
 
-  it('line 23: 207 with every outcome; failed[] sorted by worker_id with the right code per target', async () => {
+  it('207 with every outcome; failed[] sorted by worker_id with the right code per target', async () => {
     await Promise.all([good.clearRequests(), bad.clearRequests()]);
     const res = await t.http('POST', '/v1/rl/engine/flush_cache?selector=worker_type%3Dregular', {
       headers: { authorization: 'Bearer caller-token' },
@@ -216,7 +216,7 @@ describe('partial fan-out (good, bad, dead, gRPC without rl.control_url)', () =>
     expect(grpc).not.toHaveProperty('status');
     expect(typeof grpc.message).toBe('string');
 
-    // Each engine saw its own bearer (§10.1 step 4), never the caller's.
+    // Each engine saw its own bearer, never the caller's.
     const [goodCall] = await controlCalls(good, '/flush_cache');
     const [badCall, ...more] = await controlCalls(bad, '/flush_cache');
     expect(more).toEqual([]);
@@ -224,7 +224,7 @@ describe('partial fan-out (good, bad, dead, gRPC without rl.control_url)', () =>
     expect(badCall!.headers.authorization).toBe('Bearer bad-secret');
   });
 
-  it('line 34 shape: the gRPC worker alone is 422 no_control_endpoint with its grpc:// URL', async () => {
+  it('per worker, the gRPC worker alone is 422 no_control_endpoint with its grpc:// URL', async () => {
     const res = await t.http('POST', `/v1/rl/workers/${ids.grpc}/engine/pause_generation`, { body: {} });
     expect(res.status).toBe(422);
     expect(res.json).toMatchObject({ error: 'no_control_endpoint', worker_id: ids.grpc, url: grpcUrl, connection_mode: 'grpc' });
@@ -232,7 +232,7 @@ describe('partial fan-out (good, bad, dead, gRPC without rl.control_url)', () =>
     expect(row).toMatchObject({ connection_mode: 'grpc', control_url: null });
   });
 
-  it('§9.4: after the failed legs every breaker is closed and no load is counted', async () => {
+  it('after the failed legs every breaker is closed and no load is counted', async () => {
     for (let i = 0; i < 6; i++) {
       expect((await t.http('POST', '/v1/rl/engine/flush_cache?selector=worker_type%3Dregular')).status).toBe(207);
     }
@@ -259,7 +259,7 @@ describe('DP engine with 3 ranks', () => {
     await sim?.stop();
   });
 
-  it('line 26: selecting the engine by its @0 URL calls it exactly once', async () => {
+  it('selecting the engine by its @0 URL calls it exactly once', async () => {
     await sim.clearRequests();
     const res = await t.http('POST', `/v1/rl/engine/flush_cache?selector=url%3D${encodeURIComponent(`${sim.url}@0`)}`);
     expect(res.status).toBe(200);
@@ -276,7 +276,7 @@ describe('DP engine with 3 ranks', () => {
     expect(await controlCalls(sim)).toHaveLength(1);
   });
 
-  it('§9: a per-worker call to another rank goes to the engine base URL and keeps that rank in url', async () => {
+  it('a per-worker call to another rank goes to the engine base URL and keeps that rank in url', async () => {
     await sim.clearRequests();
     const res = await t.http('POST', `/v1/rl/workers/${rank2}/engine/flush_cache`);
     expect(res.status).toBe(200);
@@ -304,7 +304,7 @@ describe('fan-out concurrency cap', () => {
     await sim?.stop();
   });
 
-  it('line 27: six legs of 150 ms each run at most two at a time and all succeed', async () => {
+  it('six legs of 150 ms each run at most two at a time and all succeed', async () => {
     await sim.setFaults({ route: '*', method: 'POST', delayMs: 150, status: 200, body: { success: true, message: 'ok' } });
     await sim.clearRequests(); // also restarts the peak counters
     const res = await t.http('POST', '/v1/rl/engine/pause_generation?selector=worker_type%3Dregular', { body: {} });
@@ -322,10 +322,9 @@ describe('fan-out concurrency cap', () => {
 });
 
 describe('per-leg deadline', () => {
-  // §10.1 step 4: each leg has its own control_timeout_secs deadline and there is no overall
-  // deadline. Three engines (path prefixes of one simulator) answer in 450 ms each, one leg at a
-  // time under a 1 s timeout: every leg is well inside its own deadline, while the fan-out as a
-  // whole runs past 1 s.
+  // Each leg has its own control_timeout_secs deadline and there is no overall deadline. Three
+  // engines (path prefixes of one simulator) answer in 450 ms each, one leg at a time under a 1 s
+  // timeout: every leg is well inside its own deadline, while the fan-out as a whole runs past 1 s.
   let t: TestGateway;
   let sim: SimProcess;
   const prefixes = ['p1', 'p2', 'p3'];
@@ -368,7 +367,7 @@ describe('an engine stopped after registration', () => {
     await Promise.all([live, stopped].filter(Boolean).map((s) => s.stop()));
   });
 
-  it('line 28 (a): 207 naming the dead engine, breakers closed, load 0; after a restart the same fan-out is 200', async () => {
+  it('207 naming the dead engine, breakers closed, load 0; after a restart the same fan-out is 200', async () => {
     await stopped.stop();
     const res = await pause();
     expect(res.status).toBe(207);

@@ -1,6 +1,6 @@
-// Spec §15 and §18 lines 59–60: the RL Prometheus series (`rlgate_rl_…` in place of `smg_rl_…`)
-// as /metrics shows them after real pass-through calls and fan-outs: per-engine version and
-// control gauges, control-call counters by op and result, fan-out counters and histograms.
+// The RL Prometheus series (`rlgate_rl_…` in place of `smg_rl_…`) as /metrics shows them after
+// real pass-through calls and fan-outs: per-engine version and control gauges, control-call
+// counters by op and result, fan-out counters and histograms.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closedPort as deadPort } from '../fixtures/closed-port.ts';
@@ -32,7 +32,7 @@ describe('RL metrics', () => {
     await Promise.all((sims ?? []).map((s) => s.stop()));
   });
 
-  describe('version and control gauges (line 59)', () => {
+  describe('version and control gauges', () => {
     let t: TestGateway;
     let ids: string[];
     const metrics = async () => (await t.http('GET', '/metrics')).text;
@@ -85,7 +85,7 @@ describe('RL metrics', () => {
     });
   });
 
-  describe('control-call and fan-out counters (line 60)', () => {
+  describe('control-call and fan-out counters', () => {
     let t: TestGateway;
     let live: string;
     let dead: string;

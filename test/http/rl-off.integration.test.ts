@@ -1,6 +1,6 @@
-// Spec §2 and §18 lines 1–5 (fixture OFF): with RL disabled every `/v1/rl` path, any method,
-// is a 404 with zero bytes (even without the admin key), no engine is called, no RL metric
-// series exist and the data plane works as usual, ignoring the version-policy headers.
+// Fixture OFF, RL disabled with one SGLang simulator registered: every `/v1/rl` path, any method,
+// is a 404 with zero bytes (even without the admin key), no engine is called, no RL metric series
+// exist and the data plane works as usual, ignoring the version-policy headers.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { request } from 'undici';
@@ -47,13 +47,13 @@ describe('RL switched off (fixture OFF)', () => {
     await sim?.stop();
   });
 
-  it('line 1: GET /v1/rl/workers → 404, zero bytes, content-length: 0', async () => {
+  it('GET /v1/rl/workers → 404, zero bytes, content-length: 0', async () => {
     const r = await raw(t.url, 'GET', '/v1/rl/workers');
     expectEmpty404(r, 'GET /v1/rl/workers');
     expect(r.headers['content-type']).toBeUndefined();
   });
 
-  it('line 2: POST /v1/rl/engine/flush_cache?selector=engine%3Dsglang → empty 404, the simulator is never called', async () => {
+  it('POST /v1/rl/engine/flush_cache?selector=engine%3Dsglang → empty 404, the simulator is never called', async () => {
     await sim.clearRequests();
     const r = await raw(t.url, 'POST', '/v1/rl/engine/flush_cache?selector=engine%3Dsglang', '{}');
     expectEmpty404(r, 'fan-out');
@@ -62,7 +62,7 @@ describe('RL switched off (fixture OFF)', () => {
     expect(await engineCalls(sim)).toEqual([]);
   });
 
-  it('line 3: every /v1/rl path with any method is an empty 404, with or without the admin key', async () => {
+  it('every /v1/rl path with any method is an empty 404, with or without the admin key', async () => {
     const cases: Array<[string, string, string?]> = [
       ['GET', '/v1/rl/workers/anything/engine/pause_generation'],
       ['POST', '/v1/rl/version?selector=x', '{"weight_version":"1"}'],
@@ -97,7 +97,7 @@ describe('RL switched off (fixture OFF)', () => {
     expect(await engineCalls(sim)).toEqual([]);
   });
 
-  it('line 4: GET /workers lists the worker; GET /metrics has no series with the RL prefix', async () => {
+  it('GET /workers lists the worker; GET /metrics has no series with the RL prefix', async () => {
     const ws = await t.http('GET', '/workers');
     expect(ws.status).toBe(200);
     expect(ws.json.total).toBe(1);
@@ -117,7 +117,7 @@ describe('RL switched off (fixture OFF)', () => {
     expect(m.text).not.toMatch(/smg_rl_/);
   });
 
-  it('line 5: /generate with a garbage x-smg-version-policy → 200, no RL headers, x-smg-routed-worker-id stamped', async () => {
+  it('/generate with a garbage x-smg-version-policy → 200, no RL headers, x-smg-routed-worker-id stamped', async () => {
     for (const header of ['x-smg-version-policy', 'x-rl-version-policy']) {
       const r = await t.http('POST', '/generate', { body: { text: 'hi' }, headers: { [header]: 'garbage' } });
       expect(r.status, header).toBe(200);

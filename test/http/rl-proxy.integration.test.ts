@@ -1,6 +1,6 @@
-// Acceptance for the per-worker proxy `GET|POST /v1/rl/workers/{id}/engine/{*path}` (spec §9,
-// §18 lines 12–21 and 29) against real SGLang simulators behind a real gateway and nats-server:
-// what the engine received byte for byte, the mirrored answer, and every error envelope.
+// Acceptance for the per-worker proxy `GET|POST /v1/rl/workers/{id}/engine/{*path}` against real
+// SGLang simulators behind a real gateway and nats-server: what the engine received byte for byte,
+// the mirrored answer, and every error envelope.
 
 import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -56,7 +56,7 @@ describe('per-worker proxy (fixture H)', () => {
     await Promise.all([keyed, plain].filter(Boolean).map((s) => s.stop()));
   });
 
-  it('line 12: forwards update_weights_from_disk byte for byte and wraps the answer in RlCallOutcome', async () => {
+  it('forwards update_weights_from_disk byte for byte and wraps the answer in RlCallOutcome', async () => {
     await keyed.clearRequests();
     const bytes = '{"model_path":"/models/x","weight_version":"42","flush_cache":true}';
     const res = await t.http('POST', `/v1/rl/workers/${keyedId}/engine/update_weights_from_disk`, {
@@ -78,7 +78,7 @@ describe('per-worker proxy (fixture H)', () => {
     expect(seen[0]!.headers['content-type']).toBe('application/json');
   });
 
-  it('line 13: drops selector pairs from the query, forwards only the three trace headers and sends the worker bearer', async () => {
+  it('drops selector pairs from the query, forwards only the three trace headers and sends the worker bearer', async () => {
     await keyed.clearRequests();
     const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
     const res = await t.http('POST', `/v1/rl/workers/${keyedId}/engine/pause?mode=keep&selector=engine%3Dsglang&level=2`, {
@@ -110,8 +110,8 @@ describe('per-worker proxy (fixture H)', () => {
     expect(r.headers).not.toHaveProperty('x-custom');
     expect(r.bodyBytes).toBe(0);
 
-    // §9.2: duplicates and order kept, bytes not re-encoded, empty pairs dropped, `selectorx`
-    // and a bare key kept, every `selector` pair removed.
+    // The forwarded query: duplicates and order kept, bytes not re-encoded, empty pairs dropped,
+    // `selectorx` and a bare key kept, every `selector` pair removed.
     await keyed.clearRequests();
     const q = 'a=1&&selector=x&a=2&selectorx=3&flag&b=%2F+c&selector=engine%3Dsglang&';
     expect((await t.http('GET', `/v1/rl/workers/${keyedId}/engine/pause?${q}`)).status).toBe(200);
@@ -119,11 +119,11 @@ describe('per-worker proxy (fixture H)', () => {
     expect(again.map((x) => [x.method, x.path, x.query])).toEqual([['GET', '/pause', 'a=1&a=2&selectorx=3&flag&b=%2F+c']]);
     expect((await t.http('GET', `/v1/rl/workers/${keyedId}/engine/pause?selector=a`)).status).toBe(200);
     expect((await controlCalls(keyed)).at(-1)!.query).toBe('');
-    // `pause` was observed as paused (spec §12.6); `resume` puts the row back.
+    // `pause` was observed as paused; `resume` puts the row back.
     expect((await t.http('POST', `/v1/rl/workers/${keyedId}/engine/resume`)).status).toBe(200);
   });
 
-  it('line 14: adds application/json only to a non-empty body, sends no body for none, and no bearer for a keyless worker', async () => {
+  it('adds application/json only to a non-empty body, sends no body for none, and no bearer for a keyless worker', async () => {
     await plain.clearRequests();
     const withBody = await t.http('POST', `/v1/rl/workers/${plainId}/engine/continue_generation`, {
       raw: '{}',
@@ -142,7 +142,7 @@ describe('per-worker proxy (fixture H)', () => {
     expect(flush!.headers).not.toHaveProperty('authorization');
   });
 
-  it('line 15: a text/plain answer is the JSON string body', async () => {
+  it('a text/plain answer is the JSON string body', async () => {
     await plain.setFaults({ route: 'text_route', status: 200, body: 'plain', times: 1 });
     const res = await t.http('GET', `/v1/rl/workers/${plainId}/engine/text_route`);
     expect(res.status).toBe(200);
@@ -151,7 +151,7 @@ describe('per-worker proxy (fixture H)', () => {
     const calls = (await controlCalls(plain)).filter((r) => r.path === '/text_route');
     expect(calls.map((r) => r.method)).toEqual(['GET']);
 
-    // §9.5: a json content type that does not parse stays text; an empty answer is "".
+    // A json content type that does not parse stays text; an empty answer is "".
     await plain.setFaults([
       { route: 'broken_json', status: 200, body: '{"no', contentType: 'application/json', times: 1 },
       { route: 'empty', status: 200, body: '', contentType: null, times: 1 },
@@ -164,7 +164,7 @@ describe('per-worker proxy (fixture H)', () => {
     expect(empty.json.body).toBe('');
   });
 
-  it('line 16: an engine 500 is mirrored as the proxy status with the engine body inside', async () => {
+  it('an engine 500 is mirrored as the proxy status with the engine body inside', async () => {
     await plain.setFaults({ route: 'pause_generation', status: 500, body: { success: false }, times: 1 });
     const res = await t.http('POST', `/v1/rl/workers/${plainId}/engine/pause_generation`, { body: {} });
     expect(res.status).toBe(500);
@@ -175,7 +175,7 @@ describe('per-worker proxy (fixture H)', () => {
     expect((await t.http('GET', `/v1/rl/workers/${plainId}`)).json.control).toBe('active');
   });
 
-  it('line 17: invalid engine paths are 400 invalid_engine_path, other methods 405, and reach no engine', async () => {
+  it('invalid engine paths are 400 invalid_engine_path, other methods 405, and reach no engine', async () => {
     await Promise.all([plain.clearRequests(), keyed.clearRequests()]);
     const base = `/v1/rl/workers/${plainId}/engine`;
     for (const path of ['a/b/c/d/e', 'pause/', 'a%20b', 'a%25b', 'a:b', '..%2Fetc']) {
@@ -184,14 +184,14 @@ describe('per-worker proxy (fixture H)', () => {
       expect(res.json.error, path).toBe('invalid_engine_path');
     }
     // Sent as written: a URL parser on the client side would fold these dot segments away.
-    // `engine///pause` carries the path `//pause` (§8: one leading slash is stripped, then an
+    // `engine///pause` carries the path `//pause` (one leading slash is stripped, then an
     // empty first segment remains).
     for (const path of ['/../etc', '/a/./b', '/a/%2E/b', '/%2E%2E/etc', '///pause', '']) {
       const res = await rawHttp(t.url, 'GET', `${base}${path}`);
       expect(res.status, path).toBe(400);
       expect(res.json.error, path).toBe('invalid_engine_path');
     }
-    // §4: any method but GET and POST is 405 (HEAD goes to the engine as HEAD, as SMG's GET
+    // Any method but GET and POST is 405 (HEAD goes to the engine as HEAD, as SMG's GET
     // routes take it: smg-surface.integration.test.ts).
     for (const method of ['DELETE', 'PUT', 'PATCH', 'OPTIONS']) {
       for (const url of [`${base}/pause_generation`, '/v1/rl/engine/pause_generation?selector=worker_type%3Dregular']) {
@@ -209,7 +209,7 @@ describe('per-worker proxy (fixture H)', () => {
     expect((await controlCalls(plain)).map((r) => `${r.method} ${r.path}`)).toEqual(['POST /a/b/c/d']);
   });
 
-  it('line 18: the path is validated before the worker lookup', async () => {
+  it('the path is validated before the worker lookup', async () => {
     const bad = await t.http('POST', '/v1/rl/workers/nope/engine/a/b/c/d/e', { body: {} });
     expect(bad.status).toBe(400);
     expect(bad.json.error).toBe('invalid_engine_path');
@@ -218,14 +218,14 @@ describe('per-worker proxy (fixture H)', () => {
     expect(unknown.json).toMatchObject({ error: 'worker_not_found', id: 'nope' });
   });
 
-  it('line 20: a worker with nothing listening is 502 upstream_unreachable naming the URL called', async () => {
+  it('a worker with nothing listening is 502 upstream_unreachable naming the URL called', async () => {
     const res = await t.http('POST', `/v1/rl/workers/${deadId}/engine/pause_generation`, { body: {} });
     expect(res.status).toBe(502);
     expect(res.json).toMatchObject({ error: 'upstream_unreachable', worker_id: deadId, url: deadUrl });
     expect(res.json.message).toContain(`${deadUrl}/pause_generation`);
   });
 
-  it('line 21: a 2 MiB answer is cut at 1 MiB and flagged; a 10-byte answer is not flagged', async () => {
+  it('a 2 MiB answer is cut at 1 MiB and flagged; a 10-byte answer is not flagged', async () => {
     await plain.setFaults([
       { route: 'big', status: 200, bodyBytes: 2 * 1024 * 1024, times: 1 },
       { route: 'small', status: 200, body: { a: '12' }, times: 1 },
@@ -244,7 +244,7 @@ describe('per-worker proxy (fixture H)', () => {
     expect(small.json.body).toEqual({ a: '12' });
   });
 
-  it('§9.4: failed control calls never open a breaker and never count as load', async () => {
+  it('failed control calls never open a breaker and never count as load', async () => {
     await plain.setFaults({ route: 'flush_cache', status: 500, times: 6 });
     for (let i = 0; i < 6; i++) {
       expect((await t.http('POST', `/v1/rl/workers/${plainId}/engine/flush_cache`)).status).toBe(500);
@@ -260,7 +260,7 @@ describe('per-worker proxy (fixture H)', () => {
     for (const w of dataPlane.json.workers) expect(w.load, w.url).toBe(0);
   });
 
-  it('line 29: control calls reach each engine over HTTP/1.1 (rlgate has no h2c upstreams)', async () => {
+  it('control calls reach each engine over HTTP/1.1 (rlgate has no h2c upstreams)', async () => {
     await Promise.all([keyed.clearRequests(), plain.clearRequests()]);
     for (const id of [keyedId, plainId]) {
       const res = await t.http('POST', `/v1/rl/workers/${id}/engine/pause_generation`, { body: {} });
@@ -292,7 +292,7 @@ describe('control timeout 1 s', () => {
     await sim?.stop();
   });
 
-  it('line 19: an engine slower than the deadline is 504 upstream_timeout ending "timed out after 1s"', async () => {
+  it('an engine slower than the deadline is 504 upstream_timeout ending "timed out after 1s"', async () => {
     await sim.setFaults({ route: 'flush_cache', delayMs: 1500, times: 1 });
     const res = await t.http('POST', `/v1/rl/workers/${id}/engine/flush_cache`);
     expect(res.status).toBe(504);
@@ -303,7 +303,7 @@ describe('control timeout 1 s', () => {
     expect(row.load).toBe(0);
   });
 
-  it('§10.3: a fan-out leg past its deadline is a failed upstream_timeout with no result', async () => {
+  it('a fan-out leg past its deadline is a failed upstream_timeout with no result', async () => {
     await sim.setFaults({ route: 'flush_cache', delayMs: 1500, times: 1 });
     const res = await t.http('POST', '/v1/rl/engine/flush_cache?selector=worker_type%3Dregular');
     expect(res.status).toBe(207);

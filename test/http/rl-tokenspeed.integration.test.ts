@@ -1,6 +1,7 @@
-// Acceptance for TokenSpeed workers on the /v1/rl control plane (spec §6.3, §6.4, §7, §9, §10;
-// §18 fixture G, lines 30–38): a real gateway and nats-server, two TokenSpeed gRPC simulators
-// (one advertising its HTTP control app, one silent) and an SGLang simulator, all child processes.
+// Acceptance for TokenSpeed workers on the /v1/rl control plane (rows, discovery, the control
+// endpoint, the proxy and fan-outs; fixture G): a real gateway and nats-server, two TokenSpeed gRPC
+// simulators (one advertising its HTTP control app, one silent) and an SGLang simulator, all child
+// processes.
 
 import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,7 +13,7 @@ import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
 import { GATEWAY_OWN_PATHS as SG_OWN_PATHS, type SimProcess, type SimRequest } from '../fixtures/sglang-sim.ts';
 import { spawnTokenspeedSim, type ControlRequest, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
 
-/** §6.3: the row's fields, in this order (rlgate's own extras may follow). */
+/** SMG's RlWorkerEntry fields, in this order (rlgate's own extras may follow). */
 const ROW_FIELDS = [
   'id',
   'url',
@@ -67,7 +68,7 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
   });
   afterAll(() => g?.close());
 
-  it('line 30: rows show the control URL, the advertised or static capabilities and the caller-label version', async () => {
+  it('rows show the control URL, the advertised or static capabilities and the caller-label version', async () => {
     const res = await t.http('GET', '/v1/rl/workers');
     expect(res.status).toBe(200);
     expect(res.json).toMatchObject({ protocol_version: 1, total: 3 });
@@ -101,10 +102,10 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
       sleep_wake: true,
       reports_weight_version: true,
     });
-    // Caller labels win over discovered ones (§6.4); the rl.* advertisement is copied in.
+    // Caller labels win over discovered ones; the rl.* advertisement is copied in.
     expect(adv.labels.weight_version).toBe('registered');
     expect(adv.labels['rl.control_url']).toBe(tsAdv.controlUrl);
-    // Discovery (§6.4): tokenspeed_version → version, scheduler_info.shm_namespace_id, GetModelInfo
+    // Discovery: tokenspeed_version → version, scheduler_info.shm_namespace_id, GetModelInfo
     // flattened; a default launch reports attn_tp_size 1 (one GPU), folded into tp_size.
     expect(adv.engine_version).toBe('0.2.0');
     expect(adv.labels.version).toBe('0.2.0');
@@ -134,7 +135,7 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
     expect(s.base_url).toBe(sg.url);
   });
 
-  it('line 31: a per-worker pause reaches the control app with the worker bearer and exactly the caller body', async () => {
+  it('a per-worker pause reaches the control app with the worker bearer and exactly the caller body', async () => {
     await tsAdv.clearRecords();
     const res = await t.http('POST', `/v1/rl/workers/${id.adv}/engine/pause_generation`, {
       body: { mode: 'keep' },
@@ -160,7 +161,7 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
     expect((await row(id.adv)).control).toBe('active');
   });
 
-  it('line 32: a fan-out over ts-adv and sg by id reaches both with the same body', async () => {
+  it('a fan-out over ts-adv and sg by id reaches both with the same body', async () => {
     await Promise.all([tsAdv.clearRecords(), sg.clearRequests(), tsSilent.clearRecords()]);
     const res = await t.http('POST', `/v1/rl/engine/pause_generation?${q(`id in (${id.adv},${id.sg})`)}`, { body: { mode: 'abort' } });
     expect(res.status).toBe(200);
@@ -182,7 +183,7 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
     expect((await tsAdv.state()).paused).toBeNull();
   });
 
-  it('line 33: a flush over every worker is 207 with ts-silent as no_control_endpoint; breakers stay closed, load 0', async () => {
+  it('a flush over every worker is 207 with ts-silent as no_control_endpoint; breakers stay closed, load 0', async () => {
     await Promise.all([tsAdv.clearRecords(), sg.clearRequests()]);
     const res = await t.http('POST', `/v1/rl/engine/flush_cache?${q('worker_type=regular')}`);
     expect(res.status).toBe(207);
@@ -210,7 +211,7 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
     }
   });
 
-  it('line 34: a per-worker call to ts-silent is 422 no_control_endpoint with its grpc:// URL', async () => {
+  it('a per-worker call to ts-silent is 422 no_control_endpoint with its grpc:// URL', async () => {
     const rpcsBefore = (await tsSilent.rpcs()).length;
     const res = await t.http('POST', `/v1/rl/workers/${id.silent}/engine/pause_generation`, { body: {} });
     expect(res.status).toBe(422);
@@ -222,7 +223,7 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
     expect(rpcs.filter((r) => r !== 'HealthCheck' && r !== 'GetServerInfo' && r !== 'GetModelInfo')).toEqual([]);
   });
 
-  it('line 37: with the control app stopped, a flush fan-out names the grpc:// URL and the control URL it called', async () => {
+  it('with the control app stopped, a flush fan-out names the grpc:// URL and the control URL it called', async () => {
     await tsAdv.stopControlApp();
     try {
       const res = await t.http('POST', `/v1/rl/engine/flush_cache?${q(`id=${id.adv}`)}`);
@@ -245,7 +246,7 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
     expect(again.json).toMatchObject({ total: 1, succeeded: 1, failed: [] });
   });
 
-  it('line 38: a disk refit fan-out to ts-adv is 207 upstream_error 501; the engine keeps serving afterwards', async () => {
+  it('a disk refit fan-out to ts-adv is 207 upstream_error 501; the engine keeps serving afterwards', async () => {
     const before = await row(id.adv);
     const res = await t.http('POST', `/v1/rl/engine/update_weights_from_disk?${q(`id=${id.adv}`)}`, {
       body: { model_path: '/m', weight_version: 'e2e-refused', flush_cache: true },
@@ -285,7 +286,7 @@ describe('fixture G: ts-adv (advertising TokenSpeed), ts-silent (no control app)
   });
 });
 
-describe('line 35: where rl.control_url points, resolved against the worker URL', () => {
+describe('where rl.control_url points, resolved against the worker URL', () => {
   let t: TestGateway;
 
   beforeAll(async () => {
@@ -296,7 +297,7 @@ describe('line 35: where rl.control_url points, resolved against the worker URL'
   });
 
   it('a wildcard host takes the worker host; a blank label means no endpoint; an HTTP worker ignores the label', async () => {
-    // Loopback aliases stand in for the spec's 10.0.0.5: the workers never become ready, and the
+    // Loopback aliases stand in for a remote 10.0.0.5: the workers never become ready, and the
     // gateway's discovery attempts must not leave this machine.
     const p = await closedPort();
     const workers = {
@@ -330,7 +331,7 @@ describe('line 35: where rl.control_url points, resolved against the worker URL'
   });
 });
 
-describe('line 36: a gRPC worker whose control client cannot be built', () => {
+describe('a gRPC worker whose control client cannot be built', () => {
   let t: TestGateway;
   let tsAdv: TokenspeedSimProcess;
   let dir: string;

@@ -1,6 +1,6 @@
-// Spec §11, §12.2, §12.6 and §18 lines 45–48, 50: the gateway-local version and state writes
-// (per worker and per selector, their validation order and error codes) and the versions a
-// per-worker pass-through call records or refuses to record. No write may reach an engine.
+// The gateway-local version and state writes (per worker and per selector, their validation order
+// and error codes) and the versions a per-worker pass-through call records or refuses to record. No
+// write may reach an engine.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
@@ -39,7 +39,7 @@ describe('version and state writes', () => {
       await t?.close();
     });
 
-    it('line 45: POST /workers/<id>/version {" 42 "} → 200 row with weight_version "42", version_source "api"', async () => {
+    it('POST /workers/<id>/version {" 42 "} → 200 row with weight_version "42", version_source "api"', async () => {
       await sims[0]!.clearRequests();
       const r = await t.http('POST', `/v1/rl/workers/${ids[0]}/version`, { body: { weight_version: ' 42 ' } });
       expect(r.status).toBe(200);
@@ -59,7 +59,7 @@ describe('version and state writes', () => {
       expect(atCap.json.weight_version).toBe(max);
     });
 
-    it('line 46: invalid versions and bodies → 400 invalid_version / invalid_body; body and version are checked before the id', async () => {
+    it('invalid versions and bodies → 400 invalid_version / invalid_body; body and version are checked before the id', async () => {
       const id = ids[0]!;
       await t.http('POST', `/v1/rl/workers/${id}/version`, { body: { weight_version: '42' } });
       const before = await row(id);
@@ -115,7 +115,7 @@ describe('version and state writes', () => {
       expect(await engineCalls(sims[0]!)).toEqual([]);
     });
 
-    it('line 47: POST /workers/<id>/state {"control":"asleep"} → row control "asleep"; "Paused" and "napping" → 400 invalid_body', async () => {
+    it('POST /workers/<id>/state {"control":"asleep"} → row control "asleep"; "Paused" and "napping" → 400 invalid_body', async () => {
       const id = ids[2]!;
       await sims[2]!.clearRequests();
       const r = await t.http('POST', `/v1/rl/workers/${id}/state`, { body: { control: 'asleep' } });
@@ -150,7 +150,7 @@ describe('version and state writes', () => {
       expect(await engineCalls(sims[2]!)).toEqual([]);
     });
 
-    it('line 50: a per-worker update_weights_from_disk records its version only after a 2xx with a valid version', async () => {
+    it('a per-worker update_weights_from_disk records its version only after a 2xx with a valid version', async () => {
       const id = ids[1]!;
       const sim = sims[1]!;
       const disk = (body: unknown) => t.http('POST', `/v1/rl/workers/${id}/engine/update_weights_from_disk`, { body });
@@ -197,13 +197,13 @@ describe('version and state writes', () => {
         expect(r.status, JSON.stringify(rawBody)).toBe(200);
         expect((await row(id)).weight_version, JSON.stringify(rawBody)).toBe('43');
       }
-      // A number is rendered as text (spec §12.6).
+      // A number is rendered as text.
       expect((await disk({ model_path: '/models/x', weight_version: 44 })).status).toBe(200);
       expect((await row(id)).weight_version).toBe('44');
       await sim.clearFaults();
     });
 
-    it('§12.6: a 2xx pass-through records the control state even when its body says success: false', async () => {
+    it('a 2xx pass-through records the control state even when its body says success: false', async () => {
       const id = ids[3]!;
       await sims[3]!.setFaults({ route: 'pause_generation', status: 200, body: { success: false, message: 'nope' }, times: 1 });
       const r = await t.http('POST', `/v1/rl/workers/${id}/engine/pause_generation`, { body: {} });
@@ -218,7 +218,7 @@ describe('version and state writes', () => {
       await sims[3]!.clearFaults();
     });
 
-    it('line 48: POST /version?selector=engine%3Dsglang → RlWorkersResponse with every row at "2" (api); the fleet forms check body, version, then selector', async () => {
+    it('POST /version?selector=engine%3Dsglang → RlWorkersResponse with every row at "2" (api); the fleet forms check body, version, then selector', async () => {
       await Promise.all(sims.map((s) => s.clearRequests()));
       const r = await t.http('POST', '/v1/rl/version?selector=engine%3Dsglang', { body: { weight_version: '2' } });
       expect(r.status).toBe(200);
@@ -286,7 +286,7 @@ describe('version and state writes', () => {
     });
   });
 
-  describe('a DP engine (line 48, DP form)', () => {
+  describe('a DP engine', () => {
     let t: TestGateway;
     let rank0: string;
     let rank1: string;

@@ -1,7 +1,7 @@
 // One refit scenario per wire (HTTP SGLang, gRPC TokenSpeed, ZMQ): two engines, distributed refits
 // to "1" then "2" through `POST /v1/rl/refits` with the trainer simulator as rank 0 (TokenSpeed
 // control apps refuse disk refits), the same report shape on every wire, and /generate reporting
-// each version — on ZMQ, whose wire carries none, through the gateway's attribution (spec §12.1).
+// each version — on ZMQ, whose wire carries none, through the gateway's attribution.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';

@@ -354,7 +354,7 @@ describe('weight routes (metadata-only transport)', () => {
     expect(tensors['w.b']).toMatchObject({ bytes: 16 });
     expect(st.weights.groups[0]).toMatchObject({ name: 'g1', ranks: [1, 2], worldSize: 3, transport: 'metadata' });
 
-    // "Claims success without applying": 200 and the version, but nothing loaded (§6.5).
+    // "Claims success without applying": 200 and the version, but nothing loaded.
     await sim.setFaults({ route: 'update_weights_from_distributed', claimSuccessWithoutApplying: true, times: 1 });
     const claimed = await post(sim.url, '/update_weights_from_distributed', {
       names: ['w.c'],

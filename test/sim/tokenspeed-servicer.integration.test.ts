@@ -1,7 +1,7 @@
-// The two servicer personalities (spec/engines.md §4) over real gRPC: selection flag > env >
-// default with the log line naming the source, invalid values failing startup with the allowed
-// values named, and the rust profile's differences (no weight_version stamps, no rl.* keys, no
-// live is_paused, UNIMPLEMENTED admin calls, refused ranked/prompt logprobs, KV events on).
+// The two servicer personalities (smg_grpc_servicer's python and rust) over real gRPC: selection
+// flag > env > default with the log line naming the source, invalid values failing startup with the
+// allowed values named, and the rust profile's differences (no weight_version stamps, no rl.* keys,
+// no live is_paused, UNIMPLEMENTED admin calls, refused ranked/prompt logprobs, KV events on).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runTokenspeedSimToExit, spawnTokenspeedSim, type TokenspeedSimProcess } from '../fixtures/tokenspeed-sim.ts';
@@ -123,7 +123,7 @@ describe('rust profile', () => {
     expect(plainLogprobs.error).toBeNull();
   });
 
-  it('keeps model facts at their launch values and reads the §4.3 tuning variables', async () => {
+  it('keeps model facts at their launch values and reads the rust tuning variables', async () => {
     expect((await post(sim.controlUrl!, '/update_weight_version', { new_version: 'v9' }, auth)).status).toBe(200);
     expect((await unary(c, 'GetModelInfo')).value.weight_version).toBe('v1');
     const state = await sim.state();

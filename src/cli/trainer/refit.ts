@@ -73,7 +73,7 @@ export interface DistributedRefitOptions extends RefitOptions {
    * gateway's plan (`dry_run`), which counts exactly the engines that will take part.
    */
   pick?: (rows: WorkerRow[]) => WorkerRow[];
-  /** Headers and body deadline of each gateway call; default 600 s (the spec's control timeout). */
+  /** Headers and body deadline of each gateway call; default 600 s (SMG's default control timeout). */
   httpTimeoutMs?: number;
 }
 
@@ -249,7 +249,8 @@ export async function runDistributedRefit(opts: DistributedRefitOptions): Promis
             errorOf(listing.json),
           );
         }
-        // §6.1: world_size = 1 + Σ gpus; a row without tp_size is one GPU.
+        // The NCCL group is the trainer plus every engine GPU: world_size = 1 + Σ gpus; a row
+        // without tp_size is one GPU.
         return 1 + opts.pick(rows as WorkerRow[]).reduce((sum, row) => sum + (row.tp_size ?? 1), 0);
       }
       const plan = await call('POST', '/v1/rl/refits', planBody);

@@ -23,11 +23,11 @@ import { decodeOutput, encodeAbort, isDeadSentinel, REQ_ABORT, WireError, type R
 export interface LaneOptions {
   /** Overrides the FNV-derived handshake address (`tcp://` only; port 0 = any free port). */
   handshakeAddress?: string;
-  /** Output silence with requests in flight before the lane is dead (spec: 300 s). */
+  /** Output silence with requests in flight before the lane is dead (SMG: 300 s). */
   silenceMs: number;
-  /** A send blocked this long is fatal for every in-flight request (spec: 10 s). */
+  /** A send blocked this long is fatal for every in-flight request (SMG: 10 s). */
   sendStuckMs: number;
-  /** Consecutive undecodable outputs before the lane is dead (spec: 3). */
+  /** Consecutive undecodable outputs before the lane is dead (SMG: 3). */
   undecodableLimit: number;
 }
 

@@ -1,6 +1,6 @@
-// Addressing and handshake maps of the ZMQ lane (spec/engines.md §5.1, §5.2): the FNV-1a-64
-// handshake port, the sockets a worker URL binds, the INIT map and the engine's ready response
-// (named keys, TokenSpeed's `prefix_granularity` spelling).
+// Addressing and handshake maps of SMG's ZMQ lane: the FNV-1a-64 handshake port, the sockets a
+// worker URL binds, the INIT map and the engine's ready response (named keys, TokenSpeed's
+// `prefix_granularity` spelling).
 
 import { describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
