@@ -51,12 +51,13 @@ import { WRK } from './wrk.ts';
 import { ROLLOUT_POLICIES, rolloutMarkdown, runRollout } from './rollout/suite.ts';
 import { REALISTIC, type Workload } from './rollout/workload.ts';
 import { LOAD_MS, refitUnderLoadMarkdown, runRefitUnderLoad } from './refit-under-load.ts';
+import { inflightMarkdown, runInflight } from './inflight.ts';
 
 // The flags, in a plain file so that bench/bench.sh can print them before anything is installed.
 const HELP = readFileSync(new URL('./help.txt', import.meta.url), 'utf8');
 
-type Suite = 'fanout' | 'generate' | 'replicas' | 'scale' | 'rollout' | 'refit-under-load';
-const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale', 'rollout', 'refit-under-load'];
+type Suite = 'fanout' | 'generate' | 'replicas' | 'scale' | 'rollout' | 'refit-under-load' | 'inflight';
+const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale', 'rollout', 'refit-under-load', 'inflight'];
 
 interface Args {
   suites: Suite[];
@@ -85,6 +86,7 @@ interface Args {
   rolloutSeed: number;
   refitEngines: number;
   refitCallers: number;
+  inflightSizes: number[];
   /** Default 300 s, or 900 s when the scale suite runs. */
   maxSeconds: number;
   profile: boolean;
@@ -119,6 +121,7 @@ function parseArgs(argv: string[]): Args {
     rolloutSeed: 20261203,
     refitEngines: 8,
     refitCallers: 64,
+    inflightSizes: [2000, 5000, 9000],
     maxSeconds: 0,
     profile: false,
     out: join(ROOT, 'bench/results'),
@@ -168,6 +171,9 @@ function parseArgs(argv: string[]): Args {
         break;
       case '--refit-callers':
         a.refitCallers = int(flag, value(), 1, 4096);
+        break;
+      case '--inflight-sizes':
+        a.inflightSizes = (value() ?? '').split(',').map((x) => int(flag, x, 1, 100_000));
         break;
       case '--latency-rounds':
         a.latencyRounds = int(flag, value(), 10, 1_000_000);
@@ -880,6 +886,7 @@ async function main(args: Args): Promise<void> {
   if (args.suites.includes('replicas')) parts.push(await runReplicas(ctx, runDeadline - scaleShare));
   if (args.suites.includes('scale')) parts.push(await runScale(ctx, runDeadline - rolloutShare));
   if (args.suites.includes('refit-under-load')) parts.push(await runRefitSuite(ctx));
+  if (args.suites.includes('inflight')) parts.push(await runInflightSuite(ctx));
   if (args.suites.includes('rollout')) parts.push(await runRolloutSuite(ctx, runDeadline));
   if (!args.profile) writeFileSync(join(args.out, 'latest.md'), latestTables(args.out));
   if (ctx.profileDir) {
@@ -894,6 +901,13 @@ async function main(args: Args): Promise<void> {
     // Logs matter only when something failed (then this line is never reached, or keepLogs is set).
     rmSync(ctx.logDir, { recursive: true, force: true });
   }
+}
+
+async function runInflightSuite(ctx: RunContext): Promise<string> {
+  const { runs, fdLimit } = await runInflight({ sizes: ctx.args.inflightSizes, logDir: ctx.logDir });
+  const md = inflightMarkdown(runs, fdLimit, machineLine(ctx));
+  writeResult(ctx, 'inflight', { machine: ctx.machine, fd_limit: fdLimit, runs }, md);
+  return md;
 }
 
 async function runRefitSuite(ctx: RunContext): Promise<string> {
