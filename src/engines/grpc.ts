@@ -72,11 +72,11 @@ interface GenerateResponse {
 }
 
 let ctor: (new (address: string, creds: grpc.ChannelCredentials, opts?: grpc.ChannelOptions) => SchedulerClient) | undefined;
+let definition: protoLoader.PackageDefinition | undefined;
 
-/** Loaded once per process, from the same proto/ the simulators use. */
-function schedulerCtor() {
-  if (ctor) return ctor;
-  const def = protoLoader.loadSync(['tokenspeed_scheduler.proto'], {
+/** The scheduler's proto as the gateway decodes it (field names kept, 64-bit ints and enums as text), loaded once. */
+export function schedulerDefinition(): protoLoader.PackageDefinition {
+  definition ??= protoLoader.loadSync(['tokenspeed_scheduler.proto'], {
     keepCase: true,
     longs: String,
     enums: String,
@@ -84,6 +84,13 @@ function schedulerCtor() {
     oneofs: true,
     includeDirs: [PROTO_DIR],
   });
+  return definition;
+}
+
+/** Loaded once per process, from the same proto/ the simulators use. */
+function schedulerCtor() {
+  if (ctor) return ctor;
+  const def = schedulerDefinition();
   const pkg = grpc.loadPackageDefinition(def) as unknown as { tokenspeed: { grpc: { scheduler: { TokenSpeedScheduler: typeof ctor } } } };
   ctor = pkg.tokenspeed.grpc.scheduler.TokenSpeedScheduler;
   return ctor!;

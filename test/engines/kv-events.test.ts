@@ -5,8 +5,7 @@
 // asks again an engine that answered UNIMPLEMENTED, and stops for good on close(). Time is
 // vitest's fake timers.
 
-import { fileURLToPath } from 'node:url';
-import * as protoLoader from '@grpc/proto-loader';
+import type * as protoLoader from '@grpc/proto-loader';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   KV_RETRY_MAX_MS,
@@ -18,19 +17,11 @@ import {
   type KvStreamEnd,
   type KvStreamHandlers,
 } from '../../src/engines/kv-events.ts';
+import { schedulerDefinition } from '../../src/engines/grpc.ts';
 
-const PROTO_DIR = fileURLToPath(new URL('../../proto/', import.meta.url));
-
-/** SubscribeKvEvents' response codec, with the options src/engines/grpc.ts loads proto/ with. */
+/** SubscribeKvEvents' response codec, as the gateway loads the proto. */
 function batchCodec() {
-  const def = protoLoader.loadSync(['tokenspeed_scheduler.proto'], {
-    keepCase: true,
-    longs: String,
-    enums: String,
-    defaults: true,
-    oneofs: true,
-    includeDirs: [PROTO_DIR],
-  });
+  const def = schedulerDefinition();
   const method = (def['tokenspeed.grpc.scheduler.TokenSpeedScheduler'] as Record<string, protoLoader.MethodDefinition<unknown, unknown>>).SubscribeKvEvents!;
   return (msg: object) => method.responseDeserialize(method.responseSerialize(msg));
 }
