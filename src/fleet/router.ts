@@ -92,7 +92,7 @@ export class Router {
       /** The engines' own load reports, once a wire gives them. */
       reports?: (id: string) => LoadReport | undefined;
       /** Engines a rolling refit drains (refit/journals.ts): no new request goes there while another can take it. */
-      draining?: (id: string) => boolean;
+      draining?: { any(): boolean; has(id: string): boolean };
       /** One version per GRPO group while engines of several versions serve (RL on; version-pins.ts). */
       pins?: VersionPins;
       /**
@@ -174,11 +174,10 @@ export class Router {
   eligible(opts: PickOptions = {}): Worker[] {
     const out = this.eligibleAll(opts);
     const draining = this.deps.draining;
-    if (!draining || out.length === 0) return out;
-    let n = 0;
-    for (const w of out) if (draining(w.id)) n++;
-    if (n === 0 || n === out.length) return out;
-    return out.filter((w) => !draining(w.id));
+    // Outside a rolling refit nothing drains: no lookup per candidate.
+    if (!draining?.any() || out.length === 0) return out;
+    const serving = out.filter((w) => !draining.has(w.id));
+    return serving.length > 0 ? serving : out;
   }
 
   private eligibleAll(opts: PickOptions): Worker[] {

@@ -245,7 +245,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       usage,
       decisions: metrics,
       answers: metrics,
-      draining: (id) => journals.draining(id),
+      draining: { any: () => journals.drainingAny(), has: (id) => journals.draining(id) },
       ...(config.rl.enabled ? { pins: new VersionPins(Date.now), pinning: () => journals.rolling(), groupSplit: () => metrics.groupVersionSplit() } : {}),
     });
     const feed = new FleetFeed({ bus, subjects: subj, registry, view });

@@ -8,7 +8,6 @@
 // with the same retry before their first event; an engine that cannot take a request (`text`
 // without a tokenizer, a field its wire lacks) passes it to the other eligible engines.
 
-import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpEngineClient } from '../engines/http.ts';
 import { relayToHttpEngine, type Sent } from '../relay/http-relay.ts';
@@ -31,7 +30,7 @@ import type { TokenEngine } from '../engines/generation.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { formatVersionPolicy, parseVersionPolicy, policyFromHeader, type VersionPolicy } from '../fleet/version-policy.ts';
 import { versionNumber } from '../fleet/versions.ts';
-import { ON_STALE_HEADER, staleActionOf, withRid, type StaleAction } from '../relay/stale-guard.ts';
+import { abortableBody, ON_STALE_HEADER, staleActionOf, type StaleAction } from '../relay/stale-guard.ts';
 import { errorResponses } from '../api/error-responses.ts';
 import {
   ChatRequest,
@@ -157,15 +156,9 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
   const timeoutSecs = services.config.requestTimeoutSecs;
   const watch = new RequestWatch(reply.raw, timeoutSecs * 1000);
   const stream = parsed.stream === true;
-  // Under max-staleness a /generate is bounded while it runs too (stale-guard.ts); an HTTP engine
-  // is asked to abort it by its rid, so a request that names none gets one.
-  const bounded = policy?.kind === 'max-staleness' && path === '/generate' && !batch && (parsed.rid === undefined || typeof parsed.rid === 'string');
-  let rid: string | undefined;
-  let sentBody = body;
-  if (bounded) {
-    rid = typeof parsed.rid === 'string' ? parsed.rid : `rlgate-${randomUUID()}`;
-    if (parsed.rid === undefined && body) sentBody = withRid(body, rid);
-  }
+  // Under max-staleness a /generate is bounded while it runs too (stale-guard.ts), by its rid.
+  const bound = policy?.kind === 'max-staleness' && path === '/generate' && !batch ? abortableBody(parsed.rid, body) : undefined;
+  const sentBody = bound?.body ?? body;
 
   const tried = new Set<string>();
   let unreachable: { worker: Worker; error: Error } | undefined;
@@ -181,7 +174,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
     // The engine's version as the request goes to it: what it is admitted on.
     const admitted = rl ? services.view.engine(worker).version : undefined;
     unwatch?.();
-    unwatch = bounded ? boundInFlight(services, worker, admitted, client, watch, policy!, modelId, onStale ?? 'abort', rid!) : undefined;
+    unwatch = bound ? boundInFlight(services, worker, admitted, client, watch, policy!, modelId, onStale ?? 'abort', bound.rid) : undefined;
     // What the engine's answer said, for the policy's bookkeeping and the routing figures (each relay fills it at the answer's end).
     const outcome: RequestOutcome = { answered: false };
     let sent: Sent | TokenAttempt;
@@ -193,7 +186,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
             ? await tokenRelay(services, worker, client, parsed, reply, signals, outcome)
             : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals, outcome);
       } else if (client instanceof HttpEngineClient) {
-        sent = await relayToHttpEngine(services, path, stream, sentBody, worker, client, reply, watch, outcome);
+        sent = await relayToHttpEngine(services, path, stream, sentBody, worker, client, reply, watch, outcome, admitted);
       } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
     } catch (err) {
       unwatch?.();
@@ -201,7 +194,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       throw err;
     }
     if (sent.kind === 'answered') {
-      finishOnClose(reply.raw, router, worker.id, inputs, outcome, path === '/generate' ? lagOf(services, admitted, modelId) : undefined, unwatch);
+      finishOnClose(services, reply.raw, worker.id, inputs, outcome, path === '/generate' ? { admitted, modelId } : undefined, unwatch);
       return reply;
     }
     unwatch?.();
@@ -249,18 +242,19 @@ function headerValue(v: string | string[] | undefined): string | undefined {
 
 /** Tells the router the request ended when its answer is done or cut off (a stream outlives the handler). */
 function finishOnClose(
+  services: Services,
   res: FastifyReply['raw'],
-  router: Services['router'],
   workerId: string,
   inputs: RoutingInputs,
   outcome: RequestOutcome,
-  lag: (() => void) | undefined,
+  /** A /generate's admission (RL on): its off-policy lag is observed when it is answered. */
+  lag: { admitted: string | undefined; modelId: string } | undefined,
   unwatch: (() => void) | undefined,
 ): void {
   const done = () => {
     unwatch?.();
-    router.finished(workerId, inputs, outcome);
-    if (outcome.answered) lag?.();
+    services.router.finished(workerId, inputs, outcome);
+    if (lag && outcome.answered) observeLag(services, lag.admitted, lag.modelId);
   };
   if (res.closed) done();
   else res.once('close', done);
@@ -351,16 +345,19 @@ function boundInFlight(
 }
 
 /**
- * The off-policy lag of one answered /generate, observed when it ends: the model's fleet maximum
- * then minus the version the engine held when the request was sent to it (numeric versions only;
- * undefined when the engine is unversioned).
+ * The off-policy lag of one answered /generate: the model's fleet maximum when it ended minus the
+ * version its engine held when it was sent there (numeric versions only). The common answer, a
+ * fleet still on the admitted version, is a lag of 0 without parsing either.
  */
-function lagOf(services: Services, admitted: string | undefined, modelId: string): (() => void) | undefined {
-  const a = admitted === undefined ? null : versionNumber(admitted);
-  if (a === null) return undefined;
-  return () => {
-    const max = services.router.fleetMaxOf(modelId);
-    const m = max === undefined ? null : versionNumber(max);
-    if (m !== null) services.metrics.rolloutLag(m > a ? Number(m - a) : 0);
-  };
+function observeLag(services: Services, admitted: string | undefined, modelId: string): void {
+  if (admitted === undefined) return;
+  const max = services.router.fleetMaxOf(modelId);
+  if (max === undefined) return;
+  if (max === admitted) {
+    if (versionNumber(admitted) !== null) services.metrics.rolloutLag(0);
+    return;
+  }
+  const a = versionNumber(admitted);
+  const m = versionNumber(max);
+  if (a !== null && m !== null) services.metrics.rolloutLag(m > a ? Number(m - a) : 0);
 }

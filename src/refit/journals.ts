@@ -160,9 +160,14 @@ export class RefitJournals {
     return this.drainingIds.has(workerId);
   }
 
-  /** A rolling refit runs somewhere: engines of two versions serve until it ends. */
+  /** Some rolling refit drains engines now (routing asks first, before asking per engine). */
+  drainingAny(): boolean {
+    return this.drainingIds.size > 0;
+  }
+
+  /** A rolling refit runs somewhere (its waves drain from its own journal): engines of two versions serve until it ends. */
   rolling(): boolean {
-    return this.drainingBy.size > 0 || this.rollingIds.size > 0;
+    return this.rollingIds.size > 0;
   }
 
   /** Called with every journal as it changes (any replica's refits). */

@@ -47,10 +47,10 @@ export function relayToHttpEngine(
   reply: FastifyReply,
   watch: RequestWatch,
   outcome: RequestOutcome,
+  /** The engine's table version as the request is sent (RL on): the answer's admitted version. */
+  admitted: string | undefined,
 ): Promise<Sent> {
   return new Promise<Sent>((resolve, reject) => {
-    // The engine's version as the request is sent: the answer's admitted version (RL on).
-    const admitted = services.config.rl.enabled ? services.view.engine(worker).version : undefined;
     const attempt = new HttpAttempt(services, path, stream, worker, reply, watch, outcome, admitted, resolve, reject);
     services.host.acquire(worker.id);
     const headers: Record<string, string> = worker.apiKey

@@ -5,6 +5,7 @@
 // counted. Looked at only when the engines' table changed, and only while such requests run: a
 // fleet without them pays nothing.
 
+import { randomUUID } from 'node:crypto';
 import { GatewayError } from '../api/errors.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { staleInFlight, type VersionPolicy } from '../fleet/version-policy.ts';
@@ -95,6 +96,18 @@ export function staleActionOf(value: string | string[] | undefined): StaleAction
   const v = (Array.isArray(value) ? value.join(',') : value).trim();
   if (v === 'abort' || v === 'mark') return v;
   throw new GatewayError('invalid_request', `\`${ON_STALE_HEADER}\` must be \`abort\` or \`mark\`, got ${JSON.stringify(v)}`, { field: ON_STALE_HEADER });
+}
+
+/**
+ * The rid an HTTP engine can be asked to abort the request by, and the body to send: the caller's
+ * own rid, or one the gateway adds. Undefined when the request names a rid that is not one string
+ * (a batch's list, null): it cannot be aborted by rid, so it is not bounded in flight.
+ */
+export function abortableBody(rid: unknown, body: Buffer | null): { rid: string; body: Buffer | null } | undefined {
+  if (typeof rid === 'string') return { rid, body };
+  if (rid !== undefined) return undefined;
+  const added = `rlgate-${randomUUID()}`;
+  return { rid: added, body: body && withRid(body, added) };
 }
 
 /**

@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { gatewayError } from '../fixtures/errors.ts';
 import { parseVersionPolicy } from '../../src/fleet/version-policy.ts';
 import { staleInFlight } from '../../src/fleet/version-policy.ts';
-import { StaleGuard, staleActionOf, withRid } from '../../src/relay/stale-guard.ts';
+import { StaleGuard, abortableBody, staleActionOf, withRid } from '../../src/relay/stale-guard.ts';
 
 const k1 = parseVersionPolicy('max-staleness:1');
 
@@ -99,5 +99,17 @@ describe('withRid', () => {
     expect(JSON.parse(withRid(Buffer.from('{"input_ids":[1],"stream":true}'), 'r1').toString())).toEqual({ rid: 'r1', input_ids: [1], stream: true });
     expect(withRid(Buffer.from('  {\n "text": "x"}'), 'r"2').toString()).toBe('{"rid":"r\\"2",\n "text": "x"}');
     expect(JSON.parse(withRid(Buffer.from('{ }'), 'r3').toString())).toEqual({ rid: 'r3' });
+  });
+});
+
+describe('abortableBody', () => {
+  it("the caller's rid as it is; one added (rlgate-…) when none; none when the rid is not one string", () => {
+    const body = Buffer.from('{"rid":"mine","input_ids":[1]}');
+    expect(abortableBody('mine', body)).toEqual({ rid: 'mine', body });
+    const added = abortableBody(undefined, Buffer.from('{"input_ids":[1]}'))!;
+    expect(added.rid).toMatch(/^rlgate-[0-9a-f-]{36}$/);
+    expect(JSON.parse(added.body!.toString())).toEqual({ rid: added.rid, input_ids: [1] });
+    expect(abortableBody(['a', 'b'], body)).toBeUndefined();
+    expect(abortableBody(null, body)).toBeUndefined();
   });
 });
