@@ -121,7 +121,7 @@ function parseArgs(argv: string[]): Args {
     rolloutSeed: 20261203,
     refitEngines: 8,
     refitCallers: 64,
-    inflightSizes: [2000, 5000, 9000],
+    inflightSizes: [2000, 10000],
     maxSeconds: 0,
     profile: false,
     out: join(ROOT, 'bench/results'),
@@ -904,9 +904,9 @@ async function main(args: Args): Promise<void> {
 }
 
 async function runInflightSuite(ctx: RunContext): Promise<string> {
-  const { runs, fdLimit } = await runInflight({ sizes: ctx.args.inflightSizes, logDir: ctx.logDir });
-  const md = inflightMarkdown(runs, fdLimit, machineLine(ctx));
-  writeResult(ctx, 'inflight', { machine: ctx.machine, fd_limit: fdLimit, runs }, md);
+  const { runs, fdLimit, processes } = await runInflight({ sizes: ctx.args.inflightSizes, logDir: ctx.logDir });
+  const md = inflightMarkdown(runs, fdLimit, processes, machineLine(ctx));
+  writeResult(ctx, 'inflight', { machine: ctx.machine, fd_limit: fdLimit, gateway_processes: processes, runs }, md);
   return md;
 }
 

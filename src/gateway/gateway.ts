@@ -57,6 +57,9 @@ import { runCleanups } from './shutdown.ts';
 /** How long a starting replica waits for a forming NATS cluster to place its streams. */
 const PLACEMENT_WAIT_MS = 60_000;
 
+/** Pending connections the kernel may queue for accept (capped by net.core.somaxconn). */
+const LISTEN_BACKLOG = 65_535;
+
 export interface Gateway {
   /** http://host:port the gateway listens on. */
   url: string;
@@ -261,7 +264,10 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
 
     const app = await buildApp(services);
     cleanups.push(() => app.close());
-    await app.listen({ host: config.host, port: config.port });
+    // A training step opens thousands of rollout connections at once: with Node's default backlog
+    // (511) the kernel drops the SYNs past it and those clients wait out a retransmit (1 s, 3 s,
+    // ...) before the gateway ever sees them. The kernel caps it at net.core.somaxconn.
+    await app.listen({ host: config.host, port: config.port, backlog: LISTEN_BACKLOG });
     const port = (app.server.address() as AddressInfo).port;
     const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
     registerWorkerUrls(registry, config.workerUrls);
