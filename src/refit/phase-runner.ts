@@ -1,5 +1,5 @@
-// The coordinator's `runPhase` for one refit: each phase (or refit step) is journaled before its
-// calls go out, its legs run through `LegRunner.runLegs` (in-process for this replica's engines,
+// The coordinator's `runPhase` for one refit: each refit step is journaled before its calls go
+// out (the other phases as theirs go: `durableBefore`), its legs run through `LegRunner.runLegs` (in-process for this replica's engines,
 // over NATS to the others' owners), and each answer comes back to the coordinator as `leg.done`
 // and to watchers as a `leg` event. A call refused before it left is sent again; an answer lost
 // with the replica that made the call is recovered (the engine read, the call sent again where
@@ -12,7 +12,7 @@ import type { LegRunner } from '../control/leg-runner.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import { callKey, fresh } from './calls.ts';
-import { retryWrite, type JournalWriter } from './journal.ts';
+import { answersDurable, durableBefore, retryWrite, type JournalWriter } from './journal.ts';
 import type { LegCalls } from './leg-calls.ts';
 import { answerLost, lostAnswerVerdict, notMade, repeatable, setsVersion, versionMismatch } from './leg-recovery.ts';
 import type { RefitPlan } from './plan.ts';
@@ -119,11 +119,16 @@ export class PhaseRunner {
   private async send(run: Run): Promise<void> {
     const { input, abort, sendBack } = run;
     const { id, plan, calls, writer } = this.refit;
-    // The journal says which engines this phase reaches before any call goes out.
-    await retryWrite(
-      () => writer.update({ phase: input.phase, step_index: input.stepIndex, pending: input.targets }),
-      () => writer.fenced || abort.signal.aborted,
-    );
+    // A refit step is in the bucket before any of its calls goes out: a takeover that read an
+    // earlier phase would load again. Any other phase's write goes with its calls: a takeover from
+    // the journal as it stood before it goes on as it would after (journal.ts, `durableBefore`).
+    const patch = { phase: input.phase, step_index: input.stepIndex, pending: input.targets };
+    if (durableBefore(input.phase))
+      await retryWrite(
+        () => writer.update(patch),
+        () => writer.fenced || abort.signal.aborted,
+      );
+    else writer.update(patch).catch(() => {}); // a failed write is carried by the next one
     if (writer.fenced || abort.signal.aborted) return;
     // Engines given the same spec share one call object, so it crosses the bus once per replica.
     // Each call's deadline starts now, when its phase sends it: stamped when the refit was
@@ -156,6 +161,12 @@ export class PhaseRunner {
       });
     // A leg sent again may need its engine read in turn: wait until none is left in flight.
     while (run.recovering.length > 0) await Promise.all(run.recovering.splice(0));
+    // A takeover may judge this step's engines by what the journal says of their answers.
+    if (input.phase === 'refit' && answersDurable(plan.steps[input.stepIndex], plan.verify !== null))
+      await retryWrite(
+        () => writer.durable(),
+        () => writer.fenced || abort.signal.aborted,
+      );
     if (!abort.signal.aborted) sendBack({ type: 'phase.done' });
   }
 
