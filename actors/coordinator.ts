@@ -444,7 +444,8 @@ export function survivors(context: CoordinatorContext): string[] {
 
 /** Every target the refit may have paused and has not resumed yet (its resume is recorded). */
 function resumeTargets(context: CoordinatorContext): string[] {
-  return context.targets.filter((id) => !context.keepPaused.includes(id) && !context.resumed.includes(id));
+  const skip = new Set([...context.keepPaused, ...context.resumed]);
+  return context.targets.filter((id) => !skip.has(id));
 }
 
 /** Survivors whose version was not checked yet (all of them, but after a takeover). */
