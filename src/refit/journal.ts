@@ -123,15 +123,16 @@ export class JournalWriter {
 }
 
 /**
- * Whether a phase's journal write must be in the bucket before its calls go out, and its answers
- * journaled as they come: only a refit step's. A takeover reads `phase` to know where to go on
- * (`recoveryOf`): from the phase before a pause, a version check or a resume it goes on the same
- * way (pausing again, checking again, resuming again: each changes nothing on an engine that had
- * it), but from the phase before a refit step it would load again. The other writes travel with
- * the next one.
+ * Whether a phase's journal write must be in the bucket before its calls go out, `previous` being
+ * the phase the journal names until then. A takeover reads `phase` to know where to go on
+ * (`recoveryOf`): from the phase before a pause, a version check or a resume after a refit step it
+ * goes on the same way (pausing again, checking again, resuming again: each changes nothing on an
+ * engine that had it), but from the phase before a refit step it would load again, and from the
+ * pause before a resume that calls the refit off (no refit step ran) it would pause and go ahead.
+ * The other writes travel with the next one.
  */
-export function durableBefore(phase: Phase): boolean {
-  return phase === 'refit';
+export function durableBefore(phase: Phase, previous: Phase | null): boolean {
+  return phase === 'refit' || (phase === 'resume' && (previous === null || previous === 'pause'));
 }
 
 /**

@@ -129,7 +129,7 @@ export class PhaseRunner {
     // earlier phase would load again. Any other phase's write goes with its calls: a takeover from
     // the journal as it stood before it goes on as it would after (journal.ts, `durableBefore`).
     const patch = { phase: input.phase, step_index: input.stepIndex, pending: input.targets };
-    if (durableBefore(input.phase))
+    if (durableBefore(input.phase, writer.journal.phase))
       await retryWrite(
         () => writer.update(patch),
         () => writer.fenced || abort.signal.aborted,

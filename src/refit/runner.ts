@@ -17,7 +17,7 @@ import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import { prepareCalls } from './calls.ts';
 import { RefitClaim, type Claimed } from './claim.ts';
-import { durableBefore, retryWrite, type JournalWriter } from './journal.ts';
+import { retryWrite, type JournalWriter } from './journal.ts';
 import type { RefitJournals } from './journals.ts';
 import { LegCalls } from './leg-calls.ts';
 import { PhaseRunner } from './phase-runner.ts';
@@ -243,12 +243,12 @@ export class RefitRunner implements RefitTaker {
     actor.on('transfer.aborted', (e) => phases.cut('refit', e.stepIndex, e.legs));
     // A refit step's answers are journaled as they come (writes in one burst travel together);
     // the other phases' answers travel with the next write: a takeover pauses, checks or resumes
-    // again whatever they say (journal.ts, `durableBefore`).
+    // again whatever they say (journal.ts, `durableBefore`, `answersDurable`).
     actor.subscribe((snap) => {
       const c = snap.context;
       if (writer.fenced) return;
       const patch = { engines: c.engines, paused: c.paused, resumed: c.resumed, pending: c.pending, abort_reason: c.abortReason };
-      if (durableBefore(c.phase)) writer.update(patch).catch(() => {});
+      if (c.phase === 'refit') writer.update(patch).catch(() => {});
       else writer.stage(patch);
     });
     const fenced = new Promise<null>((resolve) => {

@@ -52,9 +52,19 @@ function failedBy(j: RefitJournal, steps: RefitStepPlan[], verify: boolean): str
 }
 
 describe('durableBefore: the phase writes a refit waits for', () => {
-  it('waits only for a refit step', () => {
+  it('waits for a refit step, and for a resume that calls the refit off; for nothing else', () => {
     const phases: Phase[] = ['pause', 'refit', 'verify', 'resume'];
-    expect(phases.filter(durableBefore)).toEqual(['refit']);
+    expect(phases.filter((p) => durableBefore(p, 'refit'))).toEqual(['refit']);
+    expect(phases.filter((p) => durableBefore(p, 'verify'))).toEqual(['refit']);
+    expect(durableBefore('pause', null)).toBe(false);
+    expect(durableBefore('resume', 'pause')).toBe(true);
+    expect(durableBefore('resume', null)).toBe(true);
+  });
+
+  it('a resume that calls the refit off: from the pause a takeover would start the refit over, so it waits', () => {
+    const called = { abort_reason: 'quorum_not_met' as const, paused: ['e1'] };
+    expect(recoveryOf(journal({ phase: 'pause', pending: [], ...called }), DISK, true).at).toBe('pausing');
+    expect(recoveryOf(journal({ phase: 'resume', pending: ENGINES, ...called }), DISK, true)).toMatchObject({ at: 'resuming', abortReason: 'quorum_not_met' });
   });
 
   it('a pause not yet journaled: the takeover pauses again from the start, as it would from the pause', () => {
