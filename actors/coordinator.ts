@@ -85,7 +85,11 @@ export interface CoordinatorContext extends CoordinatorInput {
   abortReason?: RefitAbortReason;
 }
 
-export type CoordinatorEvent = { type: 'leg.done'; phase: Phase; workerId: string; result: LegResult } | { type: 'phase.done' };
+export type CoordinatorEvent =
+  | { type: 'leg.done'; phase: Phase; workerId: string; result: LegResult }
+  /** Legs that answered together (one turn of the event loop), recorded as one `leg.done` each, in order. */
+  | { type: 'legs.done'; phase: Phase; legs: Array<{ workerId: string; result: LegResult }> }
+  | { type: 'phase.done' };
 
 /** A leg the machine judged without its answer: the verdict the report gives it. */
 export interface CutLeg {
@@ -148,25 +152,9 @@ export const coordinatorMachine = setup({
   },
   actions: {
     startPhase: assign((_, p: { phase: Phase; targets: string[] }) => ({ phase: p.phase, pending: p.targets })),
-    recordLeg: assign(({ context, event }) => {
-      // Late answers from a phase already left (its runner was stopped) are ignored.
-      if (event.type !== 'leg.done' || event.phase !== context.phase || !context.pending.includes(event.workerId)) return {};
-      const prev = context.engines[event.workerId] ?? { phases: {} };
-      const step = event.phase === 'refit' ? context.steps[context.stepIndex]?.name : undefined;
-      const rec: EngineRefitRecord = {
-        ...prev,
-        phases: { ...prev.phases, [event.phase]: (prev.phases[event.phase] ?? 0) + event.result.latencyMs },
-      };
-      if (!event.result.ok && rec.failedIn === undefined) {
-        Object.assign(rec, { failedIn: event.phase, step, error: event.result.error, status: event.result.status, message: event.result.message });
-      }
-      return {
-        engines: { ...context.engines, [event.workerId]: rec },
-        pending: context.pending.filter((id) => id !== event.workerId),
-        paused: event.phase === 'pause' && event.result.ok ? [...context.paused, event.workerId] : context.paused,
-        resumed: event.phase === 'resume' && event.result.ok ? [...context.resumed, event.workerId] : context.resumed,
-      };
-    }),
+    recordLeg: assign(({ context, event }) => (event.type === 'leg.done' ? recordAnswers(context, event.phase, [event]) : {})),
+    // A burst of answers costs one copy of the records, not one per answer (a 1,000-engine phase).
+    recordLegs: assign(({ context, event }) => (event.type === 'legs.done' ? recordAnswers(context, event.phase, event.legs) : {})),
     // A collective step one engine failed cannot complete for anyone, nor can the steps after it:
     // every engine still in the transfer holds part of the weights and is failed with it.
     abortTransfer: enqueueActions(({ context, enqueue }) => {
@@ -261,6 +249,7 @@ export const coordinatorMachine = setup({
       },
       on: {
         'leg.done': { actions: 'recordLeg' },
+        'legs.done': { actions: 'recordLegs' },
         'phase.done': 'gate',
       },
       after: {
@@ -321,6 +310,8 @@ export const coordinatorMachine = setup({
               },
               { actions: 'recordLeg' },
             ],
+            // Answers of a step that is not collective (a collective step's come one by one).
+            'legs.done': { actions: 'recordLegs' },
             'phase.done': [
               { guard: 'moreSteps', target: 'step', reenter: true, actions: assign({ stepIndex: ({ context }) => context.stepIndex + 1 }) },
               { target: '#coordinator.afterRefit' },
@@ -349,6 +340,7 @@ export const coordinatorMachine = setup({
       },
       on: {
         'leg.done': { actions: 'recordLeg' },
+        'legs.done': { actions: 'recordLegs' },
         'phase.done': 'resuming',
       },
       after: { resumeDeadline: { target: 'resuming', actions: 'cutCleanup' } },
@@ -364,6 +356,7 @@ export const coordinatorMachine = setup({
       },
       on: {
         'leg.done': { actions: 'recordLeg' },
+        'legs.done': { actions: 'recordLegs' },
         'phase.done': 'resuming',
       },
       after: {
@@ -383,6 +376,7 @@ export const coordinatorMachine = setup({
       },
       on: {
         'leg.done': { actions: 'recordLeg' },
+        'legs.done': { actions: 'recordLegs' },
         'phase.done': 'done',
       },
       after: {
@@ -396,6 +390,41 @@ export const coordinatorMachine = setup({
   },
   output: ({ context }) => context,
 });
+
+/**
+ * The records after these answers of `phase`: each engine's time in the phase, its first failure,
+ * who passed the pause, who was resumed. Late answers from a phase already left (its runner was
+ * stopped), or from an engine not pending, are ignored.
+ */
+function recordAnswers(context: CoordinatorContext, phase: Phase, legs: ReadonlyArray<{ workerId: string; result: LegResult }>): Partial<CoordinatorContext> {
+  if (phase !== context.phase) return {};
+  const pending = legs.length === 1 ? undefined : new Set(context.pending);
+  const step = phase === 'refit' ? context.steps[context.stepIndex]?.name : undefined;
+  let engines: Record<string, EngineRefitRecord> | undefined;
+  const answered = new Set<string>();
+  const paused: string[] = [];
+  const resumed: string[] = [];
+  for (const { workerId, result } of legs) {
+    if (answered.has(workerId) || !(pending ? pending.has(workerId) : context.pending.includes(workerId))) continue;
+    answered.add(workerId);
+    engines ??= { ...context.engines };
+    const prev = engines[workerId] ?? { phases: {} };
+    const rec: EngineRefitRecord = { ...prev, phases: { ...prev.phases, [phase]: (prev.phases[phase] ?? 0) + result.latencyMs } };
+    if (!result.ok && rec.failedIn === undefined) {
+      Object.assign(rec, { failedIn: phase, step, error: result.error, status: result.status, message: result.message });
+    }
+    engines[workerId] = rec;
+    if (phase === 'pause' && result.ok) paused.push(workerId);
+    if (phase === 'resume' && result.ok) resumed.push(workerId);
+  }
+  if (!engines) return {};
+  return {
+    engines,
+    pending: context.pending.filter((id) => !answered.has(id)),
+    paused: paused.length ? [...context.paused, ...paused] : context.paused,
+    resumed: resumed.length ? [...context.resumed, ...resumed] : context.resumed,
+  };
+}
 
 /** Of these legs, those whose engine failed in `phase`, with that failure: the verdict a cut leg is given. */
 function cutLegs(engines: Record<string, EngineRefitRecord>, ids: readonly string[], phase: Phase): CutLeg[] {
@@ -415,7 +444,8 @@ export function survivors(context: CoordinatorContext): string[] {
 
 /** Every target the refit may have paused and has not resumed yet (its resume is recorded). */
 function resumeTargets(context: CoordinatorContext): string[] {
-  return context.targets.filter((id) => !context.keepPaused.includes(id) && !context.resumed.includes(id));
+  const skip = new Set([...context.keepPaused, ...context.resumed]);
+  return context.targets.filter((id) => !skip.has(id));
 }
 
 /** Survivors whose version was not checked yet (all of them, but after a takeover). */

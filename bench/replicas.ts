@@ -7,9 +7,15 @@ import { Agent, request } from 'undici';
 import { ms, rounded, summarize, type Summary } from './stats.ts';
 import type { TagStats } from './sim-fleet.ts';
 
-/** The issue's goals. */
+/** The issues' goals. */
 export const REPLICA_TARGETS = {
-  /** Two-replica refit overhead ÷ one-replica refit overhead, at p50 and p99. */
+  /** Refit overhead p50 (ms) with one replica owning every engine (issue 19). */
+  one_replica_overhead_p50_ms: 10,
+  /** Refit overhead p50 (ms) with two replicas owning half the engines each (issue 19). */
+  two_replica_overhead_p50_ms: 15,
+  /** Refit overhead p50 (ms) at 1,000 engines, one replica (issue 19). */
+  large_overhead_p50_ms: 100,
+  /** Two-replica refit overhead ÷ one-replica refit overhead, at p50 and p99 (issue 8). */
   two_replica_overhead_ratio: 1.5,
   /** A takeover (SIGKILL → every engine owned by the survivor and serving) within lease + this. */
   takeover_slack_ms: 1_000,
@@ -50,7 +56,18 @@ export interface RefitSetupResult {
   /** Refits whose engine-side timing did not cover every engine in every phase (left out of engine_time and overhead). */
   untimed: number;
   cpu_ms_per_refit: Record<string, number>;
+  /** CPU per refit per engine (µs): every gateway replica together, and the nats-server. */
+  cpu_us_per_engine: { gateway: number; nats_server: number };
   samples: { wall: number[]; overhead: number[] };
+}
+
+/** CPU µs per refit per engine from the processes' CPU ms per refit: the gateways summed. */
+export function cpuPerEngine(cpu: Record<string, number>, engines: number): { gateway: number; nats_server: number } {
+  const gw = Object.entries(cpu)
+    .filter(([k]) => k.startsWith('gateway'))
+    .reduce((sum, [, v]) => sum + v, 0);
+  const r1 = (v: number) => Math.round(v * 10) / 10;
+  return { gateway: r1((gw * 1000) / engines), nats_server: r1(((cpu.nats_server ?? Number.NaN) * 1000) / engines) };
 }
 
 export interface RefitComparison {
@@ -207,8 +224,202 @@ function setupResult(
     ),
     untimed,
     cpu_ms_per_refit: cpu,
+    cpu_us_per_engine: cpuPerEngine(cpu, s.engines),
     samples: { wall: samples.map((x) => r3(x.wall)), overhead: timed.map((t) => r3(t.sample.wall - t.engineTime)) },
   };
+}
+
+/** A refit of a large fleet through one replica, next to the same calls sent straight to the engines. */
+export interface LargeRefitResult {
+  engines: number;
+  iterations: number;
+  warmup: number;
+  truncated: boolean;
+  errors: { count: number; first: string[] };
+  /** Client-observed wall time of POST /v1/rl/refits. */
+  wall: Summary;
+  /** The same four phases sent by this process straight to the engines (pause, load 32 at a time, version read, resume). */
+  direct_wall: Summary;
+  /** wall − direct wall, paired per iteration: what the gateway adds over a client calling the engines itself. */
+  overhead: Summary;
+  /** Σ over the phases of the slowest engine's service time (the engines share one process here: see the notes). */
+  engine_time: Summary;
+  /** wall − engine_time, per refit. */
+  overhead_vs_engine_time: Summary;
+  report_duration: Summary;
+  phases: Record<string, { p50: number; p99: number }>;
+  /** CPU ms per refit of the gateway and its nats-server, read around each refit alone. */
+  cpu_ms_per_refit: Record<string, number>;
+  cpu_us_per_engine: { gateway: number; nats_server: number };
+  samples: { wall: number[]; direct_wall: number[] };
+  wall_seconds: number;
+}
+
+/** Load calls in flight at once, as the gateway sends weight loads (docs/performance.md, "Concurrency"). */
+const LOAD_CONCURRENCY = 32;
+
+/**
+ * `iterations` refits of every engine through `frontUrl` after `warmup` unmeasured ones, each
+ * paired with the same four phases sent straight to the engines by this process (the yardstick:
+ * the engines share processes and cores with everything else here, so their own time is what a
+ * client that calls them directly takes). Every refit and direct load brings a new version.
+ */
+export async function measureLargeRefit(opts: {
+  frontUrl: string;
+  engineUrls: string[];
+  fleetStats(): Promise<Record<string, TagStats>>;
+  cpuTimes(): Record<string, number>;
+  iterations: number;
+  warmup: number;
+  deadline: number;
+  label: string;
+}): Promise<LargeRefitResult> {
+  const started = performance.now();
+  const n = opts.engineUrls.length;
+  const agent = new Agent({ connections: 2, headersTimeout: 300_000, bodyTimeout: 300_000, keepAliveTimeout: 60_000 });
+  const engines = new Agent({ connections: 1, keepAliveTimeout: 60_000, headersTimeout: 60_000, bodyTimeout: 60_000 });
+  let version = 1_000_000; // above anything the small layouts reach: the fleet's version only rises
+  const refit = async (id: string): Promise<RefitSample> => {
+    version++;
+    const body = JSON.stringify({ refit_id: id, weight_version: String(version), source: { kind: 'disk', model_path: `/models/step-${version}` } });
+    const t0 = performance.now();
+    const res = await request(`${opts.frontUrl}/v1/rl/refits`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, dispatcher: agent });
+    const text = await res.body.text();
+    const wall = performance.now() - t0;
+    const report = JSON.parse(text) as { succeeded?: number; total?: number; duration_ms?: number; phases?: Record<string, number> };
+    if (res.statusCode !== 200 || report.succeeded !== n)
+      throw new Error(`refit ${id} answered ${res.statusCode} with ${report.succeeded}/${report.total} succeeded: ${text.slice(0, 300)}`);
+    return { id, wall, duration: report.duration_ms ?? Number.NaN, phases: report.phases ?? {} };
+  };
+  const call = async (url: string, method: 'GET' | 'POST', path: string, tag: string, body?: unknown) => {
+    const res = await request(`${url}/${path}`, {
+      method,
+      dispatcher: engines,
+      headers: { 'x-request-id': tag, ...(body ? { 'content-type': 'application/json' } : {}) },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+    });
+    await res.body.text();
+    if (res.statusCode < 200 || res.statusCode >= 300) throw new Error(`${method} ${url}/${path} answered ${res.statusCode}`);
+  };
+  const fan = async (limit: number, each: (url: string) => Promise<void>) => {
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: Math.min(limit, n) }, async () => {
+        for (let i = next++; i < n; i = next++) await each(opts.engineUrls[i]!);
+      }),
+    );
+  };
+  const direct = async (id: string): Promise<number> => {
+    version++;
+    const tag = `refit-${id}`;
+    const load = { model_path: `/models/step-${version}`, weight_version: String(version), flush_cache: true };
+    const t0 = performance.now();
+    await fan(n, (u) => call(u, 'POST', 'pause_generation', tag, {}));
+    await fan(LOAD_CONCURRENCY, (u) => call(u, 'POST', 'update_weights_from_disk', tag, load));
+    await fan(n, (u) => call(u, 'GET', 'model_info', tag));
+    await fan(n, (u) => call(u, 'POST', 'continue_generation', tag, {}));
+    return performance.now() - t0;
+  };
+  const samples: RefitSample[] = [];
+  const directs: number[] = [];
+  const errors = { count: 0, first: [] as string[] };
+  const cpu: Record<string, number> = {};
+  let done = 0;
+  try {
+    for (let i = 0; i < opts.warmup && performance.now() < opts.deadline; i++) {
+      await refit(`${opts.label}-large-warmup-${i}`);
+      await direct(`${opts.label}-large-direct-warmup-${i}`);
+    }
+    await opts.fleetStats(); // forget the warm-up's timings
+    for (let i = 0; i < opts.iterations && performance.now() < opts.deadline; i++, done++) {
+      // Alternate who goes first, so neither always runs right after the other's work.
+      const viaGateway = async () => {
+        const before = opts.cpuTimes();
+        try {
+          samples.push(await refit(`${opts.label}-large-${i}`));
+        } catch (err) {
+          errors.count++;
+          if (errors.first.length < 5) errors.first.push(`#${i}: ${(err as Error).message}`);
+          if (errors.count > 3) throw new Error(`too many refit errors at ${n} engines; first: ${errors.first.join(' | ')}`);
+        }
+        for (const [k, v] of Object.entries(opts.cpuTimes())) cpu[k] = (cpu[k] ?? 0) + v - (before[k] ?? v);
+      };
+      const straight = async () => {
+        directs.push(await direct(`${opts.label}-large-direct-${i}`));
+      };
+      if (i % 2 === 0) {
+        await viaGateway();
+        await straight();
+      } else {
+        await straight();
+        await viaGateway();
+      }
+    }
+  } finally {
+    await agent.close();
+    await engines.close();
+  }
+  const fleet = await opts.fleetStats();
+  const engineTime = new Map<string, number>();
+  for (const [tag, st] of Object.entries(fleet)) {
+    const sp = tag.indexOf(' ');
+    if (!tag.startsWith('refit-') || sp < 0) continue;
+    const id = tag.slice('refit-'.length, sp);
+    engineTime.set(id, (engineTime.get(id) ?? 0) + st.max_service_ms);
+  }
+  const perRefit: Record<string, number> = {};
+  for (const [k, v] of Object.entries(cpu)) perRefit[k] = samples.length ? Math.round((v / samples.length) * 1000) / 1000 : Number.NaN;
+  const paired = samples.map((x, i) => x.wall - (directs[i] ?? Number.NaN)).filter(Number.isFinite);
+  const timed = samples.filter((x) => engineTime.has(x.id));
+  const phaseNames = [...new Set(samples.flatMap((x) => Object.keys(x.phases)))];
+  const r1 = (v: number) => Math.round(v * 10) / 10;
+  return {
+    engines: n,
+    iterations: done,
+    warmup: opts.warmup,
+    truncated: done < opts.iterations,
+    errors,
+    wall: rounded(summarize(samples.map((x) => x.wall))),
+    direct_wall: rounded(summarize(directs)),
+    overhead: rounded(summarize(paired)),
+    engine_time: rounded(summarize(timed.map((x) => engineTime.get(x.id)!))),
+    overhead_vs_engine_time: rounded(summarize(timed.map((x) => x.wall - engineTime.get(x.id)!))),
+    report_duration: rounded(summarize(samples.map((x) => x.duration))),
+    phases: Object.fromEntries(
+      phaseNames.map((p) => {
+        const sm = summarize(samples.map((x) => x.phases[p] ?? Number.NaN).filter(Number.isFinite));
+        return [p, { p50: sm.p50, p99: sm.p99 }];
+      }),
+    ),
+    cpu_ms_per_refit: perRefit,
+    cpu_us_per_engine: cpuPerEngine(perRefit, n),
+    samples: { wall: samples.map((x) => r1(x.wall)), direct_wall: directs.map(r1) },
+    wall_seconds: Math.round(performance.now() - started) / 1000,
+  };
+}
+
+/** POST /workers for each URL through `gatewayUrl`, `inFlight` at a time, each answered 202; readiness is the caller's. */
+export async function registerConcurrently(gatewayUrl: string, urls: string[], inFlight: number): Promise<void> {
+  const agent = new Agent({ connections: inFlight });
+  let next = 0;
+  try {
+    await Promise.all(
+      Array.from({ length: Math.min(inFlight, urls.length) }, async () => {
+        for (let i = next++; i < urls.length; i = next++) {
+          const res = await request(`${gatewayUrl}/workers`, {
+            method: 'POST',
+            body: JSON.stringify({ url: urls[i] }),
+            headers: { 'content-type': 'application/json' },
+            dispatcher: agent,
+          });
+          const text = await res.body.text();
+          if (res.statusCode !== 202) throw new Error(`POST /workers ${urls[i]} answered ${res.statusCode}: ${text}`);
+        }
+      }),
+    );
+  } finally {
+    await agent.close();
+  }
 }
 
 /** A gateway replica the takeover benchmark may start and SIGKILL. */
@@ -337,6 +548,8 @@ export async function measureTakeover(opts: {
 
 export interface ReplicasResult {
   refits: RefitComparison | null;
+  /** The refit at `--refit-large-engines` engines (null when skipped). */
+  large: LargeRefitResult | null;
   takeovers: TakeoverResult[];
   notes: string[];
 }
@@ -365,6 +578,11 @@ export function replicasMarkdown(r: ReplicasResult, facts: { date: string; machi
           `| ${s.name} | ${s.replicas} | ${s.engines} | ${pair(s.wall)} | ${pair(s.engine_time)} | ${pair(s.overhead)} | ${pair(s.report_duration)} | ${pair(s.outside_transaction)} | ${s.errors.count}${s.untimed ? ` (${s.untimed} untimed)` : ''} |`,
       ),
       '',
+      ...c.setups.map((s) => {
+        const target = s.replicas === 1 ? REPLICA_TARGETS.one_replica_overhead_p50_ms : REPLICA_TARGETS.two_replica_overhead_p50_ms;
+        return `- **${s.name}**: overhead p50 **${ms(s.overhead.p50)} ms** (goal ≤ ${target} ms: ${s.overhead.p50 <= target ? 'met' : '**missed**'}), p99 ${ms(s.overhead.p99)} ms.`;
+      }),
+      '',
       `Two replicas ÷ one: overhead p50 **${c.ratio.overhead_p50.toFixed(2)}×** (goal ≤ ${goal}×: ${met(c.ratio.overhead_p50)}), ` +
         `overhead p99 **${c.ratio.overhead_p99.toFixed(2)}×** (goal ≤ ${goal}×: ${met(c.ratio.overhead_p99)}); wall p50 ${c.ratio.wall_p50.toFixed(2)}×, wall p99 ${c.ratio.wall_p99.toFixed(2)}×.`,
       '',
@@ -389,6 +607,37 @@ export function replicasMarkdown(r: ReplicasResult, facts: { date: string; machi
         (s) =>
           `| ${s.name} | ${[...new Set(c.setups.flatMap((x) => Object.keys(x.cpu_ms_per_refit)))].map((k) => ms(s.cpu_ms_per_refit[k] ?? Number.NaN)).join(' | ')} |`,
       ),
+      '',
+      'CPU per refit per engine (µs; the gateways together): ' +
+        c.setups.map((s) => `${s.name}: gateway ${s.cpu_us_per_engine.gateway}, nats-server ${s.cpu_us_per_engine.nats_server}`).join('; ') +
+        '.',
+      '',
+    );
+  }
+  const L = r.large;
+  if (L) {
+    const goal = REPLICA_TARGETS.large_overhead_p50_ms;
+    lines.push(
+      `## A refit of ${L.engines.toLocaleString('en-US')} engines, one replica (${L.iterations} refits${L.truncated ? ', cut short by the time budget' : ''}, after ${L.warmup} unmeasured)`,
+      '',
+      'Each refit through the gateway is paired with the same four phases sent by this process straight to the',
+      'engines (pause, load 32 at a time as the gateway does, version read, resume; each phase to every engine),',
+      'alternating which goes first. The engines share one simulator process and the machine with the gateway,',
+      'so what they take is what a client calling them directly takes: overhead = gateway wall − direct wall,',
+      "paired per refit. Engine time (Σ over phases of the slowest engine's service time) is shown for",
+      'reference. CPU read around each gateway refit alone. ms unless said.',
+      '',
+      '| engines | wall p50 / p99 | direct p50 / p99 | overhead p50 / p99 | engine time p50 / p99 | wall − engine time p50 | transaction p50 | CPU per refit, gateway / nats-server | per engine, µs | errors |',
+      '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+      `| ${L.engines} | ${pair(L.wall)} | ${pair(L.direct_wall)} | ${pair(L.overhead)} | ${pair(L.engine_time)} | ${ms(L.overhead_vs_engine_time.p50)} | ${ms(L.report_duration.p50)} | ${ms(L.cpu_ms_per_refit.gateway ?? Number.NaN)} / ${ms(L.cpu_ms_per_refit.nats_server ?? Number.NaN)} | ${L.cpu_us_per_engine.gateway} / ${L.cpu_us_per_engine.nats_server} | ${L.errors.count} |`,
+      '',
+      `Overhead p50 at ${L.engines.toLocaleString('en-US')} engines: **${ms(L.overhead.p50)} ms** (goal ≤ ${goal} ms: ${L.overhead.p50 <= goal ? 'met' : '**missed**'}).`,
+      '',
+      "Phase times from the reports (the runner's clock), p50 / p99: " +
+        Object.entries(L.phases)
+          .map(([p, v]) => `${p} ${ms(v.p50)} / ${ms(v.p99)}`)
+          .join(', ') +
+        '.',
       '',
     );
   }

@@ -35,8 +35,10 @@ import { fanoutMarkdown, measureFanout, ROUTE, SELECTOR, type SizeResult } from 
 import { generateMarkdown, GENERATE_TARGETS, measureLatency, measureStreams, measureThroughput, type GenerateResult, type Target } from './generate.ts';
 import { NGINX, startNginx, type NginxProxy } from './nginx.ts';
 import {
+  measureLargeRefit,
   measureRefits,
   measureTakeover,
+  registerConcurrently,
   REPLICA_TARGETS,
   replicasMarkdown,
   settled,
@@ -76,6 +78,8 @@ interface Args {
   replicaEngines: number;
   leases: number[];
   takeovers: number;
+  largeRefitEngines: number;
+  largeRefits: number;
   scaleSizes: number[];
   idleSeconds: number;
   registerConcurrency: number;
@@ -111,6 +115,8 @@ function parseArgs(argv: string[]): Args {
     replicaEngines: 12,
     leases: [2, 5],
     takeovers: 5,
+    largeRefitEngines: 1000,
+    largeRefits: 10,
     scaleSizes: [1000, 5000, 10_000],
     idleSeconds: 30,
     registerConcurrency: 64,
@@ -220,6 +226,12 @@ function parseArgs(argv: string[]): Args {
         break;
       case '--takeovers':
         a.takeovers = int(flag, value(), 1, 1000);
+        break;
+      case '--refit-large-engines':
+        a.largeRefitEngines = int(flag, value(), 0, 10_000);
+        break;
+      case '--refit-large-refits':
+        a.largeRefits = int(flag, value(), 1, 1000);
         break;
       case '--scale-sizes':
         a.scaleSizes = (value() ?? '').split(',').map((s) => int('--scale-sizes', s.trim(), 1, 20_000));
@@ -632,7 +644,45 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
     await stopAllOfSuite();
   }
 
-  // Part 2: takeovers, one fresh nats-server and fleet per lease.
+  // Part 2: one replica refitting a large fleet (its own nats-server, fleet and gateway), each
+  // refit paired with the same calls sent straight to the engines.
+  let large: ReplicasResult['large'] = null;
+  const big = args.largeRefitEngines;
+  if (big > 0 && performance.now() + largeRefitBudgetMs(args) > deadline - takeoverBudgetMs(args)) {
+    notes.push(`The refit at ${big} engines was skipped for the time budget.`);
+  } else if (big > 0) {
+    process.stdout.write(`bench: replicas: refits of ${big} engines through one replica...\n`);
+    try {
+      const server = await startSharedNats();
+      nats.push(server);
+      const fleet = await startFleet(big, logDir, ['--token-rate', '0'], `replicas-large`);
+      children.push(...fleet.children);
+      const gw = await startGateway(gatewayFlags(server.url, 'large'), logDir, profileDir, 'replicas-large');
+      children.push(gw.child);
+      await registerConcurrently(gw.url, fleet.urls, 64);
+      await settled(gw.url, big, (w) => w.owner === 'large', 120_000, `${big} engines`);
+      large = await measureLargeRefit({
+        frontUrl: gw.url,
+        engineUrls: fleet.urls,
+        fleetStats: fleet.stats,
+        cpuTimes: cpuOf({ gateway: gw.child.pid, nats_server: server.pid }),
+        iterations: args.largeRefits,
+        warmup: 2,
+        deadline: Math.max(performance.now() + 10_000, deadline - takeoverBudgetMs(args)),
+        label: ctx.stamp,
+      });
+      process.stdout.write(
+        `bench: replicas: ${big} engines: wall p50 ${ms(large.wall.p50)}, direct p50 ${ms(large.direct_wall.p50)}, overhead p50 ${ms(large.overhead.p50)} p99 ${ms(large.overhead.p99)} ms\n`,
+      );
+    } catch (err) {
+      notes.push(`The refit at ${big} engines failed: ${(err as Error).message}`);
+      process.stdout.write(`bench: replicas: ${big} engines failed: ${(err as Error).message}\n`);
+    } finally {
+      await stopAllOfSuite();
+    }
+  }
+
+  // Part 3: takeovers, one fresh nats-server and fleet per lease.
   const takeovers: TakeoverResult[] = [];
   for (const lease of args.leases) {
     if (performance.now() + (lease + 15) * 1000 > deadline) {
@@ -668,7 +718,7 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
     }
   }
 
-  const result: ReplicasResult = { refits, takeovers, notes };
+  const result: ReplicasResult = { refits, large, takeovers, notes };
   const setupLine =
     `Set-up: every gateway is the \`rlgate gateway\` CLI in its own process (RL on, log level ${args.logLevel}, defaults otherwise: ` +
     'health probes every 5 s, lease 5 s unless stated), joined with `--nats-url` to a standalone nats-server (one per layout, ' +
@@ -689,6 +739,7 @@ async function runReplicas(ctx: RunContext, deadline: number): Promise<string> {
         nats: 'standalone nats-server per layout',
         gateway: { process: 'rlgate gateway CLI child', log_level: args.logLevel, profiled: args.profile },
         refit: { source: 'disk', iterations: args.refits, warmup: args.refitWarmup },
+        large_refit: { engines: args.largeRefitEngines, iterations: args.largeRefits, warmup: 2 },
         takeover: { leases_secs: args.leases, trials: args.takeovers, poll_ms: 20 },
       },
       targets: REPLICA_TARGETS,
@@ -705,9 +756,15 @@ function takeoverBudgetMs(args: Args): number {
   return args.leases.reduce((sum, l) => sum + args.takeovers * (l + 8) * 1000 + 15_000, 0);
 }
 
-/** What the replicas suite needs of the budget: start-ups, the refits (~150 ms each here), the takeovers. */
+/** What the large refit needs of the budget: a fleet, a gateway, registration (~5 ms per engine here), the paired refits (~1 s per 1,000 engines). */
+function largeRefitBudgetMs(args: Args): number {
+  const n = args.largeRefitEngines;
+  return n > 0 ? 20_000 + n * 5 + (args.largeRefits + 2) * n * 1 : 0;
+}
+
+/** What the replicas suite needs of the budget: start-ups, the refits (~150 ms each here), the large refit, the takeovers. */
 function replicasBudgetMs(args: Args): number {
-  return 30_000 + args.refits * 2 * 150 + takeoverBudgetMs(args);
+  return 30_000 + args.refits * 2 * 150 + largeRefitBudgetMs(args) + takeoverBudgetMs(args);
 }
 
 /** What one scale size needs of the budget: start-ups, registration, the idle window, fan-outs and listings. */

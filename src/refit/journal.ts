@@ -25,10 +25,17 @@ export class JournalFenced extends Error {
   override readonly name = 'JournalFenced';
 }
 
-/** The single writer of one refit's journal. Writes are serialised; bursts collapse into one. */
+/**
+ * The single writer of one refit's journal. Writes are serialised; bursts collapse into one; a
+ * staged patch rides with the next write.
+ */
 export class JournalWriter {
   private chain: Promise<void> = Promise.resolve();
   private queued: Promise<void> | null = null;
+  /** The last write asked for (it may still be on its way). */
+  private last: Promise<void> = Promise.resolve();
+  /** A patch was staged since the last write started, or the last write failed: the bucket is behind. */
+  private behind = false;
   fenced = false;
 
   constructor(
@@ -37,6 +44,27 @@ export class JournalWriter {
     private revision: number,
     private readonly onFenced: () => void,
   ) {}
+
+  /** The bucket revision of the last write that landed. */
+  get written(): number {
+    return this.revision;
+  }
+
+  /**
+   * Applies `patch` to the journal without writing it: it travels with the next write. For what
+   * no takeover relies on before the next write (phase-runner.ts says which).
+   */
+  stage(patch: Partial<RefitJournal>): void {
+    Object.assign(this.journal, patch);
+    this.behind = true;
+  }
+
+  /** Resolves once everything applied so far (written or staged) is in the bucket. */
+  durable(): Promise<void> {
+    if (this.queued) return this.queued;
+    if (this.behind) return this.update({});
+    return this.last;
+  }
 
   /**
    * Applies `patch` now and writes the journal. Patches made before the write starts travel in
@@ -47,9 +75,14 @@ export class JournalWriter {
     if (this.queued) return this.queued;
     const next = this.chain.then(() => {
       this.queued = null;
-      return this.write();
+      this.behind = false;
+      return this.write().catch((err: unknown) => {
+        this.behind = true; // what it held goes with the next write
+        throw err;
+      });
     });
     this.queued = next;
+    this.last = next;
     this.chain = next.catch(() => {});
     return next;
   }
@@ -87,6 +120,29 @@ export class JournalWriter {
       throw err;
     }
   }
+}
+
+/**
+ * Whether a phase's journal write must be in the bucket before its calls go out, `previous` being
+ * the phase the journal names until then. A takeover reads `phase` to know where to go on
+ * (`recoveryOf`): from the phase before a pause, a version check or a resume after a refit step it
+ * goes on the same way (pausing again, checking again, resuming again: each changes nothing on an
+ * engine that had it), but from the phase before a refit step it would load again, and from the
+ * pause before a resume that calls the refit off (no refit step ran) it would pause and go ahead.
+ * The other writes travel with the next one.
+ */
+export function durableBefore(phase: Phase, previous: Phase | null): boolean {
+  return phase === 'refit' || (phase === 'resume' && (previous === null || previous === 'pause'));
+}
+
+/**
+ * Whether a refit step's answers must be in the bucket before the refit goes on: a takeover from
+ * the step judges the engines it lists as `pending` failed (`recoveryOf`). Not after a disk load
+ * that a version check follows: a takeover checks every engine's version then, whatever the
+ * journal says of its load, and loads again one that did not land.
+ */
+export function answersDurable(step: RefitStepPlan | undefined, verify: boolean): boolean {
+  return !(step?.name === 'update_weights_from_disk' && verify);
 }
 
 /** How soon a failed journal write (or a write that goes with one) is tried again. */

@@ -212,6 +212,14 @@ export class RefitJournals {
     return undefined;
   }
 
+  /**
+   * A journal this replica's runner has just written, at `revision`: the callers waiting here hear
+   * its report at once, not when the watch brings the write back (the echo is then older news).
+   */
+  written(j: RefitJournal, revision: number): void {
+    this.journalChanged(j.id, { ...j }, revision);
+  }
+
   /** A refit this replica is queueing: its targets are busy until its journal appears. */
   accept(q: QueuedRefit): void {
     this.accepted.set(q.id, q);

@@ -1,10 +1,11 @@
-// The coordinator's `runPhase` for one refit: each phase (or refit step) is journaled before its
-// calls go out, its legs run through `LegRunner.runLegs` (in-process for this replica's engines,
-// over NATS to the others' owners), and each answer comes back to the coordinator as `leg.done`
-// and to watchers as a `leg` event. A call refused before it left is sent again; an answer lost
-// with the replica that made the call is recovered (the engine read, the call sent again where
-// that is safe: leg-recovery.ts). It never decides a phase's outcome: the coordinator does, and
-// what it cuts without an answer comes back here (`cut`) to be published.
+// The coordinator's `runPhase` for one refit: each refit step is journaled before its calls go
+// out (the other phases as theirs go: `durableBefore`), its legs run through `LegRunner.runLegs`
+// (in-process for this replica's engines, over NATS to the others' owners), and the answers come
+// back to the coordinator (`legs.done`, those of one turn together) and to watchers as `leg`
+// events. A call refused before it left is sent again; an answer lost with the replica that made
+// the call is recovered (the engine read, the call sent again where that is safe:
+// leg-recovery.ts). It never decides a phase's outcome: the coordinator does, and what it cuts
+// without an answer comes back here (`cut`) to be published.
 
 import { fromCallback } from 'xstate';
 import type { CoordinatorEvent, CutLeg, LegResult, PhaseInput } from '../../actors/coordinator.ts';
@@ -12,7 +13,7 @@ import type { LegRunner } from '../control/leg-runner.ts';
 import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import { callKey, fresh } from './calls.ts';
-import { retryWrite, type JournalWriter } from './journal.ts';
+import { answersDurable, durableBefore, retryWrite, type JournalWriter } from './journal.ts';
 import type { LegCalls } from './leg-calls.ts';
 import { answerLost, lostAnswerVerdict, notMade, repeatable, setsVersion, versionMismatch } from './leg-recovery.ts';
 import type { RefitPlan } from './plan.ts';
@@ -52,6 +53,10 @@ interface Run {
   startedAt: number;
   /** A prepared call with its deadline counted from when this phase sent it. */
   stamp: (call: ControlCall) => ControlCall;
+  /** Answers not yet handed to the coordinator: those of one turn go as one `legs.done`. */
+  batch: Array<{ workerId: string; result: LegResult }>;
+  /** A collective step's answers go one by one: the first failure ends the step for all. */
+  oneByOne: boolean;
 }
 
 export class PhaseRunner {
@@ -108,7 +113,8 @@ export class PhaseRunner {
     this.deps.events.publish(id, { type: 'phase', phase: input.phase, step, step_index: input.stepIndex, steps: plan.steps.length, targets: input.targets });
     const abort = new AbortController();
     // `stamp` counts from when the phase is sent, once its journal write has landed (send()).
-    void this.send({ input, sendBack, abort, answered: new Set(), recovering: [], step, startedAt, stamp: (call) => call });
+    const oneByOne = input.phase === 'refit' && plan.steps[input.stepIndex]?.collective === true;
+    void this.send({ input, sendBack, abort, answered: new Set(), recovering: [], step, startedAt, stamp: (call) => call, batch: [], oneByOne });
     return () => {
       abort.abort();
       this.phaseMs[input.phase] = Math.round(performance.now() - (this.phaseStarted.get(input.phase) ?? performance.now()));
@@ -119,11 +125,16 @@ export class PhaseRunner {
   private async send(run: Run): Promise<void> {
     const { input, abort, sendBack } = run;
     const { id, plan, calls, writer } = this.refit;
-    // The journal says which engines this phase reaches before any call goes out.
-    await retryWrite(
-      () => writer.update({ phase: input.phase, step_index: input.stepIndex, pending: input.targets }),
-      () => writer.fenced || abort.signal.aborted,
-    );
+    // A refit step is in the bucket before any of its calls goes out: a takeover that read an
+    // earlier phase would load again. Any other phase's write goes with its calls: a takeover from
+    // the journal as it stood before it goes on as it would after (journal.ts, `durableBefore`).
+    const patch = { phase: input.phase, step_index: input.stepIndex, pending: input.targets };
+    if (durableBefore(input.phase, writer.journal.phase))
+      await retryWrite(
+        () => writer.update(patch),
+        () => writer.fenced || abort.signal.aborted,
+      );
+    else writer.update(patch).catch(() => {}); // a failed write is carried by the next one
     if (writer.fenced || abort.signal.aborted) return;
     // Engines given the same spec share one call object, so it crosses the bus once per replica.
     // Each call's deadline starts now, when its phase sends it: stamped when the refit was
@@ -145,6 +156,7 @@ export class PhaseRunner {
       .catch((err: unknown) => {
         // Never leave the coordinator waiting: an unexpected failure fails the phase's legs.
         this.deps.log.error({ err, refit_id: id, phase: input.phase }, 'refit phase failed unexpectedly');
+        this.flush(run); // the answers heard so far come first
         const now = Date.now();
         for (const wid of input.targets) {
           const result: LegResult = { ok: false, error: 'internal_error', message: 'the gateway failed to run this phase', latencyMs: 0 };
@@ -156,7 +168,21 @@ export class PhaseRunner {
       });
     // A leg sent again may need its engine read in turn: wait until none is left in flight.
     while (run.recovering.length > 0) await Promise.all(run.recovering.splice(0));
-    if (!abort.signal.aborted) sendBack({ type: 'phase.done' });
+    // A takeover may judge this step's engines by what the journal says of their answers.
+    if (input.phase === 'refit' && answersDurable(plan.steps[input.stepIndex], plan.verify !== null))
+      await retryWrite(
+        () => writer.durable(),
+        () => writer.fenced || abort.signal.aborted,
+      );
+    if (abort.signal.aborted) return;
+    this.flush(run);
+    sendBack({ type: 'phase.done' });
+  }
+
+  /** Hands the coordinator the answers gathered since the last flush, as one event. */
+  private flush(run: Run): void {
+    if (run.batch.length === 0 || run.abort.signal.aborted) return;
+    run.sendBack({ type: 'legs.done', phase: run.input.phase, legs: run.batch.splice(0) });
   }
 
   /** A leg's first outcome, as `runLegs` hands it. */
@@ -231,7 +257,12 @@ export class PhaseRunner {
   private done(run: Run, wid: string, result: LegResult): void {
     if (run.abort.signal.aborted) return;
     run.answered.add(wid);
-    run.sendBack({ type: 'leg.done', phase: run.input.phase, workerId: wid, result });
+    if (run.oneByOne) run.sendBack({ type: 'leg.done', phase: run.input.phase, workerId: wid, result });
+    else {
+      // Answers that land in one turn of the event loop reach the coordinator together.
+      if (run.batch.length === 0) setImmediate(() => this.flush(run));
+      run.batch.push({ workerId: wid, result });
+    }
     this.publishLeg(wid, run.input.phase, run.input.stepIndex, run.step, result, Date.now());
   }
 

@@ -31,11 +31,12 @@ export function buildReport(args: {
   downtimeMs?: number;
 }): RefitReport {
   const { result, view } = args;
+  const paused = new Set(result.paused); // asked per engine: a 1,000-engine report scans no list
   const engines: EngineReport[] = args.targets.map((w) => {
     const rec = result.engines[w.id] ?? { phases: {} };
     const e = view.engine(w);
     // Ok means refitted: paused, never failed, and the refit was not called off by the quorum.
-    const ok = rec.failedIn === undefined && result.paused.includes(w.id) && !result.abortReason;
+    const ok = rec.failedIn === undefined && paused.has(w.id) && !result.abortReason;
     const r: EngineReport = {
       worker_id: w.id,
       url: w.url,

@@ -241,11 +241,15 @@ export class RefitRunner implements RefitTaker {
     // What the coordinator decides without an answer reaches watchers as it decides.
     actor.on('legs.cut', (e) => phases.cut(e.phase, e.stepIndex, e.legs));
     actor.on('transfer.aborted', (e) => phases.cut('refit', e.stepIndex, e.legs));
-    // Each answer is journaled as it comes (writes in one burst travel together).
+    // A refit step's answers are journaled as they come (writes in one burst travel together);
+    // the other phases' answers travel with the next write: a takeover pauses, checks or resumes
+    // again whatever they say (journal.ts, `durableBefore`, `answersDurable`).
     actor.subscribe((snap) => {
       const c = snap.context;
       if (writer.fenced) return;
-      writer.update({ engines: c.engines, paused: c.paused, resumed: c.resumed, pending: c.pending, abort_reason: c.abortReason }).catch(() => {});
+      const patch = { engines: c.engines, paused: c.paused, resumed: c.resumed, pending: c.pending, abort_reason: c.abortReason };
+      if (c.phase === 'refit') writer.update(patch).catch(() => {});
+      else writer.stage(patch);
     });
     const fenced = new Promise<null>((resolve) => {
       fence.addEventListener(
@@ -307,6 +311,7 @@ export class RefitRunner implements RefitTaker {
       () => writer.fenced,
     );
     if (writer.fenced) return;
+    this.deps.journals.written(writer.journal, writer.written);
     // A rolling refit's waves are refits of their own, counted as they finished.
     this.deps.metrics.refit(report.status, report.phases, report.strategy === 'rolling' ? 0 : (report.downtime_engine_ms ?? 0));
     this.deps.events.report(report);
