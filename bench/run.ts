@@ -84,6 +84,7 @@ interface Args {
   scaleOut: 'on' | 'off' | 'only';
   scaleOutReplicas: number;
   scaleOutEngines: number;
+  scaleOutLeaseSecs: number;
   logLevel: string;
   rolloutSizes: number[];
   rolloutPolicies: string[];
@@ -122,6 +123,7 @@ function parseArgs(argv: string[]): Args {
     scaleOut: 'on',
     scaleOutReplicas: 10,
     scaleOutEngines: 50_000,
+    scaleOutLeaseSecs: 5,
     logLevel: 'info',
     rolloutSizes: [4, 16],
     rolloutPolicies: [...ROLLOUT_POLICIES],
@@ -249,6 +251,9 @@ function parseArgs(argv: string[]): Args {
         break;
       case '--scale-out-engines':
         a.scaleOutEngines = int(flag, value(), 1, 100_000);
+        break;
+      case '--scale-out-lease-secs':
+        a.scaleOutLeaseSecs = int(flag, value(), 1, 60);
         break;
       case '--log-level':
         a.logLevel = value() ?? 'info';
@@ -942,6 +947,7 @@ async function runScaleOutSuite(ctx: RunContext, deadline: number): Promise<stri
     logDir: ctx.logDir,
     logLevel: args.logLevel,
     idleSeconds: args.idleSeconds,
+    leaseSecs: args.scaleOutLeaseSecs,
     registerConcurrency: args.registerConcurrency,
     deadline,
     progress: (line) => process.stdout.write(`bench: scale-out: ${line}\n`),
@@ -950,8 +956,8 @@ async function runScaleOutSuite(ctx: RunContext, deadline: number): Promise<stri
   const setupLine =
     `Set-up: three nats-server nodes (JetStream, routed to each other, loopback), ${result.replicas} gateway replicas (the \`rlgate gateway\` CLI, ` +
     `each its own process, \`--enable-rl\`, \`--nats-url\` naming all three nodes, log level ${args.logLevel}, every other setting as shipped: ` +
-    'lease 5 s, probes every 5 s at most 100/s per replica); SGLang simulators (`--token-rate 0`), at most 2,500 per bench/sim-fleet.ts ' +
-    'process; each replica registers an equal share (`POST /workers` through it, so it owns them). Client (this process): undici.';
+    `lease ${args.scaleOutLeaseSecs} s${args.scaleOutLeaseSecs === 5 ? '' : ' (shipped: 5 s)'}, probes every 5 s at most 100/s per replica); ` +
+    'SGLang simulators (`--token-rate 0`), at most 2,500 per bench/sim-fleet.ts process; each replica registers an equal share (`POST /workers` through it, so it owns them). Client (this process): undici.';
   const md = scaleOutMarkdown(result, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine });
   writeResult(ctx, 'scaleout', { benchmark: 'scaleout', date: ctx.date.toISOString(), machine: { ...ctx.machine, loadavg_end: loadavg() }, ...result }, md);
   return md;
