@@ -79,7 +79,8 @@ export interface Traffic {
   stream_writes: Record<string, number>;
 }
 
-interface Snapshot {
+/** What the nodes' monitoring endpoints said at one moment. */
+export interface Snapshot {
   at: number;
   byNode: Counts[];
   conns: Map<string, Counts>;
@@ -236,7 +237,8 @@ async function snapshot(cluster: BenchNatsCluster, up: readonly boolean[] = [tru
   return { at: performance.now(), byNode, conns, streams };
 }
 
-function traffic(a: Snapshot, b: Snapshot): Traffic {
+/** What NATS carried between two snapshots. */
+export function traffic(a: Snapshot, b: Snapshot): Traffic {
   const sub = (x: Counts, y: Counts): Counts => ({
     msgs_in: y.msgs_in - x.msgs_in,
     msgs_out: y.msgs_out - x.msgs_out,
