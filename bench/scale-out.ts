@@ -270,7 +270,20 @@ class FleetWatch {
   private stops: Array<() => void> = [];
   private nc: NatsConnection | undefined;
 
-  async start(servers: string[]): Promise<void> {
+  /** Opens the watches afresh (what an earlier watch saw is forgotten); a NATS request that times out on a loaded host is tried again. */
+  async start(servers: string[], attempts = 3): Promise<void> {
+    for (let k = 1; ; k++) {
+      try {
+        return await this.open(servers);
+      } catch (err) {
+        await this.stop();
+        if (k >= attempts) throw new Error(`the bench's watch of the engines and owners buckets: ${(err as Error).message}`);
+      }
+    }
+  }
+
+  private async open(servers: string[]): Promise<void> {
+    for (const m of [this.urlOf, this.state, this.writer, this.owner]) m.clear();
     this.nc = await connect({ servers, name: 'rlgate-bench-scaleout' });
     const kvm = new Kvm(this.nc);
     const engines = await kvm.open(bucketName(ROOT, BUCKETS.engines));
