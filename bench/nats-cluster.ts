@@ -32,12 +32,14 @@ export interface BenchNatsCluster {
 }
 
 const started = new Set<ChildProcess>();
+const stores = new Set<string>();
 let hooked = false;
 
 /** Starts the three nodes and resolves once each reports the same JetStream meta leader. */
 export async function startBenchNatsCluster(logDir: string, label = 'scaleout'): Promise<BenchNatsCluster> {
   const bin = findNatsServer();
   const dir = mkdtempSync(join(os.tmpdir(), `rlgate-bench-nats-${label}-`));
+  stores.add(dir);
   const ports = [];
   for (let i = 0; i < NODES; i++) ports.push({ client: await pickFreePort(), monitor: await pickFreePort(), route: await pickFreePort() });
   const routes = ports.map((p) => `nats://127.0.0.1:${p.route}`).join(', ');
@@ -46,6 +48,8 @@ export async function startBenchNatsCluster(logDir: string, label = 'scaleout'):
     hooked = true;
     process.on('exit', () => {
       for (const p of started) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+      // A run stopped by a signal exits without stop(): its stores go too.
+      for (const d of stores) rmSync(d, { recursive: true, force: true });
     });
   }
   const nodes: ClusterNode[] = ports.map((p, i) => {
@@ -99,6 +103,7 @@ export async function startBenchNatsCluster(logDir: string, label = 'scaleout'):
       ),
     );
     rmSync(dir, { recursive: true, force: true });
+    stores.delete(dir);
   };
   try {
     const until = Date.now() + 60_000;
