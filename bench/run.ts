@@ -54,6 +54,7 @@ import { ROLLOUT_POLICIES, rolloutMarkdown, runRollout } from './rollout/suite.t
 import { REALISTIC, type Workload } from './rollout/workload.ts';
 import { LOAD_MS, refitUnderLoadMarkdown, runRefitUnderLoad } from './refit-under-load.ts';
 import { inflightMarkdown, runInflight } from './inflight.ts';
+import { runScaleOut, scaleOutBudgetMs, scaleOutMarkdown } from './scale-out.ts';
 
 // The flags, in a plain file so that bench/bench.sh can print them before anything is installed.
 const HELP = readFileSync(new URL('./help.txt', import.meta.url), 'utf8');
@@ -83,6 +84,11 @@ interface Args {
   scaleSizes: number[];
   idleSeconds: number;
   registerConcurrency: number;
+  /** The scale suite's replicas-on-a-cluster part (bench/scale-out.ts): on, off, or alone. */
+  scaleOut: 'on' | 'off' | 'only';
+  scaleOutReplicas: number;
+  scaleOutEngines: number;
+  scaleOutLeaseSecs: number;
   logLevel: string;
   rolloutSizes: number[];
   rolloutPolicies: string[];
@@ -120,6 +126,10 @@ function parseArgs(argv: string[]): Args {
     scaleSizes: [1000, 5000, 10_000],
     idleSeconds: 30,
     registerConcurrency: 64,
+    scaleOut: 'on',
+    scaleOutReplicas: 10,
+    scaleOutEngines: 50_000,
+    scaleOutLeaseSecs: 5,
     logLevel: 'info',
     rolloutSizes: [4, 16],
     rolloutPolicies: [...ROLLOUT_POLICIES],
@@ -242,6 +252,21 @@ function parseArgs(argv: string[]): Args {
       case '--register-concurrency':
         a.registerConcurrency = int(flag, value(), 1, 1024);
         break;
+      case '--scale-out': {
+        const v = value();
+        if (v !== 'on' && v !== 'off' && v !== 'only') throw new Error(`--scale-out takes on, off or only, got ${v}`);
+        a.scaleOut = v;
+        break;
+      }
+      case '--scale-out-replicas':
+        a.scaleOutReplicas = int(flag, value(), 1, 100);
+        break;
+      case '--scale-out-engines':
+        a.scaleOutEngines = int(flag, value(), 1, 100_000);
+        break;
+      case '--scale-out-lease-secs':
+        a.scaleOutLeaseSecs = int(flag, value(), 1, 60);
+        break;
       case '--log-level':
         a.logLevel = value() ?? 'info';
         break;
@@ -263,6 +288,9 @@ function parseArgs(argv: string[]): Args {
     }
   }
   a.maxSeconds ||= a.suites.includes('scale') || a.suites.includes('rollout') ? 1800 : 300;
+  // The scale suite's replicas-on-a-cluster part comes on top of it (10 replicas × 50,000 engines: about 30 minutes).
+  if (a.suites.includes('scale') && a.scaleOut !== 'off' && !argv.some((x) => x.startsWith('--max-seconds')))
+    a.maxSeconds = Math.min(7200, a.maxSeconds + Math.round(scaleOutBudgetMs(a.scaleOutReplicas, a.scaleOutEngines, a.idleSeconds) / 1000));
   return a;
 }
 
@@ -290,7 +318,7 @@ function machineLine(ctx: RunContext): string {
 }
 
 /** Indented for reading, but number arrays (samples, load averages) stay on one line each. */
-function writeResult(ctx: RunContext, suite: Suite, json: Record<string, unknown>, md: string): void {
+function writeResult(ctx: RunContext, suite: Suite | 'scaleout', json: Record<string, unknown>, md: string): void {
   mkdirSync(ctx.args.out, { recursive: true });
   const text = JSON.stringify(json, null, 1).replace(/\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]/g, (_m, body: string) => `[${body.replace(/\s+/g, '')}]`);
   writeFileSync(join(ctx.args.out, `${suite}-${ctx.stamp}.json`), `${text}\n`);
@@ -388,13 +416,16 @@ async function runFanout(ctx: RunContext, deadline: number): Promise<string> {
 /** latest.md: the newest tables of each suite found in `dir`, so a run of one suite keeps the others'. */
 function latestTables(dir: string): string {
   const files = readdirSync(dir);
-  return SUITES.flatMap((suite) => {
-    const newest = files
-      .filter((f) => f.startsWith(`${suite}-`) && f.endsWith('.md'))
-      .sort()
-      .pop();
-    return newest ? [readFileSync(join(dir, newest), 'utf8')] : [];
-  }).join('\n');
+  // The scale-out part of the scale suite writes its own files, after the scale suite's tables.
+  return SUITES.flatMap((s) => (s === 'scale' ? ['scale', 'scaleout'] : [s]))
+    .flatMap((suite) => {
+      const newest = files
+        .filter((f) => f.startsWith(`${suite}-`) && f.endsWith('.md'))
+        .sort()
+        .pop();
+      return newest ? [readFileSync(join(dir, newest), 'utf8')] : [];
+    })
+    .join('\n');
 }
 
 async function stopChildren(...children: Child[]): Promise<void> {
@@ -935,13 +966,16 @@ async function main(args: Args): Promise<void> {
   const parts: string[] = [];
   // The rollout suite runs last and takes what is left; the others leave it a third of the run.
   const rolloutShare = args.suites.includes('rollout') ? (args.maxSeconds * 1000) / 3 : 0;
-  const scaleShare = args.suites.includes('scale') ? scaleBudgetMs(args) + rolloutShare : rolloutShare;
+  const scaleOutShare =
+    args.suites.includes('scale') && args.scaleOut !== 'off' ? scaleOutBudgetMs(args.scaleOutReplicas, args.scaleOutEngines, args.idleSeconds) : 0;
+  const scaleShare = args.suites.includes('scale') ? (args.scaleOut === 'only' ? 0 : scaleBudgetMs(args)) + scaleOutShare + rolloutShare : rolloutShare;
   const replicasShare = args.suites.includes('replicas') ? replicasBudgetMs(args) : 0;
   const generateShare = args.suites.includes('generate') ? generateBudgetMs(args) : 0;
   if (args.suites.includes('fanout')) parts.push(await runFanout(ctx, runDeadline - generateShare - replicasShare - scaleShare));
   if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline - replicasShare - scaleShare));
   if (args.suites.includes('replicas')) parts.push(await runReplicas(ctx, runDeadline - scaleShare));
-  if (args.suites.includes('scale')) parts.push(await runScale(ctx, runDeadline - rolloutShare));
+  if (args.suites.includes('scale') && args.scaleOut !== 'only') parts.push(await runScale(ctx, runDeadline - rolloutShare - scaleOutShare));
+  if (args.suites.includes('scale') && args.scaleOut !== 'off') parts.push(await runScaleOutSuite(ctx, runDeadline - rolloutShare));
   if (args.suites.includes('refit-under-load')) parts.push(await runRefitSuite(ctx));
   if (args.suites.includes('inflight')) parts.push(await runInflightSuite(ctx));
   if (args.suites.includes('rollout')) parts.push(await runRolloutSuite(ctx, runDeadline));
@@ -958,6 +992,32 @@ async function main(args: Args): Promise<void> {
     // Logs matter only when something failed (then this line is never reached, or keepLogs is set).
     rmSync(ctx.logDir, { recursive: true, force: true });
   }
+}
+
+/** The scale suite's second part: replicas on a 3-node NATS cluster (bench/scale-out.ts). */
+async function runScaleOutSuite(ctx: RunContext, deadline: number): Promise<string> {
+  const { args } = ctx;
+  process.stdout.write(`bench: scale-out: ${args.scaleOutReplicas} replicas, ${args.scaleOutEngines} engines, a 3-node NATS cluster...\n`);
+  const result = await runScaleOut({
+    replicas: args.scaleOutReplicas,
+    engines: args.scaleOutEngines,
+    logDir: ctx.logDir,
+    logLevel: args.logLevel,
+    idleSeconds: args.idleSeconds,
+    leaseSecs: args.scaleOutLeaseSecs,
+    registerConcurrency: args.registerConcurrency,
+    deadline,
+    progress: (line) => process.stdout.write(`bench: scale-out: ${line}\n`),
+  });
+  if (result.errors.length || process.env.RLGATE_BENCH_KEEP_LOGS) ctx.keepLogs = true;
+  const setupLine =
+    `Set-up: three nats-server nodes (JetStream, routed to each other, loopback), ${result.replicas} gateway replicas (the \`rlgate gateway\` CLI, ` +
+    `each its own process, \`--enable-rl\`, \`--nats-url\` naming all three nodes, log level ${args.logLevel}, every other setting as shipped: ` +
+    `lease ${args.scaleOutLeaseSecs} s${args.scaleOutLeaseSecs === 5 ? '' : ' (shipped: 5 s)'}, probes every 5 s at most 100/s per replica); ` +
+    'SGLang simulators (`--token-rate 0`), at most 2,500 per bench/sim-fleet.ts process; each replica registers an equal share (`POST /workers` through it, so it owns them). Client (this process): undici.';
+  const md = scaleOutMarkdown(result, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine });
+  writeResult(ctx, 'scaleout', { benchmark: 'scaleout', date: ctx.date.toISOString(), machine: { ...ctx.machine, loadavg_end: loadavg() }, ...result }, md);
+  return md;
 }
 
 async function runInflightSuite(ctx: RunContext): Promise<string> {
