@@ -6,6 +6,7 @@
 // with exactly one report: written to the journal, then published. It never touches the queue
 // message itself: the worker acks, hands back or drops it as the verdict says.
 
+import { StillOurs } from './still-ours.ts';
 import { createActor, toPromise } from 'xstate';
 import { coordinatorMachine } from '../../actors/coordinator.ts';
 import type { JsonBucket } from '../bus/buckets.ts';
@@ -174,15 +175,8 @@ export class RefitRunner implements RefitTaker {
     const asleep = all.filter((w) => j.asleep.includes(w.id));
     // Whether this replica still holds the refit, read afresh after each lapse of its lease (the
     // journal's revision moved: another replica took it). Undefined while it cannot be read.
-    let confirmedLapses = this.deps.fence?.lapses ?? 0;
-    this.stillOurs.set(id, async () => {
-      const lapses = this.deps.fence?.lapses ?? 0;
-      if (writer.fenced) return false;
-      if (lapses === confirmedLapses) return true;
-      const held = await writer.confirm();
-      if (held === true) confirmedLapses = lapses;
-      return held;
-    });
+    const ours = new StillOurs({ lapses: () => this.deps.fence?.lapses ?? 0, fenced: () => writer.fenced, confirm: () => writer.confirm() });
+    this.stillOurs.set(id, async () => ours.ask());
     const plan = planRefit(req, targets);
     const calls = prepareCalls(this.deps.legs, plan, targets, id);
     const startedAt = new Date();
