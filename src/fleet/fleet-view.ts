@@ -13,7 +13,6 @@ import type { Registry } from './registry.ts';
 import { RoutingUsage, type RoutingFigures, type RoutingSource } from './routing-usage.ts';
 import { matchesSelector, type Selector } from './selector.ts';
 import { fleetMaximum } from './versions.ts';
-import { ListingCache } from './listing-cache.ts';
 import { mergedLabels, UNKNOWN_MODEL_ID, type Worker } from './worker.ts';
 
 export const RL_PROTOCOL_VERSION = 1;
@@ -163,46 +162,14 @@ export class FleetView {
     return this.representatives().map(([w, ranks]) => this.row(w, ranks));
   }
 
-  /** The rows' JSON of the last listing, by worker id. */
-  private readonly listing = new ListingCache();
-
-  /**
-   * `GET /v1/rl/workers`' answer as JSON: the rows of `rows()`, each serialised again only when
-   * its registry entry or a figure of its engine changed since the last listing.
-   */
-  listingJson(): string {
-    const reps = this.representatives();
-    const parts = new Array<string>(reps.length);
-    this.listing.begin();
-    for (let i = 0; i < reps.length; i++) {
-      const [w, ranks] = reps[i]!;
-      const f = this.fixedRow(w, ranks);
-      const e = this.engine(w);
-      const routing = this.routing.figures(this.rankIds(w));
-      const deps = [f, e.state, e.control, e.version, e.versionSource, e.breaker, e.load, e.quarantine, JSON.stringify(routing)];
-      parts[i] = this.listing.json(w.id, deps, () => this.rowFrom(f, e, routing));
-    }
-    this.listing.end();
-    return `{"protocol_version":${RL_PROTOCOL_VERSION},"workers":[${parts.join(',')}],"total":${reps.length}}`;
-  }
-
-  /**
-   * The parts of rows that only registry writes change, by worker id and DP ranks. A registry
-   * write replaces the worker's object, so a part made from the same object is still right: the
-   * previous generation's parts are carried over for the workers it did not touch.
-   */
-  private fixed:
-    | { generation: number; byId: Map<string, { w: Worker; row: FixedRow }>; prev: Map<string, { w: Worker; row: FixedRow }> | undefined }
-    | undefined;
+  /** The parts of rows that only registry writes change, by worker id, for one registry generation. */
+  private fixed: { generation: number; byId: Map<string, FixedRow> } | undefined;
 
   private fixedRow(w: Worker, dpRanks: number): FixedRow {
     const generation = this.deps.registry.generation;
-    if (this.fixed?.generation !== generation) this.fixed = { generation, byId: new Map(), prev: this.fixed?.byId };
+    if (this.fixed?.generation !== generation) this.fixed = { generation, byId: new Map() };
     const key = `${w.id}|${dpRanks}`;
-    const held = this.fixed.byId.get(key);
-    if (held?.w === w) return held.row;
-    const old = this.fixed.prev?.get(key);
-    let f = old?.w === w ? old.row : undefined;
+    let f = this.fixed.byId.get(key);
     if (!f) {
       const labels = mergedLabels(w);
       f = {
@@ -224,8 +191,8 @@ export class FleetView {
         capabilities: capabilitiesFor(w.engine, labels),
         owner: w.owner || null,
       };
+      this.fixed.byId.set(key, f);
     }
-    this.fixed.byId.set(key, { w, row: f });
     return f;
   }
 
@@ -287,10 +254,8 @@ export class FleetView {
   }
 
   private row(w: Worker, dpRanks: number): RlWorkerEntry {
-    return this.rowFrom(this.fixedRow(w, dpRanks), this.engine(w), this.routing.figures(this.rankIds(w)));
-  }
-
-  private rowFrom(f: FixedRow, e: EngineView, routing: RoutingFigures): RlWorkerEntry {
+    const f = this.fixedRow(w, dpRanks);
+    const e = this.engine(w);
     return {
       id: f.id,
       url: f.url,
@@ -318,7 +283,7 @@ export class FleetView {
       owner: f.owner,
       quarantined: e.quarantine !== null,
       quarantine_reason: e.quarantine,
-      routing,
+      routing: this.routing.figures(this.rankIds(w)),
     };
   }
 

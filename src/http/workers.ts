@@ -16,7 +16,6 @@ import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { healthOf, workerStats, workerTypeCounts } from '../fleet/fleet-view.ts';
 import { controlUrlFor } from '../fleet/control-url.ts';
-import { ListingCache } from '../fleet/listing-cache.ts';
 import { errorResponses } from '../api/error-responses.ts';
 import { ADMIN_SECURITY } from '../api/openapi.ts';
 import { WorkerAccepted, WorkerListing, WorkerRemoved, WorkerRow } from '../api/worker-schema.ts';
@@ -145,29 +144,13 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
       "Every registered worker, sorted by url; `stats` is SMG's `{prefill_count, decode_count, regular_count}`, `rlgate` rlgate's own figures (totals, healthy, models, load).",
     response: { 200: WorkerListing, ...errorResponses() },
   };
-  // The listing, serialised row by row: a row is serialised again only when its registry entry
-  // (an immutable object, replaced by every write) or its engine's state or load changed. The
-  // order is kept per registry generation. At 10,000 workers the answer is about 5 MB.
-  const rows = new ListingCache();
-  let sorted: { generation: number; list: Worker[] } | undefined;
-  app.get('/workers', { schema: listSchema }, async (_req, reply) => {
-    if (sorted?.generation !== registry.generation) {
-      const list = registry.all().sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0));
-      sorted = { generation: registry.generation, list };
-    }
-    const all = sorted.list;
-    const controlUrls = services.config.workersListControlUrls;
-    const parts = new Array<string>(all.length);
-    rows.begin();
-    for (let i = 0; i < all.length; i++) {
-      const w = all[i]!;
-      const e = view.engine(w);
-      parts[i] = rows.json(w.id, [w, e.state, e.load], () => listedRow(w, view, controlUrls));
-    }
-    rows.end();
+  app.get('/workers', { schema: listSchema }, async () => {
+    const all = registry.all();
+    const workers = [...all]
+      .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
+      .map((w) => listedRow(w, view, services.config.workersListControlUrls));
     // `stats` is SMG's shape exactly; rlgate's own figures have a key of their own (docs/decisions.md).
-    reply.type('application/json; charset=utf-8');
-    return `{"workers":[${parts.join(',')}],"total":${all.length},"stats":${JSON.stringify(workerTypeCounts(all))},"rlgate":${JSON.stringify(workerStats(all, view))}}`;
+    return { workers, total: workers.length, stats: workerTypeCounts(all), rlgate: workerStats(all, view) };
   });
 
   const rowSchema = {
