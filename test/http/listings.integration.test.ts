@@ -1,6 +1,6 @@
-// The fleet listings (`GET /v1/rl/workers`, `GET /workers`) are serialised row by row and a row is
-// reused while nothing it shows changed: every change made after a listing must show in the next
-// one, in both listings, and each listed row must be the one its own route answers.
+// The fleet listings (`GET /v1/rl/workers`, `GET /workers`): each listed row is the one its own
+// route answers, every change made after a listing shows in the next one, and a paged listing
+// (`?limit=&cursor=`) covers every engine exactly once, in the whole listing's order.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../fixtures/gateway.ts';
@@ -37,6 +37,48 @@ describe('fleet listings after changes', () => {
     const urls = smgListing.workers.map((w: { url: string }) => w.url);
     expect(urls).toEqual([...urls].sort());
     for (const row of smgListing.workers) expect(row).toEqual((await t.http('GET', `/workers/${row.id}`)).json);
+  });
+
+  it('paged with ?limit=: every engine exactly once, in the order of the whole listing, then next_cursor null', async () => {
+    for (const [path, limit] of [
+      ['/v1/rl/workers', 1],
+      ['/v1/rl/workers', 2],
+      ['/workers', 1],
+      ['/workers', 2],
+    ] as const) {
+      const whole = (await t.http('GET', path)).json;
+      expect(whole).not.toHaveProperty('next_cursor');
+      const seen: string[] = [];
+      let cursor: string | null = null;
+      let pages = 0;
+      do {
+        const q: string = `?limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
+        const r = await t.http('GET', `${path}${q}`);
+        expect(r.status, `${path}${q}`).toBe(200);
+        expect(r.json.total).toBe(3);
+        expect(r.json.workers.length).toBeLessThanOrEqual(limit);
+        expect(r.json).toHaveProperty('next_cursor');
+        seen.push(...r.json.workers.map((w: { id: string }) => w.id));
+        cursor = r.json.next_cursor;
+        pages++;
+      } while (cursor !== null && pages < 10);
+      expect(seen, path).toEqual(whole.workers.map((w: { id: string }) => w.id));
+      expect(pages).toBe(Math.ceil(3 / limit));
+    }
+  });
+
+  it('a page starts after the cursor whatever left meanwhile; bad paging is a 400 naming the parameter', async () => {
+    const first = (await t.http('GET', '/v1/rl/workers?limit=1')).json;
+    const rest = (await t.http('GET', `/v1/rl/workers?limit=5&cursor=${first.next_cursor}`)).json;
+    expect(rest.workers.map((w: { id: string }) => w.id)).toEqual((await rl()).workers.slice(1).map((w: { id: string }) => w.id));
+    expect(rest.next_cursor).toBeNull();
+    for (const path of ['/v1/rl/workers', '/workers']) {
+      for (const q of ['limit=0', 'limit=abc', 'limit=10001', 'limit=1&limit=2', 'cursor=not-a-cursor', 'limit=1&cursor=W10']) {
+        const r = await t.http('GET', `${path}?${q}`);
+        expect(r.status, `${path}?${q}`).toBe(400);
+        expect(r.json.error, `${path}?${q}`).toBe('invalid_request');
+      }
+    }
   });
 
   it('a control write, a version write, new labels and a removal each show in the next listing', async () => {
