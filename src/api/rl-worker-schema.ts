@@ -78,10 +78,19 @@ export const RlWorkerListing = Type.Object(
   {
     protocol_version: Type.Integer({ description: 'The `/v1/rl` protocol version (1).' }),
     workers: Type.Array(RlWorkerRow),
-    total: Type.Integer({ minimum: 0 }),
+    total: Type.Integer({ minimum: 0, description: 'Engines listed; with `limit`, engines in the whole fleet.' }),
+    next_cursor: Type.Optional(Nullable(Type.String({ description: 'rlgate, with `limit` only: the `cursor` of the next page; null on the last page.' }))),
   },
   { additionalProperties: true, description: 'Rows sorted by base_url, then url.' },
 );
+
+/** Paging of a fleet listing (fleet/listing-page.ts); without `limit` the whole fleet is listed, as SMG does. */
+export const ListingQuery = Type.Object({
+  limit: Type.Optional(
+    Type.Integer({ minimum: 1, maximum: 10_000, description: 'rlgate: at most this many rows, from `cursor` on; the answer carries `next_cursor`.' }),
+  ),
+  cursor: Type.Optional(Type.String({ maxLength: 4096, description: "rlgate: the previous page's `next_cursor` (the first page without it)." })),
+});
 
 export const SelectorQuery = Type.Object({
   selector: Type.Optional(

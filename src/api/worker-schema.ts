@@ -55,9 +55,12 @@ export const RlgateWorkerStats = Type.Object(
 export const WorkerListing = Type.Object(
   {
     workers: Type.Array(WorkerRow, { description: 'Sorted by url.' }),
-    total: Type.Integer({ minimum: 0 }),
+    total: Type.Integer({ minimum: 0, description: 'Workers listed; with `limit`, workers in the whole registry.' }),
     stats: WorkerTypeCounts,
     rlgate: RlgateWorkerStats,
+    next_cursor: Type.Optional(
+      Type.Union([Type.String(), Type.Null()], { description: 'rlgate, with `limit` only: the `cursor` of the next page; null on the last page.' }),
+    ),
   },
   { additionalProperties: true, description: 'Every registered worker.' },
 );

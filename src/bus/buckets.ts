@@ -14,6 +14,14 @@ import type { RefitJournal } from '../wire/refit-journal.ts';
 import type { OwedResume } from '../wire/resume-owed.ts';
 import type { StoredWorker } from '../wire/worker-entry.ts';
 import { decode, encode } from './codec.ts';
+import { AckedPuts } from './acked-puts.ts';
+
+/** The bucket's own helpers that nats.js's KV has and its interface does not name. */
+interface KvSubjects {
+  encodeKey(key: string): string;
+  validateKey(key: string): void;
+  subjectForKey(key: string, edit?: boolean): string;
+}
 
 /** What each bucket holds (its writer in brackets). */
 export const BUCKETS = {
@@ -48,7 +56,11 @@ const WATCH_CHECK_MS = 3_000;
 
 /** One KV bucket holding JSON values. */
 export class JsonBucket<T> {
-  constructor(readonly kv: KV) {}
+  /** `puts`: plain puts go out pipelined, their acks on one subscription (acked-puts.ts); nats.js's put without it. */
+  constructor(
+    readonly kv: KV,
+    private readonly puts?: AckedPuts,
+  ) {}
 
   async get(key: string): Promise<{ value: T; revision: number } | null> {
     const e = await this.kv.get(key);
@@ -57,7 +69,17 @@ export class JsonBucket<T> {
   }
 
   put(key: string, value: T): Promise<number> {
-    return this.kv.put(key, encode(value));
+    if (!this.puts) return this.kv.put(key, encode(value));
+    const kv = this.kv as unknown as KvSubjects;
+    let subject: string;
+    try {
+      const ek = kv.encodeKey(key);
+      kv.validateKey(ek);
+      subject = kv.subjectForKey(ek, true);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.puts.publish(subject, encode(value));
   }
 
   /** Fails if the key exists (the first claim wins). */
@@ -174,10 +196,12 @@ export async function openBuckets(nc: NatsConnection, root: string, opts: { repl
   const kvm = new Kvm(opts.timeoutMs !== undefined ? jetstream(nc, { timeout: opts.timeoutMs }) : nc);
   const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
   const out: Partial<Record<BucketName, JsonBucket<unknown>>> = {};
+  // One ack inbox for every bucket of the root, waiting as long as a bucket request (nats.js's 5 s by default).
+  const puts = new AckedPuts(nc, opts.timeoutMs ?? 5_000);
   for (const [key, name] of Object.entries(BUCKETS) as Array<[BucketName, string]>) {
     // Journals and reports are kept a day; the fleet's state stays until it is removed.
     const kv = await kvm.create(bucketName(root, name), { history: 1, replicas, ...(key === 'refits' ? { ttl: 24 * 3_600_000 } : {}) });
-    out[key] = new JsonBucket(kv);
+    out[key] = new JsonBucket(kv, puts);
   }
   // The one place a bucket gets its value's type (BucketValues): what is written there is that type.
   return out as FleetBuckets;

@@ -13,6 +13,7 @@ import type { Registry } from './registry.ts';
 import { RoutingUsage, type RoutingFigures, type RoutingSource } from './routing-usage.ts';
 import { matchesSelector, type Selector } from './selector.ts';
 import { fleetMaximum } from './versions.ts';
+import { pageAfter } from './listing-page.ts';
 import { mergedLabels, UNKNOWN_MODEL_ID, type Worker } from './worker.ts';
 
 export const RL_PROTOCOL_VERSION = 1;
@@ -160,6 +161,13 @@ export class FleetView {
   /** One row per engine (DP ranks collapsed onto the lowest rank), sorted by base_url then url. */
   rows(): RlWorkerEntry[] {
     return this.representatives().map(([w, ranks]) => this.row(w, ranks));
+  }
+
+  /** One page of `rows()`, after `cursor` (listing-page.ts); `total` counts the whole fleet's rows. */
+  rowsPage(cursor: string | undefined, limit: number): { rows: RlWorkerEntry[]; total: number; next: string | null } {
+    const reps = this.representatives();
+    const page = pageAfter(reps, ([w]) => [w.baseUrl, w.url], cursor, limit);
+    return { rows: page.items.map(([w, ranks]) => this.row(w, ranks)), total: reps.length, next: page.next };
   }
 
   /** The parts of rows that only registry writes change, by worker id, for one registry generation. */

@@ -11,7 +11,8 @@ import { selectorFromQuery } from '../fleet/selector.ts';
 import { validateVersion } from '../fleet/versions.ts';
 import type { ControlState } from '../fleet/observe.ts';
 import { errorResponses, methodNotAllowedSchema, RL_AUTH } from '../api/error-responses.ts';
-import { RlWorkerListing, RlWorkerRow, SelectorQuery, StateWrite, VersionWrite } from '../api/rl-worker-schema.ts';
+import { ListingQuery, RlWorkerListing, RlWorkerRow, SelectorQuery, StateWrite, VersionWrite } from '../api/rl-worker-schema.ts';
+import { MAX_PAGE } from '../fleet/listing-page.ts';
 import { WorkerIdParams } from '../api/worker-schema.ts';
 
 const CONTROL_STATES = new Set<ControlState>(['active', 'paused', 'asleep']);
@@ -31,13 +32,20 @@ export const rlWorkerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
       schema: {
         tags: TAG,
         summary: 'List engines',
-        description: 'One row per engine (DP ranks collapsed), sorted by base_url, then url.',
-        response: { 200: RlWorkerListing, ...errorResponses(...RL_AUTH) },
+        description:
+          "One row per engine (DP ranks collapsed), sorted by base_url, then url. The whole fleet without `limit`; with it, one page from `cursor` on and the next page's `next_cursor` (rlgate).",
+        querystring: ListingQuery,
+        response: { 200: RlWorkerListing, ...errorResponses(...RL_AUTH, 'invalid_request') },
       },
     },
-    async () => {
-      const workers = view.rows();
-      return { protocol_version: RL_PROTOCOL_VERSION, workers, total: workers.length };
+    async (req) => {
+      const { limit, cursor } = req.query as { limit?: string; cursor?: string };
+      if (limit === undefined && cursor === undefined) {
+        const workers = view.rows();
+        return { protocol_version: RL_PROTOCOL_VERSION, workers, total: workers.length };
+      }
+      const page = view.rowsPage(cursor, limit === undefined ? MAX_PAGE : Number(limit));
+      return { protocol_version: RL_PROTOCOL_VERSION, workers: page.rows, total: page.total, next_cursor: page.next };
     },
   );
 

@@ -19,6 +19,8 @@ import { controlUrlFor } from '../fleet/control-url.ts';
 import { errorResponses } from '../api/error-responses.ts';
 import { ADMIN_SECURITY } from '../api/openapi.ts';
 import { WorkerAccepted, WorkerListing, WorkerRemoved, WorkerRow } from '../api/worker-schema.ts';
+import { ListingQuery } from '../api/rl-worker-schema.ts';
+import { MAX_PAGE, pageAfter } from '../fleet/listing-page.ts';
 
 // Documents the bounds (fleet/label-limits.ts); checkLabels enforces them, key length included.
 const Labels = Type.Record(Type.String({ maxLength: LABEL_LIMITS.maxKeyLength }), Type.String({ maxLength: LABEL_LIMITS.maxValueLength }), {
@@ -80,7 +82,10 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
   const { registry, view } = services;
   // Strict validation: fastify's default Ajv coerces types (`{"labels":{"a":1}}` would register
   // a worker with label "1"); a wrong type must be a 400 that changes nothing.
-  app.setValidatorCompiler(({ schema, httpPart }) => strictValidator(schema as TSchema, httpPart ?? 'body'));
+  // A query is checked by query-params.ts, as on every route: its values arrive as strings.
+  app.setValidatorCompiler(({ schema, httpPart }) =>
+    httpPart === 'querystring' ? (data: unknown) => ({ value: data }) : strictValidator(schema as TSchema, httpPart ?? 'body'),
+  );
 
   // A worker's api key is sent as a bearer to wherever its `rl.control_url` label points (SMG
   // trusts the label). With an admin key configured, whatever can set or redirect those
@@ -142,15 +147,20 @@ export const workerRoutes: FastifyPluginAsync<RouteOptions> = async (app, { serv
     summary: 'List workers',
     description:
       "Every registered worker, sorted by url; `stats` is SMG's `{prefill_count, decode_count, regular_count}`, `rlgate` rlgate's own figures (totals, healthy, models, load).",
-    response: { 200: WorkerListing, ...errorResponses() },
+    querystring: ListingQuery,
+    response: { 200: WorkerListing, ...errorResponses('invalid_request') },
   };
-  app.get('/workers', { schema: listSchema }, async () => {
+  app.get<{ Querystring: { limit?: string; cursor?: string } }>('/workers', { schema: listSchema }, async (req) => {
     const all = registry.all();
-    const workers = [...all]
-      .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
-      .map((w) => listedRow(w, view, services.config.workersListControlUrls));
+    const sorted = [...all].sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0));
+    const { limit, cursor } = req.query;
+    const paged = limit !== undefined || cursor !== undefined;
+    // Without `limit` the whole registry, as SMG answers; with it one page (fleet/listing-page.ts).
+    const page = paged ? pageAfter(sorted, (w) => [w.url], cursor, limit === undefined ? MAX_PAGE : Number(limit)) : undefined;
+    const workers = (page?.items ?? sorted).map((w) => listedRow(w, view, services.config.workersListControlUrls));
     // `stats` is SMG's shape exactly; rlgate's own figures have a key of their own (docs/decisions.md).
-    return { workers, total: workers.length, stats: workerTypeCounts(all), rlgate: workerStats(all, view) };
+    const out = { workers, total: all.length, stats: workerTypeCounts(all), rlgate: workerStats(all, view) };
+    return page ? { ...out, next_cursor: page.next } : out;
   });
 
   const rowSchema = {

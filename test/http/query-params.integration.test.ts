@@ -59,6 +59,9 @@ describe('query parameters (2 sglang engines, one spare)', () => {
     // Adding the spare would change the fleet; removing a registered engine too.
     if (name === 'url') return path === '/add_worker' ? spare.url : sims[0]!.url;
     if (name === 'timeout_secs') return '1';
+    // The listings' paging: a page size, and a cursor as a listing gives one (a sort key).
+    if (name === 'limit') return '1';
+    if (name === 'cursor') return Buffer.from(JSON.stringify(['http://127.0.0.1'])).toString('base64url');
     throw new Error(`no sample value for query parameter ${name} of ${path}: add one`);
   }
 
