@@ -51,8 +51,13 @@ export async function gatewayCommand(argv: string[]): Promise<number> {
     );
     const why = await waitForStop({ onSecond });
     log.info({ reason: why, shutdown_timeout_secs: timeoutSecs }, 'shutting down');
-    exitAfter(timeoutSecs * 1000 + 2_000, () => log.error({ shutdown_timeout_secs: timeoutSecs }, 'shutdown did not finish in time; exiting anyway'));
-    await sup.close(timeoutSecs * 1000);
+    const late = () => log.error({ shutdown_timeout_secs: timeoutSecs }, 'shutdown did not finish in time; exiting anyway');
+    exitAfter(timeoutSecs * 1000 + 2_000, late);
+    // As one process does: past the deadline the rest is killed and the exit code is 1.
+    if (!(await sup.close(timeoutSecs * 1000))) {
+      late();
+      process.exit(1);
+    }
     log.info('gateway stopped');
     setTimeout(() => process.exit(process.exitCode ?? 0), LINGER_AFTER_CLOSE_MS).unref();
     return 0;

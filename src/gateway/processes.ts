@@ -64,8 +64,11 @@ export interface Supervisor {
   url: string;
   natsUrl: string;
   replicaIds: string[];
-  /** Stops every process (SIGTERM, each runs its own shutdown), then the embedded nats-server. */
-  close(timeoutMs: number): Promise<void>;
+  /**
+   * Stops every process (SIGTERM, each runs its own shutdown), then the embedded nats-server;
+   * false when some process was still running at `timeoutMs` (it is SIGKILLed).
+   */
+  close(timeoutMs: number): Promise<boolean>;
 }
 
 /** Forks `count` gateway processes and resolves once every one listens. */
@@ -128,10 +131,11 @@ export async function superviseProcesses(config: GatewayConfig, count: number, l
         }),
     );
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.all(exits), new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
+    const inTime = await Promise.race([Promise.all(exits).then(() => true), new Promise<boolean>((r) => (timer = setTimeout(r, timeoutMs, false)))]);
     clearTimeout(timer);
     for (const w of workers.values()) if (!w.isDead()) w.process.kill('SIGKILL');
     await nats?.stop();
+    return inTime;
   };
 
   for (let i = 0; i < count; i++) fork(i);
