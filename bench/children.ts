@@ -212,10 +212,12 @@ export async function startGateway(
   label: string,
 ): Promise<{ child: Child; url: string; natsUrl: string | undefined }> {
   const node = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-  const all = ['--host', '127.0.0.1', '--port', '0', '--enable-rl', ...flags];
+  // One process unless a suite asks for more (`--processes`, later flags win): the suites measure one replica.
+  const all = ['--host', '127.0.0.1', '--port', '0', '--enable-rl', '--processes', '1', ...flags];
   const child = new Child('gateway', [...node, '--import', 'tsx', 'src/cli/main.ts', 'gateway', ...all], join(logDir, `gateway-${label}.log`), childEnv());
   live.add(child);
-  const line = await child.next('listening', 60_000);
+  // Several processes (--processes) each load the sources through tsx before the line comes.
+  const line = await child.next('listening', flags.includes('--processes') ? 180_000 : 60_000);
   return { child, url: line.url as string, natsUrl: typeof line.nats_url === 'string' ? line.nats_url : undefined };
 }
 

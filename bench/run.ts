@@ -50,6 +50,7 @@ import { emptyScaleResult, FANOUT_GROUP, measureScale, SCALE_GOALS, scaleGoals, 
 import { startEmbeddedNats, type EmbeddedNats } from '../src/bus/server.ts';
 import { ms, profileSummary, type CpuProfile } from './stats.ts';
 import { WRK } from './wrk.ts';
+import { request } from 'undici';
 import { ROLLOUT_POLICIES, rolloutMarkdown, runRollout } from './rollout/suite.ts';
 import { REALISTIC, type Workload } from './rollout/workload.ts';
 import { LOAD_MS, refitUnderLoadMarkdown, runRefitUnderLoad } from './refit-under-load.ts';
@@ -444,6 +445,9 @@ async function startHops(
   targets: Target[];
   pids: Record<string, number | undefined>;
   gatewayPid: number | undefined;
+  /** The every-core gateway: its supervisor and the gateway processes it forked. */
+  allCorePids: () => number[];
+  processes: number;
   fleetPids: Array<number | undefined>;
   nginx: NginxProxy | undefined;
   stop(): Promise<void>;
@@ -458,9 +462,15 @@ async function startHops(
   };
   try {
     const engine = fleet.urls[0]!;
-    const gw = await startGateway(['--log-level', args.logLevel], logDir, profileDir, `generate-${label}`);
+    const gw = await startGateway(['--log-level', args.logLevel, '--processes', '1'], logDir, profileDir, `generate-${label}`);
     children.push(gw.child);
     await registerAll(gw.url, [engine]);
+    // The same gateway on every core (--processes auto: one gateway process per core).
+    const all = await startGateway(['--log-level', args.logLevel, '--processes', 'auto'], logDir, profileDir, `generate-${label}-all`);
+    children.push(all.child);
+    await registerAll(all.url, [engine]);
+    const processes = os.availableParallelism();
+    await waitAllProcessesRoute(all.url, processes);
     const hop = new Child('node-hop', ['--import', 'tsx', 'bench/node-hop.ts', '--upstream', engine], join(logDir, `node-hop-${label}.log`), childEnv());
     live.add(hop);
     children.push(hop);
@@ -468,13 +478,50 @@ async function startHops(
     if (NGINX) nginx = await startNginx(engine, join(logDir, `nginx-${label}`));
     const targets: Target[] = [{ name: 'direct', url: engine }];
     if (nginx) targets.push({ name: 'nginx', url: nginx.url });
-    targets.push({ name: 'node_hop', url: hopUrl }, { name: 'gateway', url: gw.url });
+    targets.push({ name: 'node_hop', url: hopUrl }, { name: 'gateway', url: gw.url }, { name: 'gateway_all', url: all.url });
     // nginx's work happens in its worker, a child of the master.
     const nginxWorker = nginx ? childPids(nginx.pid)[0] : undefined;
-    return { targets, pids: { nginx: nginxWorker, node_hop: hop.pid }, gatewayPid: gw.child.pid, fleetPids: fleet.children.map((c) => c.pid), nginx, stop };
+    // The supervisor and its node children (not its nats-server: the one-process gateway's is not counted either).
+    const allCorePids = () => [all.child.pid!, ...childPids(all.child.pid).filter((p) => readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'node')];
+    return {
+      targets,
+      pids: { nginx: nginxWorker, node_hop: hop.pid },
+      gatewayPid: gw.child.pid,
+      allCorePids,
+      processes,
+      fleetPids: fleet.children.map((c) => c.pid),
+      nginx,
+      stop,
+    };
   } catch (err) {
     await stop();
     throw err;
+  }
+}
+
+/** Adds the every-core gateway's CPU (all its processes) to a sampler's figures, as `gateway_all`. */
+function withAllCores(sample: () => Record<string, number>, pids: number[]): () => Record<string, number> {
+  return () => {
+    const out = sample();
+    out.gateway_all = pids.reduce((sum, p) => sum + (procStat(p)?.cpuMs ?? 0), 0);
+    return out;
+  };
+}
+
+/**
+ * Waits until every process of an every-core gateway routes to the registered engine: each new
+ * connection goes to the next process, so `processes` successes in a row on new connections cover all.
+ */
+async function waitAllProcessesRoute(url: string, processes: number): Promise<void> {
+  const deadline = performance.now() + 60_000;
+  const body = JSON.stringify({ input_ids: [1, 2, 3], sampling_params: { max_new_tokens: 1 } });
+  let inRow = 0;
+  while (inRow < 2 * processes) {
+    if (performance.now() > deadline) throw new Error(`not every gateway process routes to the engine within 60 s (${url})`);
+    const res = await request(`${url}/generate`, { method: 'POST', headers: { 'content-type': 'application/json', connection: 'close' }, body, reset: true });
+    await res.body.text();
+    inRow = res.statusCode === 200 ? inRow + 1 : 0;
+    if (inRow === 0) await new Promise((r) => setTimeout(r, 200));
   }
 }
 
@@ -509,8 +556,9 @@ async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
         args.throughputSeconds,
         args.throughputPasses,
         ctx.logDir,
-        cpuSampler(instant.gatewayPid, instant.fleetPids, instant.pids),
+        withAllCores(cpuSampler(instant.gatewayPid, instant.fleetPids, instant.pids), instant.allCorePids()),
       );
+      throughput.processes = { gateway: 1, gateway_all: instant.processes };
       process.stdout.write(`bench: generate: requests/s at 64 connections ${JSON.stringify(throughput.requests_per_s)}\n`);
     }
   } finally {
@@ -547,7 +595,7 @@ async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
         engine: 'sglang simulator, one sim-fleet child',
         hops: instant.targets.map((t) => t.name),
         nginx: instant.nginx?.version ?? null,
-        gateway: { rl: true, log_level: args.logLevel, profiled: args.profile },
+        gateway: { rl: true, log_level: args.logLevel, profiled: args.profile, processes: { gateway: 1, gateway_all: instant.processes } },
       },
       targets: GENERATE_TARGETS,
       ...result,
@@ -558,10 +606,10 @@ async function runGenerate(ctx: RunContext, deadline: number): Promise<string> {
   return md;
 }
 
-/** What the generate suite needs of the budget: latency rounds, 8 wrk runs, 8 stream rounds, start-ups. */
+/** What the generate suite needs of the budget: latency rounds, 10 wrk runs, 10 stream rounds, start-ups (five hops). */
 function generateBudgetMs(args: Args): number {
   const streamRound = (args.streamTokens / args.streamTokenRate + 2) * 1000;
-  return 40_000 + args.latencyRounds * 4 * 0.5 + (WRK ? 4 * (args.throughputPasses * args.throughputSeconds + 2) * 1000 : 0) + 10 * streamRound;
+  return 60_000 + args.latencyRounds * 5 * 0.5 + (WRK ? 5 * (args.throughputPasses * args.throughputSeconds + 2) * 1000 : 0) + 12 * streamRound;
 }
 
 /** A standalone nats-server for gateways joined with --nats-url (what several replicas need). */

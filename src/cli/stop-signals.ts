@@ -12,7 +12,8 @@ const PARENT_POLL_MS = 500;
  * Resolves at the first stop request. From then on a second SIGINT/SIGTERM exits the process at
  * once (130 / 143, as a shell reports a signal death); `onSecond` may say why first.
  */
-export function waitForStop(opts: { onSecond?: (signal: NodeJS.Signals) => void } = {}): Promise<StopReason> {
+export function waitForStop(opts: { onSecond?: (signal: NodeJS.Signals) => void; signals?: readonly ('SIGINT' | 'SIGTERM')[] } = {}): Promise<StopReason> {
+  const signals = opts.signals ?? ['SIGINT', 'SIGTERM'];
   return new Promise((resolve) => {
     let requested = false;
     const parent = process.ppid;
@@ -30,8 +31,7 @@ export function waitForStop(opts: { onSecond?: (signal: NodeJS.Signals) => void 
       clearInterval(poll);
       resolve(why);
     };
-    process.on('SIGINT', () => request('SIGINT'));
-    process.on('SIGTERM', () => request('SIGTERM'));
+    for (const signal of signals) process.on(signal, () => request(signal));
   });
 }
 

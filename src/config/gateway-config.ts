@@ -61,6 +61,8 @@ export interface GatewayConfig {
   breakerThreshold: number;
   breakerCooldownSecs: number;
   replicaId: string | undefined;
+  /** `rlgate gateway`'s processes: `auto` (one per core) or a count (gateway/processes.ts). */
+  processes: string;
   subjectRoot: string;
   logLevel: string;
   /** Tokenizer directory for `text` on token engines without their own (ZMQ), and the gRPC fallback. */

@@ -224,7 +224,18 @@ export const SETTINGS: Setting[] = [
   { flag: 'retry-interval-secs', key: 'retryIntervalSecs', kind: 'int', help: 'how often an unreachable engine is rediscovered (default 2)' },
   { flag: 'cb-failure-threshold', key: 'breakerThreshold', kind: 'int', help: 'consecutive data-plane failures that open a breaker (default 5)' },
   { flag: 'cb-timeout-duration-secs', key: 'breakerCooldownSecs', kind: 'int', help: 'open breaker cool-down before half-open (default 30)' },
-  { flag: 'replica-id', key: 'replicaId', kind: 'string', help: "this gateway replica's id on the bus (default: random)" },
+  {
+    flag: 'processes',
+    key: 'processes',
+    kind: 'string',
+    help: '`rlgate gateway` serves from this many processes sharing its port, one replica each (auto: one per core; default auto)',
+  },
+  {
+    flag: 'replica-id',
+    key: 'replicaId',
+    kind: 'string',
+    help: "this gateway replica's id on the bus (default: random; with several processes, each adds -<n>)",
+  },
   { flag: 'subject-root', key: 'subjectRoot', kind: 'string', help: 'root token of every NATS subject (default rl)' },
   {
     flag: 'tokenizer-path',
@@ -286,6 +297,7 @@ export function defaultConfig(): GatewayConfig {
     breakerThreshold: 5,
     breakerCooldownSecs: 30,
     replicaId: undefined,
+    processes: 'auto',
     subjectRoot: 'rl',
     logLevel: 'info',
     tokenizerPath: undefined,
@@ -447,6 +459,8 @@ function checkBounds(cfg: GatewayConfig): void {
   }
   if (!(Number.isSafeInteger(cfg.maxConnections) && cfg.maxConnections >= 0)) throw new ConfigError('max_connections must be >= 0');
   if (!(Number.isSafeInteger(cfg.maxInFlight) && cfg.maxInFlight >= 0)) throw new ConfigError('max_in_flight must be >= 0');
+  if (!/^(auto|[1-9][0-9]{0,2})$/.test(cfg.processes))
+    throw new ConfigError(`processes must be auto or a whole number from 1 to 999, got \`${cfg.processes}\``);
 }
 
 /** The allow-list parses, and every --worker-urls entry passes the rules POST /workers applies. */
@@ -607,6 +621,7 @@ const FILE_ALIASES: Record<string, string> = {
   request_header_timeout_secs: 'requestHeaderTimeoutSecs',
   max_connections: 'maxConnections',
   max_in_flight: 'maxInFlight',
+  processes: 'processes',
   workers_list_control_urls: 'workersListControlUrls',
   synthesize_logprobs: 'synthesizeLogprobs',
   shutdown_timeout_secs: 'shutdownTimeoutSecs',

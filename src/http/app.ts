@@ -11,7 +11,9 @@ import { errorResponses, SharedErrorAnswer } from '../api/error-responses.ts';
 import { Alive, Healthy, NotReady, Ready, Unhealthy } from '../api/health-schema.ts';
 import { workerStats } from '../fleet/fleet-view.ts';
 import { bearerMatches } from './admin-auth.ts';
-import { capConnections, followAnswers, receiveBounds } from './bounds.ts';
+import { capConnections, followAnswers, InFlightCap, receiveBounds } from './bounds.ts';
+import { errorAnswer } from './error-answer.ts';
+import { HotPath } from './hot-path.ts';
 import { documentWriteGuard, isPreflight, writeGuard } from './write-guard.ts';
 import { parseAllowedOrigins } from './origin-policy.ts';
 import { checkQueryParams } from './query-params.ts';
@@ -36,7 +38,12 @@ const RL_PREFIX = '/v1/rl';
 
 export async function buildApp(services: Services): Promise<FastifyInstance> {
   const { config } = services;
+  // One in-flight count for both doors of the data plane: fastify's routes and the hot path.
+  const cap = new InFlightCap(config.maxInFlight);
+  const hot = new HotPath(services, cap);
   const app = Fastify({
+    // The data plane's common requests are served below fastify (hot-path.ts); the rest come here.
+    serverFactory: (handler, options) => hot.server(handler, options),
     // Per-request access lines are left out (warn level): the data plane is the hot path and
     // control calls log their own structured `rl.proxy` / `rl.fanout` lines.
     loggerInstance: services.log.child({ component: 'http' }, { level: 'warn' }) as FastifyBaseLogger,
@@ -75,8 +82,13 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   app.get(DOCUMENT_PATH, { schema: { hide: true } }, async () => app.swagger());
 
   // Connection and in-flight caps, before any other hook: a refused generation costs nothing more.
-  capConnections(app, config);
+  capConnections(app, config, cap);
   followAnswers(app);
+  // From the moment the app starts closing, fastify answers 503 (return503OnClosing): the hot path steps aside.
+  app.addHook('preClose', (done) => {
+    hot.closing = true;
+    done();
+  });
 
   // Callback-style hooks: an async hook costs every request (the data plane too) a promise.
   app.addHook('onRequest', (req, reply, done) => {
@@ -118,23 +130,9 @@ export async function buildApp(services: Services): Promise<FastifyInstance> {
   documentWriteGuard(app);
 
   app.setErrorHandler((err: FastifyError | GatewayError, req, reply) => {
-    if (err instanceof GatewayError) return reply.code(err.status).send(err.toJSON());
-    if ((err as FastifyError).validation) {
-      return reply.code(400).send({ error: 'invalid_request', message: err.message });
-    }
-    const code = (err as FastifyError).code;
-    if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-      return reply.code(413).send({ error: 'payload_too_large', message: `request body exceeds ${config.maxBodyBytes} bytes`, limit: config.maxBodyBytes });
-    }
-    if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-      return reply.code(415).send({ error: 'unsupported_media_type', message: err.message });
-    }
-    const status = (err as FastifyError).statusCode;
-    if (status !== undefined && status >= 400 && status < 500) {
-      return reply.code(status).send({ error: 'invalid_request', message: err.message });
-    }
-    req.log.error({ err, method: req.method, url: req.url }, 'unhandled error');
-    return reply.code(500).send({ error: 'internal_error', message: 'internal error' });
+    const answer = errorAnswer(err, config.maxBodyBytes);
+    if (answer.internal) req.log.error({ err, method: req.method, url: req.url }, 'unhandled error');
+    return reply.code(answer.status).send(answer.body);
   });
 
   app.setNotFoundHandler((req, reply) => {

@@ -93,22 +93,47 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Socket, config: G
 }
 
 /**
+ * The generations running at once, against `--max-in-flight` (0: no cap). One count for the
+ * fastify routes (capConnections' hooks) and the hot path (hot-path.ts) alike.
+ */
+export class InFlightCap {
+  private count = 0;
+  /** Bound once: 'close' listeners on every capped answer share it. */
+  private readonly release = () => {
+    this.count--;
+  };
+
+  constructor(readonly max: number) {}
+
+  get full(): boolean {
+    return this.max > 0 && this.count >= this.max;
+  }
+
+  /** Counts one generation until its answer closes (written, or the caller went away). */
+  take(res: ServerResponse): void {
+    if (this.max <= 0) return;
+    this.count++;
+    res.once('close', this.release);
+  }
+
+  /** The refusal of a generation past the cap: 503 `overloaded`, retry after a second. */
+  refusal(): GatewayError {
+    return new GatewayError('overloaded', `the gateway is handling its most generations at once (${this.max}); retry after ${RETRY_AFTER_SECS}s`, {
+      limit: this.max,
+      retryable: true,
+    });
+  }
+}
+
+/**
  * The connection cap and the in-flight cap. Node closes a connection past `maxConnections` as it
  * accepts it, before any byte is read: it cannot be answered, so the caller sees a closed socket.
  */
-export function capConnections(app: FastifyInstance, config: GatewayConfig): void {
+export function capConnections(app: FastifyInstance, config: GatewayConfig, cap: InFlightCap): void {
   if (config.maxConnections > 0) app.server.maxConnections = config.maxConnections;
-  const max = config.maxInFlight;
-  if (max <= 0) return;
-  let inFlight = 0;
-  const release = () => {
-    inFlight--;
-  };
+  if (cap.max <= 0) return;
   const refuse = (reply: FastifyReply) => {
-    const e = new GatewayError('overloaded', `the gateway is handling its most generations at once (${max}); retry after ${RETRY_AFTER_SECS}s`, {
-      limit: max,
-      retryable: true,
-    });
+    const e = cap.refusal();
     reply.code(e.status).header('retry-after', String(RETRY_AFTER_SECS)).send(e.toJSON());
   };
   const capped = (req: FastifyRequest) => {
@@ -117,7 +142,7 @@ export function capConnections(app: FastifyInstance, config: GatewayConfig): voi
   };
   // Refused before the body is read when the cap is already full: a refusal costs no parsing.
   app.addHook('onRequest', (req, reply, done) => {
-    if (capped(req) && inFlight >= max) return refuse(reply);
+    if (capped(req) && cap.full) return refuse(reply);
     done();
   });
   // Counted only once the body is read: a client that sends its body slowly (or never) holds no
@@ -125,9 +150,8 @@ export function capConnections(app: FastifyInstance, config: GatewayConfig): voi
   // fires once the answer is written or the caller went away, hijacked (relayed) answers included.
   app.addHook('preHandler', (req, reply, done) => {
     if (!capped(req)) return done();
-    if (inFlight >= max) return refuse(reply);
-    inFlight++;
-    reply.raw.once('close', release);
+    if (cap.full) return refuse(reply);
+    cap.take(reply.raw);
     done();
   });
 }

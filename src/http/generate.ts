@@ -8,9 +8,10 @@
 // with the same retry before their first event; an engine that cannot take a request (`text`
 // without a tokenizer, a field its wire lacks) passes it to the other eligible engines.
 
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply } from 'fastify';
+import type { IncomingHttpHeaders } from 'node:http';
 import { HttpEngineClient } from '../engines/http.ts';
-import { relayToHttpEngine, type Sent } from '../relay/http-relay.ts';
+import { relayToHttpEngine, type AnswerTarget, type Sent } from '../relay/http-relay.ts';
 import { RequestWatch } from '../relay/request-watch.ts';
 import { GatewayError } from '../api/errors.ts';
 import { acceptRawBodies, rawBody } from './raw-body.ts';
@@ -54,9 +55,11 @@ const RL_POLICY_HEADER = 'x-rl-version-policy';
 export const generateRoutes: FastifyPluginAsync<RouteOptions> = async (app, { services }) => {
   acceptRawBodies(app);
   for (const path of ['/generate', '/v1/chat/completions', '/v1/completions'] as const) {
-    app.post(path, { schema: dataPlaneSchema(path) }, (req, reply) => relay(services, path, req, reply));
+    app.post(path, { schema: dataPlaneSchema(path) }, (req, reply) => relay(services, path, req.headers, req.body, reply, reply).then(() => reply));
   }
-  app.put('/generate', { schema: dataPlaneSchema('/generate') }, (req, reply) => relay(services, '/generate', req, reply));
+  app.put('/generate', { schema: dataPlaneSchema('/generate') }, (req, reply) =>
+    relay(services, '/generate', req.headers, req.body, reply, reply).then(() => reply),
+  );
 };
 
 const DATA_PLANE_DOCS = {
@@ -95,9 +98,22 @@ function dataPlaneSchema(path: DataPlanePath) {
   };
 }
 
-async function relay(services: Services, path: DataPlanePath, req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-  const timing = services.metrics.startRequest(path, reply.raw);
-  const body = rawBody(req.body);
+/**
+ * Serves one data-plane request: routing, retries, the deadline, stamping. `target` is where an
+ * HTTP engine's answer is written; `reply` is fastify's, which the token relays build their answers
+ * on: the hot path (hot-path.ts) has none, serves HTTP-engine fleets only, and so routes to HTTP
+ * engines only. Every refusal is thrown as a GatewayError, answered by the caller's error path.
+ */
+export async function relay(
+  services: Services,
+  path: DataPlanePath,
+  headers: IncomingHttpHeaders,
+  rawRequestBody: unknown,
+  target: AnswerTarget,
+  reply: FastifyReply | undefined,
+): Promise<void> {
+  const timing = services.metrics.startRequest(path, target.raw);
+  const body = rawBody(rawRequestBody);
   const parsed = checkDataPlaneBody(path, body);
   // slime's client sends `text` as one string (SMG's request type); SGLang's batch form is a
   // shape we do not take, on any engine path.
@@ -108,8 +124,8 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
     });
   }
   const rl = services.config.rl.enabled;
-  const policy = rl ? requestPolicy(services.config.rl.versionPolicy, req) : undefined;
-  const onStale = rl ? staleActionOf(req.headers[ON_STALE_HEADER]) : undefined;
+  const policy = rl ? requestPolicy(services.config.rl.versionPolicy, headers) : undefined;
+  const onStale = rl ? staleActionOf(headers[ON_STALE_HEADER]) : undefined;
   let modelId: string;
   try {
     modelId = resolveModel(services, parsed.model);
@@ -120,16 +136,16 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
 
   // A batch of `input_ids` is one prompt per call on gRPC/ZMQ: it goes to HTTP engines only.
   const batch = path === '/generate' && isIdBatch(parsed.input_ids);
-  const modes = batch ? HTTP_ONLY : undefined;
+  const modes = batch || !reply ? HTTP_ONLY : undefined;
   // What the routing policy reads: the prompt (only if it reads one) and SMG's routing headers.
   // slime under consistent hashing sends its session id as the routing key: same key, same engine.
   const { router } = services;
   const prompt: RoutingPrompt = router.needsPrompt ? routingPromptOf(path, parsed) : {};
   const routed: RoutingInputs = {
     ...prompt,
-    routingKey: headerValue(req.headers['x-smg-routing-key']),
-    targetWorker: headerValue(req.headers['x-smg-target-worker']),
-    implicitKey: headerValue(req.headers.authorization) ?? headerValue(req.headers['x-forwarded-for']) ?? headerValue(req.headers.cookie),
+    routingKey: headerValue(headers['x-smg-routing-key']),
+    targetWorker: headerValue(headers['x-smg-target-worker']),
+    implicitKey: headerValue(headers.authorization) ?? headerValue(headers['x-forwarded-for']) ?? headerValue(headers.cookie),
   };
   // Token limits past the context length are refused before any engine is called; the smallest
   // among the eligible engines, so the answer does not depend on which one routing picks.
@@ -154,7 +170,7 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
 
   // One deadline for the whole request, every attempt included (SMG's request_timeout_secs).
   const timeoutSecs = services.config.requestTimeoutSecs;
-  const watch = new RequestWatch(reply.raw, timeoutSecs * 1000);
+  const watch = new RequestWatch(target.raw, timeoutSecs * 1000);
   const stream = parsed.stream === true;
   // Under max-staleness a /generate is bounded while it runs too (stale-guard.ts), by its rid.
   const bound = policy?.kind === 'max-staleness' && path === '/generate' && !batch ? abortableBody(parsed.rid, body) : undefined;
@@ -179,14 +195,14 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
     const outcome: RequestOutcome = { answered: false };
     let sent: Sent | TokenAttempt;
     try {
-      if (client && isTokenEngine(client)) {
+      if (client && isTokenEngine(client) && reply) {
         const signals = watch.signals();
         sent =
           path === '/generate'
             ? await tokenRelay(services, worker, client, parsed, reply, signals, outcome)
             : await openAiTokenRelay(services, path, worker, client, parsed, reply, signals, outcome);
       } else if (client instanceof HttpEngineClient) {
-        sent = await relayToHttpEngine(services, path, stream, sentBody, worker, client, reply, watch, outcome, admitted);
+        sent = await relayToHttpEngine(services, path, stream, sentBody, worker, client, target, watch, outcome, admitted);
       } else throw new GatewayError('no_available_workers', 'no available workers', { retryable: true });
     } catch (err) {
       unwatch?.();
@@ -194,8 +210,8 @@ async function relay(services: Services, path: DataPlanePath, req: FastifyReques
       throw err;
     }
     if (sent.kind === 'answered') {
-      finishOnClose(services, reply.raw, worker.id, inputs, outcome, path === '/generate' ? { admitted, modelId } : undefined, unwatch);
-      return reply;
+      finishOnClose(services, target.raw, worker.id, inputs, outcome, path === '/generate' ? { admitted, modelId } : undefined, unwatch);
+      return;
     }
     unwatch?.();
     unwatch = undefined;
@@ -243,7 +259,7 @@ function headerValue(v: string | string[] | undefined): string | undefined {
 /** Tells the router the request ended when its answer is done or cut off (a stream outlives the handler). */
 function finishOnClose(
   services: Services,
-  res: FastifyReply['raw'],
+  res: AnswerTarget['raw'],
   workerId: string,
   inputs: RoutingInputs,
   outcome: RequestOutcome,
@@ -270,9 +286,9 @@ function isIdBatch(ids: unknown): boolean {
  * (else 400 `invalid_version_policy`, before routing); `x-rl-version-policy` wins over
  * `x-smg-version-policy` when both are valid; neither → the configured default.
  */
-function requestPolicy(configured: string, req: FastifyRequest): VersionPolicy {
-  const smg = headerPolicy(req.headers[SMG_POLICY_HEADER]);
-  const ours = headerPolicy(req.headers[RL_POLICY_HEADER]);
+function requestPolicy(configured: string, headers: IncomingHttpHeaders): VersionPolicy {
+  const smg = headerPolicy(headers[SMG_POLICY_HEADER]);
+  const ours = headerPolicy(headers[RL_POLICY_HEADER]);
   return ours ?? smg ?? defaultPolicy(configured);
 }
 

@@ -4,8 +4,7 @@
 // and version headers added. The one exception is a buffered JSON /generate with RL on, read
 // whole so the mixed-version check can see it. It never picks engines or retries (generate.ts).
 
-import type { FastifyReply } from 'fastify';
-import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { HttpEngineClient } from '../engines/http.ts';
 import type { RequestOutcome } from '../fleet/policies/policy.ts';
@@ -30,6 +29,16 @@ import {
 
 const HOP_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'upgrade', ...GATEWAY_ONLY_HEADERS]);
 
+/**
+ * Where an attempt writes its answer: fastify's reply (the routes in http/generate.ts) or the hot
+ * path's bare response (http/hot-path.ts). `hijack` tells fastify the answer is written by hand.
+ */
+export interface AnswerTarget {
+  readonly raw: ServerResponse;
+  readonly request: { readonly headers: IncomingHttpHeaders };
+  hijack(): unknown;
+}
+
 export type Sent =
   | { kind: 'answered' }
   /** The upstream failed before any response byte: the caller has seen nothing, a retry is safe. */
@@ -44,7 +53,7 @@ export function relayToHttpEngine(
   body: Buffer | null,
   worker: Worker,
   client: HttpEngineClient,
-  reply: FastifyReply,
+  reply: AnswerTarget,
   watch: RequestWatch,
   outcome: RequestOutcome,
   /** The engine's table version as the request is sent (RL on): the answer's admitted version. */
@@ -53,11 +62,24 @@ export function relayToHttpEngine(
   return new Promise<Sent>((resolve, reject) => {
     const attempt = new HttpAttempt(services, path, stream, worker, reply, watch, outcome, admitted, resolve, reject);
     services.host.acquire(worker.id);
-    const headers: Record<string, string> = worker.apiKey
-      ? { 'content-type': 'application/json', authorization: `Bearer ${worker.apiKey}` }
-      : { 'content-type': 'application/json' };
-    client.pool.dispatch({ path, method: 'POST', headers, body }, attempt);
+    client.pool.dispatch({ path, method: 'POST', headers: upstreamHeaders(worker.apiKey), body }, attempt);
   });
+}
+
+const JSON_HEADERS: Readonly<Record<string, string>> = { 'content-type': 'application/json' };
+/** One headers object per engine key, made once: undici only reads them. */
+const keyedHeaders = new Map<string, Readonly<Record<string, string>>>();
+
+function upstreamHeaders(apiKey: string | null | undefined): Readonly<Record<string, string>> {
+  if (!apiKey) return JSON_HEADERS;
+  let h = keyedHeaders.get(apiKey);
+  if (!h) {
+    // Keys are few (one per engine at most); a table grown past any real fleet's is started over.
+    if (keyedHeaders.size >= 4096) keyedHeaders.clear();
+    h = { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` };
+    keyedHeaders.set(apiKey, h);
+  }
+  return h;
 }
 
 /**
@@ -84,7 +106,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
     private readonly path: DataPlanePath,
     private readonly stream: boolean,
     private readonly worker: Worker,
-    private readonly reply: FastifyReply,
+    private readonly reply: AnswerTarget,
     private readonly watch: RequestWatch,
     private readonly answer: RequestOutcome,
     private readonly admitted: string | undefined,
@@ -111,7 +133,8 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
       this.chunks = [];
       return;
     }
-    const res = this.reply.hijack().raw;
+    this.reply.hijack();
+    const res = this.reply.raw;
     res.writeHead(statusCode, this.head);
     this.started = true;
     services.metrics.request(path, statusCode);
@@ -198,7 +221,7 @@ class HttpAttempt implements Dispatcher.DispatchHandler {
 /** The caller's answer head: the engine's headers minus hop-by-hop and gateway-only ones, plus ours. */
 function answerHead(
   worker: Worker,
-  reply: FastifyReply,
+  reply: AnswerTarget,
   upstream: IncomingHttpHeaders,
   rl: boolean,
   version: string | undefined,
