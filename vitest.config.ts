@@ -49,10 +49,6 @@ export default defineConfig({
           globalSetup: ['test/runner/build.ts'],
           maxWorkers: 3,
           isolate: false,
-          // Gateways started through the CLI serve from one process, as they did before `--processes`
-          // (default: one per core): each file's assertions (one replica id, one /metrics) stay
-          // about one replica. The multi-process tests pass `--processes` themselves.
-          env: { RLGATE_PROCESSES: '1' },
           sequence: { groupOrder: 2 },
         },
       },

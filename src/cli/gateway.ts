@@ -1,7 +1,7 @@
 // `rlgate gateway`: one gateway replica in the foreground until SIGINT/SIGTERM (or its parent's
 // death: see stop-signals.ts), then a clean shutdown within --shutdown-timeout-secs (the embedded
 // nats-server, if any, goes with it); past that deadline, or on a second signal, it exits anyway.
-// With several processes (`--processes`, default one per core) this process supervises them
+// With several processes (`--processes` above 1, or `auto`) this process supervises them
 // (gateway/processes.ts) and each of them runs the replica below.
 
 import { ConfigError, helpText, loadConfig } from '../gateway/config.ts';

@@ -228,7 +228,7 @@ export const SETTINGS: Setting[] = [
     flag: 'processes',
     key: 'processes',
     kind: 'string',
-    help: '`rlgate gateway` serves from this many processes sharing its port, one replica each (auto: one per core; default auto)',
+    help: '`rlgate gateway` serves from this many processes sharing its port, one replica each (auto: one per core; default 1)',
   },
   {
     flag: 'replica-id',
@@ -297,7 +297,7 @@ export function defaultConfig(): GatewayConfig {
     breakerThreshold: 5,
     breakerCooldownSecs: 30,
     replicaId: undefined,
-    processes: 'auto',
+    processes: '1',
     subjectRoot: 'rl',
     logLevel: 'info',
     tokenizerPath: undefined,

@@ -24,8 +24,7 @@ interface Run {
 function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('RLGATE_')) env[k] = v;
-  // One gateway process, as in every integration test (vitest.config.ts); --processes has its own test.
-  return { ...env, RLGATE_PROCESSES: '1', ...extra };
+  return { ...env, ...extra };
 }
 
 function runGateway(args: string[], env: Record<string, string> = {}): Promise<Run> {

@@ -26,8 +26,7 @@ const START_TIMEOUT_MS = 60_000; // npx resolves the package first; a loaded mac
 function cleanEnv(): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('RLGATE_')) env[k] = v;
-  // One gateway process, as in every integration test (vitest.config.ts); --processes has its own test.
-  return { ...env, RLGATE_PROCESSES: '1' };
+  return env;
 }
 
 type LogLine = { msg?: string; pid?: number; nats_pid?: number; [k: string]: unknown };
