@@ -65,21 +65,24 @@ export async function runLoggedShare(
   }
 }
 
-export async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (reply: LegReply) => void, signal: AbortSignal): Promise<void> {
+export async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (reply: LegReply) => void, signal?: AbortSignal): Promise<void> {
   let next = 0;
   const startedAt = Date.now();
   // Legs taken at once share one deadline timer and one call object (by call, as calls may
   // differ in timeout).
   const shared = new Map<ControlCall, { deadline: ShareDeadline; call: ControlCall }>();
+  // Legs taken later (behind the concurrency cap) keep a timeout of their own, and watch the
+  // caller's signal through one gathering signal, not one listener each.
+  let late: ShareDeadline | undefined;
   const lane = async () => {
-    while (next < cmd.legs.length && !signal.aborted) {
+    while (next < cmd.legs.length && !signal?.aborted) {
       const { workerId, call: index } = cmd.legs[next++]!;
       const base = cmd.calls[index]!;
       // Each leg gets its own control timeout from the moment its lane takes it (as SMG: no
       // overall deadline), so a leg held back by the concurrency cap keeps it whole.
       // Legs taken within a moment of the share's start use the share's deadline for that call.
       const now = Date.now();
-      let legSignal = signal;
+      let legSignal: AbortSignal | undefined;
       let call: ControlCall;
       if (now - startedAt <= SAME_DEADLINE_MS) {
         let s = shared.get(base);
@@ -91,6 +94,7 @@ export async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (rep
         legSignal = s.deadline.signal;
       } else {
         call = { ...base, deadline: now + base.timeoutSecs * 1000 };
+        if (signal) legSignal = (late ??= new ShareDeadline(Infinity, signal)).signal;
       }
       let outcome: ControlOutcome;
       try {
@@ -107,6 +111,7 @@ export async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (rep
     await Promise.all(Array.from({ length: lanes }, lane));
   } finally {
     for (const s of shared.values()) s.deadline.dispose();
+    late?.dispose();
   }
 }
 

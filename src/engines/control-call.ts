@@ -35,15 +35,15 @@ export interface AbortWatcher {
 }
 
 /**
- * A signal that aborts at one deadline for a whole share of legs, or when the share is
- * cancelled: one timer for the share instead of one per leg. A call whose own deadline is this
+ * A signal that aborts at one deadline for a whole share of legs (or at none: `Infinity`), or
+ * when the share is cancelled: one timer for the share instead of one per leg. A call whose own deadline is this
  * one needs no timer of its own (control-client.ts). Legs watch it through `watchAbort`: a set
  * entry each, where EventTarget's addEventListener walks every listener already there (a share
  * of n legs would cost O(n²)).
  */
 export class ShareDeadline {
   private readonly ctrl = new AbortController();
-  private readonly timer: NodeJS.Timeout;
+  private readonly timer: NodeJS.Timeout | undefined;
   private readonly forward: () => void;
   /** Who hears the abort; each leg removes itself when it is over. */
   readonly watchers = new Set<AbortWatcher>();
@@ -54,7 +54,8 @@ export class ShareDeadline {
   ) {
     // Anything else listening on it directly (a caller's own code) is not capped either.
     setMaxListeners(0, this.ctrl.signal);
-    this.timer = setTimeout(() => this.abort(DEADLINE), Math.max(0, at - Date.now()));
+    // Without a deadline (Infinity) it only gathers the legs' watchers under one parent listener.
+    this.timer = Number.isFinite(at) ? setTimeout(() => this.abort(DEADLINE), Math.max(0, at - Date.now())) : undefined;
     this.forward = () => this.abort(parent?.reason);
     shareDeadlines.set(this.ctrl.signal, this);
     if (parent?.aborted) this.abort(parent.reason);
