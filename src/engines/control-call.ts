@@ -2,7 +2,6 @@
 // body's base64, the deadline a share of legs runs under, the check of a call that crossed the
 // bus, and the resume an owner sends by itself. Executing a call lives in control-client.ts.
 
-import { setMaxListeners } from 'node:events';
 import { GatewayError } from '../api/errors.ts';
 import type { ControlCall, EngineCommand } from '../wire/control-call.ts';
 import { validateEnginePath } from './engine-path.ts';
@@ -52,8 +51,6 @@ export class ShareDeadline {
     readonly at: number,
     private readonly parent: AbortSignal | undefined,
   ) {
-    // Anything else listening on it directly (a caller's own code) is not capped either.
-    setMaxListeners(0, this.ctrl.signal);
     // Without a deadline (Infinity) it only gathers the legs' watchers under one parent listener.
     this.timer = Number.isFinite(at) ? setTimeout(() => this.abort(DEADLINE), Math.max(0, at - Date.now())) : undefined;
     this.forward = () => this.abort(parent?.reason);
