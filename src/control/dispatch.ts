@@ -6,7 +6,6 @@
 // Both fail at once while NATS is disconnected (connection.ts refuses to queue them).
 
 import { randomUUID } from 'node:crypto';
-import { setMaxListeners } from 'node:events';
 import { BusNoResponders, BusTimeout, BusUnavailable, type Bus } from '../bus/connection.ts';
 import type { Subjects } from '../bus/subjects.ts';
 import type { Registry } from '../fleet/registry.ts';
@@ -44,7 +43,7 @@ const BUS_MARGIN_MS = 2_000;
 export interface LocalEngines {
   replicaId: string;
   runOne(workerId: string, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome>;
-  runShare(cmd: ReplicaCommand, send: (reply: LegReply) => void, signal: AbortSignal): Promise<void>;
+  runShare(cmd: ReplicaCommand, send: (reply: LegReply) => void, signal?: AbortSignal): Promise<void>;
 }
 
 /** How often a caller that lost its replies in an outage asks the owner for them. */
@@ -118,15 +117,19 @@ export class Dispatcher {
     // owns the engine now, while its deadline allows.
     let pending = legs;
     for (;;) {
-      const byWorker = new Map(pending.map((l) => [l.workerId, l]));
+      // Looked up only for a leg that was refused (rare): a fan-out builds no index per round.
+      let byWorker: Map<string, Leg> | undefined;
+      const round = pending;
       const refused: Leg[] = [];
       await this.route(pending, {
         ...opts,
         onLeg: (reply) => {
-          const leg = byWorker.get(reply.workerId);
           const o = reply.outcome;
           const notMade = o.kind === 'unreachable' && (o.code === 'not_owner' || o.code === 'no_owner');
-          if (leg && notMade && !opts.signal?.aborted && leg.call.deadline - Date.now() > REROUTE_MS) refused.push(leg);
+          if (!notMade) return opts.onLeg(reply);
+          byWorker ??= new Map(round.map((l) => [l.workerId, l]));
+          const leg = byWorker.get(reply.workerId);
+          if (leg && !opts.signal?.aborted && leg.call.deadline - Date.now() > REROUTE_MS) refused.push(leg);
           else opts.onLeg(reply);
         },
       });
@@ -169,19 +172,14 @@ export class Dispatcher {
       for (const leg of legs) opts.onLeg({ workerId: leg.workerId, outcome: this.fenced(this.deps.registry.get(leg.workerId)?.url ?? leg.workerId)! });
       return;
     }
-    const command = packLegs(randomUUID(), legs, opts.concurrency);
-    // Every leg listens on the share's signal: one of our own, so a caller's signal keeps one listener.
-    const share = new AbortController();
-    setMaxListeners(0, share.signal);
-    const forward = () => share.abort();
-    if (opts.signal?.aborted) share.abort();
-    else opts.signal?.addEventListener('abort', forward, { once: true });
-    try {
-      await this.deps.local!.runShare(command, opts.onLeg, share.signal);
-    } finally {
-      opts.signal?.removeEventListener('abort', forward);
-    }
+    // Named for no one (no outcome log, no cancel subject in-process): a counter will do. The
+    // legs watch the caller's signal through the share's deadline signals (share.ts), so it
+    // keeps a listener or two whatever the number of legs.
+    const command = packLegs(`local-${++this.localShares}`, legs, opts.concurrency);
+    await this.deps.local!.runShare(command, opts.onLeg, opts.signal);
   }
+
+  private localShares = 0;
 
   private async toReplica(owner: string, legs: Leg[], opts: { concurrency: number; onLeg: (reply: LegReply) => void; signal?: AbortSignal }) {
     const answered = new Set<string>();

@@ -30,28 +30,57 @@ export class LegRunner {
    * Runs one call per worker (each may differ, e.g. its own rank_offset) and returns every
    * outcome by worker id. Workers without a control endpoint fail at once and are not called.
    */
-  async runLegs(
+  runLegs(
     legs: Array<{ worker: Worker; call: ControlCall }>,
     signal?: AbortSignal,
     onLeg?: (workerId: string, outcome: ControlOutcome) => void,
     concurrency?: number,
   ): Promise<Map<string, ControlOutcome>> {
+    return this.run(
+      legs.map((l) => l.worker),
+      (i) => legs[i]!.call,
+      signal,
+      onLeg,
+      concurrency,
+    );
+  }
+
+  /** The same call to every worker (a fan-out): runLegs without a leg object per worker. */
+  runCall(workers: Worker[], call: ControlCall, signal?: AbortSignal, concurrency?: number): Promise<Map<string, ControlOutcome>> {
+    return this.run(workers, () => call, signal, undefined, concurrency);
+  }
+
+  private async run(
+    workers: Worker[],
+    callOf: (i: number) => ControlCall,
+    signal: AbortSignal | undefined,
+    onLeg: ((workerId: string, outcome: ControlOutcome) => void) | undefined,
+    concurrency: number | undefined,
+  ): Promise<Map<string, ControlOutcome>> {
     const outcomes = new Map<string, ControlOutcome>();
-    const record = (id: string, o: ControlOutcome) => {
-      outcomes.set(id, o);
-      onLeg?.(id, o);
-    };
     const callable: Leg[] = [];
-    for (const { worker, call } of legs) {
-      if (controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker)) === null) {
-        record(worker.id, { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpoint(worker), connectionMode: worker.connectionMode });
+    for (let i = 0; i < workers.length; i++) {
+      const worker = workers[i]!;
+      if (!hasControlEndpoint(worker)) {
+        const o: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpoint(worker), connectionMode: worker.connectionMode };
+        outcomes.set(worker.id, o);
+        onLeg?.(worker.id, o);
       } else {
-        callable.push({ workerId: worker.id, call });
+        callable.push({ workerId: worker.id, call: callOf(i) });
       }
     }
     if (callable.length > 0) {
       const limit = concurrency ?? this.concurrencyFor(callable[0]!.call.path, callable.length);
-      await this.deps.dispatcher.many(callable, { concurrency: limit, signal, onLeg: (r) => record(r.workerId, r.outcome) });
+      await this.deps.dispatcher.many(callable, {
+        concurrency: limit,
+        signal,
+        onLeg: onLeg
+          ? (r) => {
+              outcomes.set(r.workerId, r.outcome);
+              onLeg(r.workerId, r.outcome);
+            }
+          : (r) => outcomes.set(r.workerId, r.outcome),
+      });
     }
     return outcomes;
   }
@@ -87,4 +116,13 @@ export class LegRunner {
     if (Object.keys(req.trace).length > 0) call.trace = req.trace;
     return call;
   }
+}
+
+/** Whether a worker has a control endpoint, worked out once per registry entry (a changed worker is a new object). */
+const endpoints = new WeakMap<Worker, boolean>();
+
+function hasControlEndpoint(w: Worker): boolean {
+  let has = endpoints.get(w);
+  if (has === undefined) endpoints.set(w, (has = controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w)) !== null));
+  return has;
 }

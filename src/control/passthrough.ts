@@ -2,29 +2,31 @@
 // same call fanned out to every worker a selector matches. Checks run in SMG's order; legs go
 // through the Dispatcher (NATS, owning replica, engine actor); nothing here retries.
 
-import { encodeBody } from '../engines/control-call.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Registry } from '../fleet/registry.ts';
-import { selectorFromQuery } from '../fleet/selector.ts';
+import { selectorFromQuery, type Selector } from '../fleet/selector.ts';
 import { controlUrlFor } from '../fleet/control-url.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
-import { fanoutConcurrency } from './concurrency.ts';
 import type { Dispatcher } from './dispatch.ts';
 import type { LegRunner } from './leg-runner.ts';
-import { validateEnginePath, queryWithoutSelector } from '../engines/engine-path.ts';
-import { callOutcome, failedCall, isSuccess, noControlEndpoint, proxyAnswer, type RlCallOutcome, type RlFailedCall } from './outcome.ts';
-import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
+import { validateEnginePath } from '../engines/engine-path.ts';
+import { noControlEndpoint, proxyAnswer, type RlCallOutcome } from './outcome.ts';
+import { fanoutJson } from './fanout-answer.ts';
 import type { IncomingControl } from './incoming-control.ts';
 
-export interface RlFanoutResponse {
-  results: Record<string, RlCallOutcome>;
-  failed: RlFailedCall[];
-  total: number;
-  succeeded: number;
+export { fanoutResponse, type RlFanoutResponse } from './fanout-answer.ts';
+
+/** A fan-out's answer as the HTTP door sends it: the JSON text, with its status. */
+export interface FanoutReply {
+  status: 200 | 207;
+  json: string;
 }
+
+/** Selectors parsed lately, by their text: a trainer fans out with the same few again and again. */
+const SELECTOR_CACHE = 64;
 
 export class Passthrough {
   constructor(
@@ -59,9 +61,9 @@ export class Passthrough {
     return proxyAnswer(worker, outcome);
   }
 
-  async fanout(req: IncomingControl & { selector: string | undefined; concurrency?: number }): Promise<{ status: number; body: RlFanoutResponse }> {
+  async fanout(req: IncomingControl & { selector: string | undefined; concurrency?: number }): Promise<FanoutReply> {
     const started = performance.now();
-    const selector = selectorFromQuery(req.selector);
+    const selector = this.selector(req.selector);
     const path = validateEnginePath(req.path);
     const targets = this.deps.view.targets(selector);
     if (targets.length === 0) {
@@ -70,47 +72,42 @@ export class Passthrough {
     }
     const call = this.deps.legs.callFor(path, req);
     const concurrency = this.deps.legs.concurrencyFor(path, targets.length, req.concurrency);
-    const outcomes = await this.deps.legs.runLegs(
-      targets.map((w) => ({ worker: w, call })),
-      req.signal,
-      undefined,
-      concurrency,
-    );
-    const body = fanoutResponse(targets, outcomes);
+    const outcomes = await this.deps.legs.runCall(targets, call, req.signal, concurrency);
+    const answer = fanoutJson(targets, outcomes);
     const seconds = (performance.now() - started) / 1000;
-    this.deps.metrics.fanout(body.failed.length === 0 ? 'ok' : 'partial', seconds);
+    this.deps.metrics.fanout(answer.failed === 0 ? 'ok' : 'partial', seconds);
     // One line per fan-out: at info when a leg failed, at debug otherwise (a trainer may fan out
     // several times a second; the metrics count every one).
-    const line = {
-      path,
-      selector: selector.text,
-      total: body.total,
-      succeeded: body.succeeded,
-      failed: body.failed.length,
-      latency_ms: Math.round(seconds * 1000),
-    };
-    if (body.failed.length > 0) this.deps.log.info(line, 'rl.fanout');
-    else this.deps.log.debug(line, 'rl.fanout');
-    return { status: body.failed.length === 0 ? 200 : 207, body };
+    if (answer.failed > 0 || this.deps.log.isLevelEnabled('debug')) {
+      const line = {
+        path,
+        selector: selector.text,
+        total: answer.total,
+        succeeded: answer.succeeded,
+        failed: answer.failed,
+        latency_ms: Math.round(seconds * 1000),
+      };
+      if (answer.failed > 0) this.deps.log.info(line, 'rl.fanout');
+      else this.deps.log.debug(line, 'rl.fanout');
+    }
+    return { status: answer.status, json: answer.json };
   }
+
+  /** The request's selector, parsed once per distinct text while it is in use (errors are never kept). */
+  private selector(raw: string | undefined): Selector {
+    const cached = raw === undefined ? undefined : this.selectors.get(raw);
+    if (cached) return cached;
+    const selector = selectorFromQuery(raw);
+    if (this.selectors.size >= SELECTOR_CACHE) this.selectors.clear();
+    this.selectors.set(raw!, selector);
+    return selector;
+  }
+
+  private readonly selectors = new Map<string, Selector>();
 
   private controlUrlOrThrow(w: Worker): string {
     const url = controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w));
     if (url === null) throw new GatewayError('no_control_endpoint', noControlEndpoint(w), { worker_id: w.id, url: w.url, connection_mode: w.connectionMode });
     return url;
   }
-}
-
-export function fanoutResponse(targets: Worker[], outcomes: Map<string, ControlOutcome>): RlFanoutResponse {
-  const results: Record<string, RlCallOutcome> = {};
-  const failed: RlFailedCall[] = [];
-  let succeeded = 0;
-  for (const w of [...targets].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))) {
-    const o = outcomes.get(w.id) ?? { kind: 'unreachable' as const, latencyMs: 0, message: `upstream \`${w.url}\` unreachable: no outcome` };
-    if (o.kind === 'answer') results[w.id] = callOutcome(w, o);
-    if (isSuccess(o)) succeeded++;
-    const f = failedCall(w, o);
-    if (f) failed.push(f);
-  }
-  return { results, failed, total: targets.length, succeeded };
 }

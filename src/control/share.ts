@@ -12,7 +12,7 @@ import type { Cancellations } from '../fleet/cancellations.ts';
 import { NotOwner, type EngineHost } from '../fleet/engine-host.ts';
 import { OutcomeLog } from './outcome-log.ts';
 import { replicaCommandOf } from './command-payload.ts';
-import type { ControlCall } from '../wire/control-call.ts';
+import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 import type { LegReply, ReplicaCommand } from '../wire/replica-share.ts';
 
 export function serveReplicaCommands(deps: {
@@ -65,43 +65,53 @@ export async function runLoggedShare(
   }
 }
 
-export async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (reply: LegReply) => void, signal: AbortSignal): Promise<void> {
+export async function runShare(host: EngineHost, cmd: ReplicaCommand, send: (reply: LegReply) => void, signal?: AbortSignal): Promise<void> {
   let next = 0;
   const startedAt = Date.now();
-  // Legs taken at once share one deadline timer (by call, as calls may differ in timeout).
-  const deadlines = new Map<ControlCall, ShareDeadline>();
+  // Legs taken at once share one deadline timer and one call object (by call, as calls may
+  // differ in timeout).
+  const shared = new Map<ControlCall, { deadline: ShareDeadline; call: ControlCall }>();
+  // Legs taken later (behind the concurrency cap) keep a timeout of their own, and watch the
+  // caller's signal through one gathering signal, not one listener each.
+  let late: ShareDeadline | undefined;
   const lane = async () => {
-    while (next < cmd.legs.length && !signal.aborted) {
+    while (next < cmd.legs.length && !signal?.aborted) {
       const { workerId, call: index } = cmd.legs[next++]!;
       const base = cmd.calls[index]!;
       // Each leg gets its own control timeout from the moment its lane takes it (as SMG: no
       // overall deadline), so a leg held back by the concurrency cap keeps it whole.
       // Legs taken within a moment of the share's start use the share's deadline for that call.
       const now = Date.now();
-      let legSignal = signal;
-      let deadline = now + base.timeoutSecs * 1000;
+      let legSignal: AbortSignal | undefined;
+      let call: ControlCall;
       if (now - startedAt <= SAME_DEADLINE_MS) {
-        let d = deadlines.get(base);
-        if (!d) deadlines.set(base, (d = new ShareDeadline(startedAt + base.timeoutSecs * 1000, signal)));
-        deadline = d.at;
-        legSignal = d.signal;
+        let s = shared.get(base);
+        if (!s) {
+          const deadline = new ShareDeadline(startedAt + base.timeoutSecs * 1000, signal);
+          shared.set(base, (s = { deadline, call: { ...base, deadline: deadline.at } }));
+        }
+        call = s.call;
+        legSignal = s.deadline.signal;
+      } else {
+        call = { ...base, deadline: now + base.timeoutSecs * 1000 };
+        if (signal) legSignal = (late ??= new ShareDeadline(Infinity, signal)).signal;
       }
-      const call = { ...base, deadline };
-      let reply: LegReply;
+      let outcome: ControlOutcome;
       try {
-        reply = { workerId, outcome: await host.run(workerId, call, legSignal) };
+        outcome = await host.run(workerId, call, legSignal);
       } catch (err) {
         const code = err instanceof NotOwner ? ('not_owner' as const) : undefined;
-        reply = { workerId, outcome: { kind: 'unreachable', latencyMs: 0, message: (err as Error).message, ...(code && { code }) } };
+        outcome = { kind: 'unreachable', latencyMs: 0, message: (err as Error).message, ...(code && { code }) };
       }
-      send(reply);
+      send({ workerId, outcome });
     }
   };
   const lanes = Math.max(1, Math.min(cmd.concurrency, cmd.legs.length));
   try {
     await Promise.all(Array.from({ length: lanes }, lane));
   } finally {
-    for (const d of deadlines.values()) d.dispose();
+    for (const s of shared.values()) s.deadline.dispose();
+    late?.dispose();
   }
 }
 

@@ -2,7 +2,6 @@
 // body's base64, the deadline a share of legs runs under, the check of a call that crossed the
 // bus, and the resume an owner sends by itself. Executing a call lives in control-client.ts.
 
-import { setMaxListeners } from 'node:events';
 import { GatewayError } from '../api/errors.ts';
 import type { ControlCall, EngineCommand } from '../wire/control-call.ts';
 import { validateEnginePath } from './engine-path.ts';
@@ -27,27 +26,37 @@ export function decodeBody(body: string | undefined): Buffer | null {
 }
 
 /**
- * A signal that aborts at one deadline for a whole share of legs, or when the share is
- * cancelled: one timer for the share instead of one per leg. A call whose own deadline is this
- * one needs no timer of its own (control-client.ts).
+ * Something that must hear a signal's abort: an object (EventTarget's listener-object form), so a
+ * leg registers itself without a closure of its own.
+ */
+export interface AbortWatcher {
+  handleEvent(): void;
+}
+
+/**
+ * A signal that aborts at one deadline for a whole share of legs (or at none: `Infinity`), or
+ * when the share is cancelled: one timer for the share instead of one per leg. A call whose own deadline is this
+ * one needs no timer of its own (control-client.ts). Legs watch it through `watchAbort`: a set
+ * entry each, where EventTarget's addEventListener walks every listener already there (a share
+ * of n legs would cost O(n²)).
  */
 export class ShareDeadline {
   private readonly ctrl = new AbortController();
-  private readonly timer: NodeJS.Timeout;
+  private readonly timer: NodeJS.Timeout | undefined;
   private readonly forward: () => void;
+  /** Who hears the abort; each leg removes itself when it is over. */
+  readonly watchers = new Set<AbortWatcher>();
 
   constructor(
     readonly at: number,
     private readonly parent: AbortSignal | undefined,
   ) {
-    // Every leg of the share listens on this one signal: no listener cap (Node warns past 10,
-    // and a capped signal's listeners cost O(n) each to add).
-    setMaxListeners(0, this.ctrl.signal);
-    this.timer = setTimeout(() => this.ctrl.abort(DEADLINE), Math.max(0, at - Date.now()));
-    this.forward = () => this.ctrl.abort(parent?.reason);
-    if (parent?.aborted) this.ctrl.abort(parent.reason);
+    // Without a deadline (Infinity) it only gathers the legs' watchers under one parent listener.
+    this.timer = Number.isFinite(at) ? setTimeout(() => this.abort(DEADLINE), Math.max(0, at - Date.now())) : undefined;
+    this.forward = () => this.abort(parent?.reason);
+    shareDeadlines.set(this.ctrl.signal, this);
+    if (parent?.aborted) this.abort(parent.reason);
     else parent?.addEventListener('abort', this.forward, { once: true });
-    shareDeadlines.set(this.ctrl.signal, at);
   }
 
   get signal(): AbortSignal {
@@ -58,16 +67,37 @@ export class ShareDeadline {
     clearTimeout(this.timer);
     this.parent?.removeEventListener('abort', this.forward);
   }
+
+  private abort(reason: unknown): void {
+    if (this.ctrl.signal.aborted) return;
+    this.ctrl.abort(reason);
+    for (const w of [...this.watchers]) w.handleEvent();
+    this.watchers.clear();
+  }
 }
 
 /** The reason a ShareDeadline's signal gives when its deadline passed (not a cancel). */
 export const DEADLINE = Object.freeze({ deadline: true });
 
-const shareDeadlines = new WeakMap<AbortSignal, number>();
+const shareDeadlines = new WeakMap<AbortSignal, ShareDeadline>();
 
 /** The deadline `signal` enforces by itself, if it is a ShareDeadline's. */
 export function deadlineOf(signal: AbortSignal | undefined): number | undefined {
-  return signal ? shareDeadlines.get(signal) : undefined;
+  return signal ? shareDeadlines.get(signal)?.at : undefined;
+}
+
+/** Calls `w.handleEvent()` once when `signal` aborts (the caller checks `signal.aborted` first). */
+export function watchAbort(signal: AbortSignal, w: AbortWatcher): void {
+  const share = shareDeadlines.get(signal);
+  if (share) share.watchers.add(w);
+  else signal.addEventListener('abort', w, { once: true });
+}
+
+/** Undoes `watchAbort`. */
+export function unwatchAbort(signal: AbortSignal, w: AbortWatcher): void {
+  const share = shareDeadlines.get(signal);
+  if (share) share.watchers.delete(w);
+  else signal.removeEventListener('abort', w);
 }
 
 // A command subject is open to anyone on the bus: a payload of another shape than the gateway

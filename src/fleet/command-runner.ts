@@ -7,8 +7,8 @@
 // It never retries a call, and never creates or removes actors.
 
 import type { CommandOp, CommandResult, EngineActor, EngineCommand } from '../../actors/engine.ts';
-import { DEADLINE, decodeBody } from '../engines/control-call.ts';
-import type { ControlClient } from '../engines/control-client.ts';
+import { DEADLINE, decodeBody, unwatchAbort, watchAbort } from '../engines/control-call.ts';
+import { ControlFlight, type ControlClient, type ControlTarget } from '../engines/control-client.ts';
 import type { EngineClient } from '../engines/engine-client.ts';
 import { controlOp, lifecycleOp } from '../engines/engine-path.ts';
 import type { Logger } from '../obs/logger.ts';
@@ -17,7 +17,8 @@ import { controlUrlFor, noControlEndpoint } from './control-url.ts';
 import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
 import type { LeaseFence } from './lease-fence.ts';
-import { mergedLabels } from './worker.ts';
+import { mergedLabels, type Worker } from './worker.ts';
+import type { Dispatcher } from 'undici';
 import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 
 /** The reason a call in flight was aborted when this replica's lease lapsed. */
@@ -25,15 +26,41 @@ class LeaseLapsed extends Error {
   override readonly name = 'LeaseLapsed';
 }
 
-/** One call waiting for, or holding, its engine's lane. */
-interface Job {
-  op: CommandOp;
-  call: ControlCall;
-  signal: AbortSignal | undefined;
-  onAbort: (() => void) | undefined;
+/**
+ * One call waiting for, or holding, its engine's lane. It watches the caller's signal itself
+ * (`watchAbort`: no closure, and an O(1) entry on a share's signal).
+ */
+class Job {
   /** Set while the actor runs it (pause and refit calls). */
-  token: string | undefined;
-  settle(result: CommandResult | { error: string }): void;
+  token: string | undefined = undefined;
+  private resolve!: (o: ControlOutcome) => void;
+  private reject!: (err: Error) => void;
+  readonly promise: Promise<ControlOutcome>;
+
+  constructor(
+    private readonly runner: CommandRunner,
+    readonly id: string,
+    readonly lane: CommandLane,
+    readonly op: CommandOp,
+    readonly call: ControlCall,
+    readonly signal: AbortSignal | undefined,
+  ) {
+    this.promise = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  /** The caller's signal aborted: a share's deadline expires the call, anything else cancels it. */
+  handleEvent(): void {
+    this.runner.aborted(this);
+  }
+
+  settle(r: CommandResult | { error: string }): void {
+    if (this.signal) unwatchAbort(this.signal, this);
+    if ('error' in r) this.reject(new Error(r.error));
+    else this.resolve(r.outcome as ControlOutcome);
+  }
 }
 
 /** One owned engine's commands: its actor, and the calls queued for it, oldest first. */
@@ -73,12 +100,12 @@ export class CommandRunner {
     },
   ) {
     deps.fence.onLapse((reason) => {
-      for (const ctrl of [...this.inFlight]) ctrl.abort(new LeaseLapsed(reason));
+      for (const flight of [...this.inFlight]) flight.abort(new LeaseLapsed(reason));
     });
   }
 
-  /** One controller per call in flight: the lease's lapse aborts them all (abandoned, and said so). */
-  private readonly inFlight = new Set<AbortController>();
+  /** Every call in flight: the lease's lapse aborts them all (abandoned, and said so). */
+  private readonly inFlight = new Set<ControlFlight>();
 
   /**
    * Queues one control call on the engine's lane and returns its outcome. Aborting `signal` drops
@@ -87,27 +114,18 @@ export class CommandRunner {
   submit(id: string, lane: CommandLane, call: ControlCall, signal?: AbortSignal): Promise<ControlOutcome> {
     if (signal?.aborted) return Promise.reject(new Error('cancelled'));
     if (lane.closed) return Promise.reject(new Error(`worker \`${id}\` was removed`));
-    return new Promise((resolve, reject) => {
-      const job: Job = {
-        // A HEAD asks for headers only: it pauses or refits nothing, whatever the path.
-        op: call.method === 'HEAD' ? 'other' : lifecycleOp(call.path),
-        call,
-        signal,
-        onAbort: undefined,
-        token: undefined,
-        settle: (r) => {
-          if (job.onAbort) signal!.removeEventListener('abort', job.onAbort);
-          if ('error' in r) reject(new Error(r.error));
-          else resolve(r.outcome as ControlOutcome);
-        },
-      };
-      if (signal) {
-        job.onAbort = () => (signal.reason === DEADLINE ? this.expire(id, lane, job) : this.cancel(id, lane, job));
-        signal.addEventListener('abort', job.onAbort, { once: true });
-      }
-      lane.queue.push(job);
-      this.next(id, lane);
-    });
+    // A HEAD asks for headers only: it pauses or refits nothing, whatever the path.
+    const job = new Job(this, id, lane, call.method === 'HEAD' ? 'other' : lifecycleOp(call.path), call, signal);
+    if (signal) watchAbort(signal, job);
+    lane.queue.push(job);
+    this.next(id, lane);
+    return job.promise;
+  }
+
+  /** A job's caller aborted (Job.handleEvent). */
+  aborted(job: Job): void {
+    if (job.signal?.reason === DEADLINE) this.expire(job.id, job.lane, job);
+    else this.cancel(job.id, job.lane, job);
   }
 
   /** Takes the calls the actor emits: the machine says when a pause or refit runs, the I/O happens here. */
@@ -140,6 +158,7 @@ export class CommandRunner {
   /** The engine left this replica: its actor's calls abort, and every caller gets an answer now. */
   abandon(id: string, lane: CommandLane): void {
     lane.closed = true;
+    this.fences.delete(id);
     for (const ctrl of lane.running.values()) ctrl.abort();
     const jobs = [...(lane.current ? [lane.current] : []), ...lane.queue];
     lane.current = undefined;
@@ -219,16 +238,8 @@ export class CommandRunner {
   private async execute(id: string, call: ControlCall, signal: AbortSignal | undefined): Promise<CommandResult> {
     const worker = this.deps.registry.get(id);
     if (!worker) return { outcome: { kind: 'unreachable', latencyMs: 0, message: `worker \`${id}\` was removed` } };
-    const controlUrl = controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker));
-    if (!controlUrl) {
-      const outcome: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpoint(worker), connectionMode: worker.connectionMode };
-      return { outcome };
-    }
-    const clientError = this.deps.control.clientError(worker.httpPool);
-    if (clientError) {
-      const message = `worker \`${worker.id}\` has no control endpoint: no HTTP client for the control endpoint: ${clientError}`;
-      return { outcome: { kind: 'no_control_endpoint', latencyMs: 0, message, connectionMode: worker.connectionMode } };
-    }
+    const endpoint = this.endpointOf(worker);
+    if (endpoint.refusal) return { outcome: endpoint.refusal };
     // Checked last, just before the call goes out: a replica whose lease may have passed to
     // another commands nothing (its ownership is only as sure as its last confirmed heartbeat).
     const fence = this.deps.fence;
@@ -239,28 +250,19 @@ export class CommandRunner {
       };
     }
     // An engine without pool settings of its own is called on the connection its probes use.
-    const dispatcher = worker.httpPool && Object.keys(worker.httpPool).length > 0 ? undefined : this.deps.clientOf(id)?.poolFor?.(controlUrl);
-    const fenced = { ...call, trace: { ...call.trace, ...fence.headers(id) } };
-    // The caller's signal is forwarded (its reason kept: a share's deadline stays a timeout), and
-    // the lapse aborts the same controller. No AbortSignal.any: on Node 20 each one stays listed
-    // on its sources until they abort, which a lease's lapse may never do.
-    const ctrl = new AbortController();
-    const forward = () => ctrl.abort(signal!.reason);
-    if (signal?.aborted) forward();
-    else signal?.addEventListener('abort', forward, { once: true });
-    this.inFlight.add(ctrl);
+    const dispatcher = endpoint.ownPool ? undefined : this.deps.clientOf(id)?.poolFor?.(endpoint.target.controlUrl);
+    // The caller's signal goes to the call as it is (its reason kept: a share's deadline stays a
+    // timeout); the lapse aborts the call through its flight. Nothing per call listens on a lease
+    // that may never lapse.
+    const flight = new ControlFlight();
+    this.inFlight.add(flight);
     let outcome: ControlOutcome;
     try {
-      outcome = await this.deps.control.call(
-        { workerUrl: worker.url, controlUrl, apiKey: worker.apiKey, pool: worker.httpPool, dispatcher },
-        fenced,
-        ctrl.signal,
-      );
+      outcome = await this.deps.control.call(endpoint.via(dispatcher), call, signal, { headers: this.fenceHeaders(id), flight });
     } finally {
-      this.inFlight.delete(ctrl);
-      signal?.removeEventListener('abort', forward);
+      this.inFlight.delete(flight);
     }
-    const lapse = ctrl.signal.reason;
+    const lapse = flight.reason;
     if (lapse instanceof LeaseLapsed && outcome.kind !== 'answer') {
       // Abandoned, and said so: it was sent under a live lease and may still run on the engine;
       // whoever owns the engine now reads what it holds.
@@ -277,6 +279,7 @@ export class CommandRunner {
     const seen = observeControlCall(call.path, decodeBody(call.body));
     // Rejections are logged with their reason, never with the value.
     if (seen.rejected) this.deps.log.info({ worker_id: id, path: call.path, reason: seen.rejected }, 'rl.observe rejected');
+    if (seen.version === undefined && seen.control === undefined) return { outcome };
     if (seen.version !== undefined) this.deps.log.info({ worker: worker.baseUrl, version: seen.version, source: 'passthrough' }, 'rl.observe version');
     if (seen.control !== undefined) this.deps.log.info({ worker: worker.baseUrl, control: seen.control, source: 'passthrough' }, 'rl.observe control');
     if (seen.control !== undefined) {
@@ -296,7 +299,65 @@ export class CommandRunner {
     return { outcome, control: seen.control, version: seen.version };
   }
 
+  /** Where a worker's calls go, worked out once per registry entry (a changed worker is a new object). */
+  private endpointOf(worker: Worker): Endpoint {
+    let e = this.endpoints.get(worker);
+    if (!e) this.endpoints.set(worker, (e = endpointFor(worker, this.deps.control.clientError(worker.httpPool))));
+    return e;
+  }
+
+  private readonly endpoints = new WeakMap<Worker, Endpoint>();
+
+  /** The fencing headers of an engine's calls (lease-fence.ts), rebuilt only when its lease epoch moves. */
+  private fenceHeaders(id: string): readonly string[] {
+    const epoch = this.deps.fence.epochOf(id);
+    let f = this.fences.get(id);
+    if (!f || f.epoch !== epoch) {
+      const headers = this.deps.fence.headers(id);
+      f = { epoch, pairs: Object.keys(headers).flatMap((k) => [k, headers[k]!]) };
+      this.fences.set(id, f);
+    }
+    return f.pairs;
+  }
+
+  /** By worker id; an entry per engine ever called here, a few strings each. */
+  private readonly fences = new Map<string, { epoch: number | undefined; pairs: string[] }>();
+
   private setVersionOne(id: string, version: string): void {
     this.deps.actorOf(id)?.send({ type: 'version.set', version, source: 'passthrough' });
   }
+}
+
+/** A worker's control endpoint as its calls need it, or why none can be called. */
+interface Endpoint {
+  refusal?: ControlOutcome;
+  /** The worker has pool settings of its own (its own client, never the engine's connection). */
+  ownPool: boolean;
+  target: ControlTarget;
+  /** The target on `dispatcher` (the engine's own connection), or on the control client's pool. */
+  via(dispatcher: Dispatcher | undefined): ControlTarget;
+}
+
+function endpointFor(worker: Worker, clientError: string | null): Endpoint {
+  const controlUrl = controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker));
+  const target: ControlTarget = { workerUrl: worker.url, controlUrl: controlUrl ?? '', apiKey: worker.apiKey, pool: worker.httpPool };
+  const ownPool = worker.httpPool != null && Object.keys(worker.httpPool).length > 0;
+  let refusal: ControlOutcome | undefined;
+  if (!controlUrl) refusal = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpoint(worker), connectionMode: worker.connectionMode };
+  else if (clientError) {
+    const message = `worker \`${worker.id}\` has no control endpoint: no HTTP client for the control endpoint: ${clientError}`;
+    refusal = { kind: 'no_control_endpoint', latencyMs: 0, message, connectionMode: worker.connectionMode };
+  }
+  // The engine's connection is one object for the engine client's life: its target is kept.
+  let onEngine: { dispatcher: Dispatcher; target: ControlTarget } | undefined;
+  return {
+    refusal,
+    ownPool,
+    target,
+    via(dispatcher) {
+      if (!dispatcher) return target;
+      if (onEngine?.dispatcher !== dispatcher) onEngine = { dispatcher, target: { ...target, dispatcher } };
+      return onEngine.target;
+    },
+  };
 }

@@ -95,8 +95,9 @@ export const rlEngineRoutes: FastifyPluginAsync<RouteOptions> = async (app, { se
           const query = new URLSearchParams(rawQuery(req.url));
           const selector = query.has('selector') ? (query.get('selector') ?? '') : undefined;
           const concurrency = requestedConcurrency(req.headers[CONCURRENCY_HEADER]);
-          const { status, body } = await passthrough.fanout({ ...incoming(req, req.params['*'] ?? '', reply), selector, concurrency });
-          return reply.code(status).send(body);
+          const { status, json } = await passthrough.fanout({ ...incoming(req, req.params['*'] ?? '', reply), selector, concurrency });
+          // Written by the control plane straight from the outcomes (fanout-answer.ts): nothing to serialise here.
+          return reply.code(status).type('application/json; charset=utf-8').send(json);
         },
       });
     }
