@@ -280,8 +280,9 @@ export class CommandRunner {
     // Rejections are logged with their reason, never with the value.
     if (seen.rejected) this.deps.log.info({ worker_id: id, path: call.path, reason: seen.rejected }, 'rl.observe rejected');
     if (seen.version === undefined && seen.control === undefined) return { outcome };
-    if (seen.version !== undefined) this.deps.log.info({ worker: worker.baseUrl, version: seen.version, source: 'passthrough' }, 'rl.observe version');
-    if (seen.control !== undefined) this.deps.log.info({ worker: worker.baseUrl, control: seen.control, source: 'passthrough' }, 'rl.observe control');
+    // Debug: every pause, load and resume of a refit observes one per engine; the state event tells it.
+    if (seen.version !== undefined) this.deps.log.debug({ worker: worker.baseUrl, version: seen.version, source: 'passthrough' }, 'rl.observe version');
+    if (seen.control !== undefined) this.deps.log.debug({ worker: worker.baseUrl, control: seen.control, source: 'passthrough' }, 'rl.observe control');
     if (seen.control !== undefined) {
       const by = seen.control === 'paused' ? (call.refitId ? `refit:${call.refitId}` : 'operator') : undefined;
       for (const sib of this.deps.registry.siblings(worker.baseUrl)) {

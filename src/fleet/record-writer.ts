@@ -2,7 +2,9 @@
 // one engine go one at a time, the newest value wins, and a write the bus failed is tried again
 // until it lands. Other replicas decide by these records (routing, which engines a refit they run
 // keeps paused), so a record left behind by an outage — an engine still `paused` after its
-// resume — must not wait for the engine's next change to be repaired.
+// resume — must not wait for the engine's next change to be repaired. A record that changes no
+// routing decision may be held back a moment (`putUnlessReplaced`): if a newer one comes first,
+// it is never written.
 
 import type { JsonBucket } from '../bus/buckets.ts';
 import type { Logger } from '../obs/logger.ts';
@@ -19,17 +21,37 @@ export class RecordWriter {
   private readonly wakers = new Map<string, () => void>();
   /** Bumped when an engine leaves: a failed write from before is not tried again. */
   private readonly epochs = new Map<string, number>();
+  /** Records held back until they have lasted (putUnlessReplaced), by engine. */
+  private readonly held = new Map<string, NodeJS.Timeout>();
   private closed = false;
 
   constructor(private readonly deps: { records: JsonBucket<EngineRecord>; log: Logger }) {}
 
   put(id: string, record: EngineRecord): void {
+    this.release(id);
     this.pending.set(id, record);
     this.wakers.get(id)?.();
     void this.drain(id);
   }
 
+  /**
+   * Writes `record` only if no newer put, removal or forget for the engine comes within `ms`: a
+   * state that ends sooner is not worth a KV write (a refit's `refitting` of an engine its pause
+   * already took out of routing).
+   */
+  putUnlessReplaced(id: string, record: EngineRecord, ms: number): void {
+    this.release(id);
+    if (this.closed) return;
+    const timer = setTimeout(() => {
+      this.held.delete(id);
+      this.put(id, record);
+    }, ms);
+    timer.unref?.();
+    this.held.set(id, timer);
+  }
+
   remove(id: string): void {
+    this.release(id);
     this.pending.set(id, null);
     this.wakers.get(id)?.();
     void this.drain(id);
@@ -37,6 +59,7 @@ export class RecordWriter {
 
   /** The engine left this replica: its new owner writes its record now (a removal still goes). */
   forget(id: string): void {
+    this.release(id);
     if (this.pending.get(id) !== null) this.pending.delete(id);
     if (this.writing.has(id)) this.epochs.set(id, (this.epochs.get(id) ?? 0) + 1);
   }
@@ -45,6 +68,16 @@ export class RecordWriter {
   close(): void {
     this.closed = true;
     this.pending.clear();
+    for (const timer of this.held.values()) clearTimeout(timer);
+    this.held.clear();
+  }
+
+  /** Drops the record held back for the engine, if any: something newer replaces it. */
+  private release(id: string): void {
+    const timer = this.held.get(id);
+    if (timer === undefined) return;
+    clearTimeout(timer);
+    this.held.delete(id);
   }
 
   private async drain(id: string): Promise<void> {

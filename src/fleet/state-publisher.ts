@@ -1,6 +1,7 @@
 // Publishes a hosted engine actor's state: an `rl.engine.<id>.state` event when its lifecycle,
-// breaker, control or version changes, the engine-state gauges, the transition log line, and the
-// count of version changes under load. It only reads snapshots: it never sends the actor an event,
+// breaker, control or version changes, its shared `engines` record (held back when it changes no
+// routing and may not last), the engine-state gauges, the transition log line, and the count of
+// version changes under load. It only reads snapshots: it never sends the actor an event,
 // and an event never carries a secret.
 
 import { breakerOf, lifecycleOf, type EngineSnapshot } from '../../actors/engine.ts';
@@ -22,6 +23,23 @@ export interface PublishedState {
   version: string | undefined;
   versionSource: string | undefined;
   quarantine: string | null;
+}
+
+/**
+ * How long a record that changes no routing decision waits before it is written: a refit's
+ * `refitting` of a paused engine usually ends sooner (the load answers), and then is never written.
+ */
+export const HELD_RECORD_MS = 100;
+
+/**
+ * Whether the shared record of a move from `last` to `state` (with control `control`) may be held
+ * back: only a transient state of an engine no replica routes to, before and after (not `serving`
+ * before, `control` not active, so every replica's routing reads the same from either record).
+ * The state event still goes out at once; the record a takeover reads (control and pauser) is
+ * the same in either.
+ */
+export function mayHoldRecord(last: PublishedState | undefined, state: string, control: string): boolean {
+  return state === 'refitting' && control !== 'active' && last !== undefined && last.state !== 'serving' && last.control !== 'active';
 }
 
 export class StatePublisher {
@@ -87,13 +105,16 @@ export class StatePublisher {
     };
     this.deps.metrics.engineState(c.url, baseUrlOf(c.url).baseUrl, event);
     this.noteVersion(c.url, c.version);
-    if (prevState !== state) this.deps.log.info({ worker_id: id, url: c.url, from: prevState ?? null, to: state }, 'engine transition');
+    // Debug: a refit makes five transitions per engine, and `rl.engine.<id>.state` already tells them.
+    if (prevState !== state) this.deps.log.debug({ worker_id: id, url: c.url, from: prevState ?? null, to: state }, 'engine transition');
     try {
       this.deps.bus.publish(this.deps.subjects.engineState(id), event);
     } catch (err) {
       this.deps.log.warn({ err, worker_id: id }, 'could not publish engine state');
     }
-    this.records?.put(id, { ...event, owner: this.deps.replicaId });
+    const record = { ...event, owner: this.deps.replicaId };
+    if (mayHoldRecord(last, state, c.control)) this.records?.putUnlessReplaced(id, record, HELD_RECORD_MS);
+    else this.records?.put(id, record);
     return now;
   }
 
