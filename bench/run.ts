@@ -7,6 +7,7 @@
 // takeover of a SIGKILLed replica's engines, measured by replicas.ts.
 // scale: per fleet size (up to 10,000 engines, several sim-fleet children) a fresh fleet and
 // gateway: registration time, memory, idle CPU, a fan-out to 1,000 and listings, by scale.ts.
+// startup: the gateway CLI's CPU and wall time to listening, compiled and through tsx, by startup.ts.
 // Writes bench/results/<suite>-<date>.{json,md} and latest.md (the newest tables of each suite).
 // Every child dies with the run, also on error, SIGINT/SIGTERM, or (setpriv) a SIGKILLed run.
 
@@ -52,12 +53,13 @@ import { ROLLOUT_POLICIES, rolloutMarkdown, runRollout } from './rollout/suite.t
 import { REALISTIC, type Workload } from './rollout/workload.ts';
 import { LOAD_MS, refitUnderLoadMarkdown, runRefitUnderLoad } from './refit-under-load.ts';
 import { inflightMarkdown, runInflight } from './inflight.ts';
+import { measureStartup } from './startup.ts';
 
 // The flags, in a plain file so that bench/bench.sh can print them before anything is installed.
 const HELP = readFileSync(new URL('./help.txt', import.meta.url), 'utf8');
 
-type Suite = 'fanout' | 'generate' | 'replicas' | 'scale' | 'rollout' | 'refit-under-load' | 'inflight';
-const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale', 'rollout', 'refit-under-load', 'inflight'];
+type Suite = 'fanout' | 'generate' | 'replicas' | 'scale' | 'rollout' | 'refit-under-load' | 'inflight' | 'startup';
+const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale', 'rollout', 'refit-under-load', 'inflight', 'startup'];
 
 interface Args {
   suites: Suite[];
@@ -87,6 +89,7 @@ interface Args {
   refitEngines: number;
   refitCallers: number;
   inflightSizes: number[];
+  startupRuns: number;
   /** Default 300 s, or 900 s when the scale suite runs. */
   maxSeconds: number;
   profile: boolean;
@@ -122,6 +125,7 @@ function parseArgs(argv: string[]): Args {
     refitEngines: 8,
     refitCallers: 64,
     inflightSizes: [2000, 5000, 9000],
+    startupRuns: 7,
     maxSeconds: 0,
     profile: false,
     out: join(ROOT, 'bench/results'),
@@ -174,6 +178,9 @@ function parseArgs(argv: string[]): Args {
         break;
       case '--inflight-sizes':
         a.inflightSizes = (value() ?? '').split(',').map((x) => int(flag, x, 1, 100_000));
+        break;
+      case '--startup-runs':
+        a.startupRuns = int(flag, value(), 1, 100);
         break;
       case '--latency-rounds':
         a.latencyRounds = int(flag, value(), 10, 1_000_000);
@@ -881,6 +888,8 @@ async function main(args: Args): Promise<void> {
   const scaleShare = args.suites.includes('scale') ? scaleBudgetMs(args) + rolloutShare : rolloutShare;
   const replicasShare = args.suites.includes('replicas') ? replicasBudgetMs(args) : 0;
   const generateShare = args.suites.includes('generate') ? generateBudgetMs(args) : 0;
+  // First: start-up CPU is read before the other suites have loaded the machine.
+  if (args.suites.includes('startup')) parts.push(await runStartupSuite(ctx));
   if (args.suites.includes('fanout')) parts.push(await runFanout(ctx, runDeadline - generateShare - replicasShare - scaleShare));
   if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline - replicasShare - scaleShare));
   if (args.suites.includes('replicas')) parts.push(await runReplicas(ctx, runDeadline - scaleShare));
@@ -901,6 +910,13 @@ async function main(args: Args): Promise<void> {
     // Logs matter only when something failed (then this line is never reached, or keepLogs is set).
     rmSync(ctx.logDir, { recursive: true, force: true });
   }
+}
+
+async function runStartupSuite(ctx: RunContext): Promise<string> {
+  const { md, json, goal } = await measureStartup({ runs: ctx.args.startupRuns, machineLine: machineLine(ctx), date: ctx.date });
+  writeResult(ctx, 'startup', json, md);
+  process.stdout.write(`bench: startup: ${goal}\n`);
+  return md;
 }
 
 async function runInflightSuite(ctx: RunContext): Promise<string> {
