@@ -7,6 +7,7 @@
 // takeover of a SIGKILLed replica's engines, measured by replicas.ts.
 // scale: per fleet size (up to 10,000 engines, several sim-fleet children) a fresh fleet and
 // gateway: registration time, memory, idle CPU, a fan-out to 1,000 and listings, by scale.ts.
+// startup: the gateway CLI's CPU and wall time to listening, compiled and through tsx, by startup.ts.
 // Writes bench/results/<suite>-<date>.{json,md} and latest.md (the newest tables of each suite).
 // Every child dies with the run, also on error, SIGINT/SIGTERM, or (setpriv) a SIGKILLed run.
 
@@ -56,12 +57,13 @@ import { REALISTIC, type Workload } from './rollout/workload.ts';
 import { LOAD_MS, refitUnderLoadMarkdown, runRefitUnderLoad } from './refit-under-load.ts';
 import { inflightMarkdown, runInflight } from './inflight.ts';
 import { runScaleOut, scaleOutBudgetMs, scaleOutMarkdown } from './scale-out.ts';
+import { measureStartup } from './startup.ts';
 
 // The flags, in a plain file so that bench/bench.sh can print them before anything is installed.
 const HELP = readFileSync(new URL('./help.txt', import.meta.url), 'utf8');
 
-type Suite = 'fanout' | 'generate' | 'replicas' | 'scale' | 'rollout' | 'refit-under-load' | 'inflight';
-const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale', 'rollout', 'refit-under-load', 'inflight'];
+type Suite = 'fanout' | 'generate' | 'replicas' | 'scale' | 'rollout' | 'refit-under-load' | 'inflight' | 'startup';
+const SUITES: readonly Suite[] = ['fanout', 'generate', 'replicas', 'scale', 'rollout', 'refit-under-load', 'inflight', 'startup'];
 
 interface Args {
   suites: Suite[];
@@ -98,6 +100,7 @@ interface Args {
   refitEngines: number;
   refitCallers: number;
   inflightSizes: number[];
+  startupRuns: number;
   /** Default 300 s, or 900 s when the scale suite runs. */
   maxSeconds: number;
   profile: boolean;
@@ -139,6 +142,7 @@ function parseArgs(argv: string[]): Args {
     refitEngines: 8,
     refitCallers: 64,
     inflightSizes: [2000, 10000],
+    startupRuns: 7,
     maxSeconds: 0,
     profile: false,
     out: join(ROOT, 'bench/results'),
@@ -191,6 +195,9 @@ function parseArgs(argv: string[]): Args {
         break;
       case '--inflight-sizes':
         a.inflightSizes = (value() ?? '').split(',').map((x) => int(flag, x, 1, 100_000));
+        break;
+      case '--startup-runs':
+        a.startupRuns = int(flag, value(), 1, 100);
         break;
       case '--latency-rounds':
         a.latencyRounds = int(flag, value(), 10, 1_000_000);
@@ -1019,6 +1026,8 @@ async function main(args: Args): Promise<void> {
   const scaleShare = args.suites.includes('scale') ? (args.scaleOut === 'only' ? 0 : scaleBudgetMs(args)) + scaleOutShare + rolloutShare : rolloutShare;
   const replicasShare = args.suites.includes('replicas') ? replicasBudgetMs(args) : 0;
   const generateShare = args.suites.includes('generate') ? generateBudgetMs(args) : 0;
+  // First: start-up CPU is read before the other suites have loaded the machine.
+  if (args.suites.includes('startup')) parts.push(await runStartupSuite(ctx));
   if (args.suites.includes('fanout')) parts.push(await runFanout(ctx, runDeadline - generateShare - replicasShare - scaleShare));
   if (args.suites.includes('generate')) parts.push(await runGenerate(ctx, runDeadline - replicasShare - scaleShare));
   if (args.suites.includes('replicas')) parts.push(await runReplicas(ctx, runDeadline - scaleShare));
@@ -1065,6 +1074,13 @@ async function runScaleOutSuite(ctx: RunContext, deadline: number): Promise<stri
     'SGLang simulators (`--token-rate 0`), at most 2,500 per bench/sim-fleet.ts process; each replica registers an equal share (`POST /workers` through it, so it owns them). Client (this process): undici.';
   const md = scaleOutMarkdown(result, { date: ctx.date.toISOString().slice(0, 10), machine: machineLine(ctx), setup: setupLine });
   writeResult(ctx, 'scaleout', { benchmark: 'scaleout', date: ctx.date.toISOString(), machine: { ...ctx.machine, loadavg_end: loadavg() }, ...result }, md);
+  return md;
+}
+
+async function runStartupSuite(ctx: RunContext): Promise<string> {
+  const { md, json, goal } = await measureStartup({ runs: ctx.args.startupRuns, machineLine: machineLine(ctx), date: ctx.date });
+  writeResult(ctx, 'startup', json, md);
+  process.stdout.write(`bench: startup: ${goal}\n`);
   return md;
 }
 

@@ -4,8 +4,9 @@
 
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
+import type { Agent, Dispatcher } from 'undici';
 import { BODY_CAP, DEADLINE, deadlineOf, decodeBody, unwatchAbort, watchAbort } from './control-call.ts';
+import { undici } from './libraries.ts';
 import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 import type { HttpPoolConfig } from '../wire/worker-entry.ts';
 
@@ -25,7 +26,8 @@ export interface ControlTarget {
 export class ControlClient {
   // Timeouts are ours (one deadline per call); undici's own header/body timeouts (300 s by
   // default) would cut a legitimate 600 s disk refit short.
-  private readonly agent = new Agent({ headersTimeout: 0, bodyTimeout: 0, connections: 64, keepAliveTimeout: 30_000 });
+  // Made at the first call, so that a gateway loads undici only once it has an engine to call.
+  private sharedAgent: Agent | undefined;
   /** One client per distinct pool configuration; a configuration that cannot make a client keeps its reason. */
   private readonly pools = new Map<string, Agent | Error>();
 
@@ -39,7 +41,9 @@ export class ControlClient {
   }
 
   private clientFor(pool: HttpPoolConfig | null | undefined): Agent | Error {
-    if (!pool || Object.keys(pool).length === 0) return this.agent;
+    if (!pool || Object.keys(pool).length === 0) {
+      return (this.sharedAgent ??= new (undici().Agent)({ headersTimeout: 0, bodyTimeout: 0, connections: 64, keepAliveTimeout: 30_000 }));
+    }
     const key = JSON.stringify(pool);
     let client = this.pools.get(key);
     if (!client) {
@@ -107,7 +111,8 @@ export class ControlClient {
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.agent, ...[...this.pools.values()].filter((p): p is Agent => p instanceof Agent)].map((a) => a.close()));
+    const agents = [this.sharedAgent, ...this.pools.values()].filter((p): p is Agent => p !== undefined && !(p instanceof Error));
+    await Promise.all(agents.map((a) => a.close()));
   }
 }
 
@@ -130,7 +135,7 @@ function buildAgent(pool: HttpPoolConfig): Agent | Error {
       }
     }
   }
-  return new Agent({
+  return new (undici().Agent)({
     headersTimeout: 0,
     bodyTimeout: 0,
     connections: pool.max_connections ?? 64,
@@ -354,7 +359,7 @@ function decodeAnswer(bytes: Buffer, truncated: boolean, contentType: string): u
 }
 
 function describe(err: unknown): string {
-  if (err instanceof undiciErrors.UndiciError) return `${err.code}: ${err.message}`;
+  if (err instanceof undici().errors.UndiciError) return `${err.code}: ${err.message}`;
   const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } };
   const code = e.code ?? e.cause?.code;
   const message = e.cause?.message ?? e.message ?? String(err);

@@ -6,8 +6,8 @@
 // (SubscribeKvEvents; kv-events.ts keeps it open). Knows nothing of routes or NATS.
 
 import { fileURLToPath } from 'node:url';
-import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
+import type * as grpc from '@grpc/grpc-js';
+import type * as ProtoLoader from '@grpc/proto-loader';
 import type { EngineClient, EngineFacts } from './engine-client.ts';
 import { kvBatchFromProto, type KvEventSource, type KvStreamHandlers } from './kv-events.ts';
 import {
@@ -22,6 +22,7 @@ import {
 } from './generation.ts';
 import { TokenizerUnavailable, tokenizerFromBundle, type Tokenizer, type TokenizerSource } from './tokenizer.ts';
 import type { BundleChunk } from './tokenizer-bundle.ts';
+import { grpcJs, protoLoader } from './libraries.ts';
 
 const PROTO_DIR = fileURLToPath(new URL('../../proto/', import.meta.url));
 
@@ -72,11 +73,11 @@ interface GenerateResponse {
 }
 
 let ctor: (new (address: string, creds: grpc.ChannelCredentials, opts?: grpc.ChannelOptions) => SchedulerClient) | undefined;
-let definition: protoLoader.PackageDefinition | undefined;
+let definition: ProtoLoader.PackageDefinition | undefined;
 
 /** The scheduler's proto as the gateway decodes it (field names kept, 64-bit ints and enums as text), loaded once. */
-export function schedulerDefinition(): protoLoader.PackageDefinition {
-  definition ??= protoLoader.loadSync(['tokenspeed_scheduler.proto'], {
+export function schedulerDefinition(): ProtoLoader.PackageDefinition {
+  definition ??= protoLoader().loadSync(['tokenspeed_scheduler.proto'], {
     keepCase: true,
     longs: String,
     enums: String,
@@ -91,7 +92,7 @@ export function schedulerDefinition(): protoLoader.PackageDefinition {
 function schedulerCtor() {
   if (ctor) return ctor;
   const def = schedulerDefinition();
-  const pkg = grpc.loadPackageDefinition(def) as unknown as { tokenspeed: { grpc: { scheduler: { TokenSpeedScheduler: typeof ctor } } } };
+  const pkg = grpcJs().loadPackageDefinition(def) as unknown as { tokenspeed: { grpc: { scheduler: { TokenSpeedScheduler: typeof ctor } } } };
   ctor = pkg.tokenspeed.grpc.scheduler.TokenSpeedScheduler;
   return ctor!;
 }
@@ -112,7 +113,8 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
   constructor(readonly url: string) {
     const { address, tls } = grpcTarget(url);
     const Ctor = schedulerCtor();
-    this.client = new Ctor(address, tls ? grpc.credentials.createSsl() : grpc.credentials.createInsecure(), {
+    const { credentials } = grpcJs();
+    this.client = new Ctor(address, tls ? credentials.createSsl() : credentials.createInsecure(), {
       'grpc.keepalive_time_ms': 30_000,
       'grpc.max_receive_message_length': 64 * 1024 * 1024,
     });
@@ -146,12 +148,12 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
   }
 
   async *generate(req: TokenRequest, signal: AbortSignal): AsyncIterable<TokenEvent> {
-    const call = this.client.Generate(toProto(req), new grpc.Metadata());
+    const call = this.client.Generate(toProto(req), new (grpcJs().Metadata)());
     let seen = 0;
     const onAbort = () => {
       call.cancel();
       // The engine aborts the request when the stream drops; say so explicitly as SMG does.
-      this.client.Abort({ request_id: req.rid, reason: 'Stream dropped' }, new grpc.Metadata(), { deadline: Date.now() + 5_000 }, () => {});
+      this.client.Abort({ request_id: req.rid, reason: 'Stream dropped' }, new (grpcJs().Metadata)(), { deadline: Date.now() + 5_000 }, () => {});
     };
     if (signal.aborted) onAbort();
     else signal.addEventListener('abort', onAbort, { once: true });
@@ -189,13 +191,14 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
 
   private async fetchTokenizer(): Promise<Tokenizer> {
     const chunks: BundleChunk[] = [];
-    const call = this.client.GetTokenizer({}, new grpc.Metadata(), { deadline: Date.now() + TOKENIZER_DEADLINE_MS });
+    const call = this.client.GetTokenizer({}, new (grpcJs().Metadata)(), { deadline: Date.now() + TOKENIZER_DEADLINE_MS });
     try {
       for await (const c of call as AsyncIterable<BundleChunk>) chunks.push({ data: c.data ?? new Uint8Array(0), sha256: c.sha256 ?? '' });
     } catch (err) {
       const e = err as grpc.ServiceError;
-      const error = new TokenizerUnavailable(`GetTokenizer on ${this.url}: ${grpc.status[e.code] ?? e.code} ${e.details ?? e.message}`.trim());
-      if (e.code === grpc.status.FAILED_PRECONDITION || e.code === grpc.status.UNIMPLEMENTED || e.code === grpc.status.NOT_FOUND) {
+      const { status } = grpcJs();
+      const error = new TokenizerUnavailable(`GetTokenizer on ${this.url}: ${status[e.code] ?? e.code} ${e.details ?? e.message}`.trim());
+      if (e.code === status.FAILED_PRECONDITION || e.code === status.UNIMPLEMENTED || e.code === status.NOT_FOUND) {
         this.noTokenizer = { until: Date.now() + NO_TOKENIZER_RETRY_MS, error };
       }
       throw error;
@@ -205,7 +208,7 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
 
   /** One SubscribeKvEvents stream of the batches after `after` (no deadline: it lasts as long as the engine). */
   subscribeKvEvents(after: bigint, on: KvStreamHandlers): { cancel(): void } {
-    const call = this.client.SubscribeKvEvents({ start_sequence_number: after.toString() }, new grpc.Metadata());
+    const call = this.client.SubscribeKvEvents({ start_sequence_number: after.toString() }, new (grpcJs().Metadata)());
     let done = false;
     const end = (kind: 'unimplemented' | 'failed' | 'ended', detail: string) => {
       if (done) return;
@@ -217,8 +220,9 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
       if (batch && !done) on.batch(batch);
     });
     call.on('error', (err: grpc.ServiceError) => {
-      const detail = `SubscribeKvEvents on ${this.url}: ${grpc.status[err.code] ?? err.code} ${err.details ?? err.message}`.trim();
-      end(err.code === grpc.status.UNIMPLEMENTED ? 'unimplemented' : 'failed', detail);
+      const { status } = grpcJs();
+      const detail = `SubscribeKvEvents on ${this.url}: ${status[err.code] ?? err.code} ${err.details ?? err.message}`.trim();
+      end(err.code === status.UNIMPLEMENTED ? 'unimplemented' : 'failed', detail);
     });
     call.on('end', () => end('ended', `SubscribeKvEvents on ${this.url}: the engine ended the stream`));
     return {
@@ -236,9 +240,9 @@ export class GrpcEngineClient implements EngineClient, TokenEngine, TokenizerSou
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   private unary(method: 'HealthCheck' | 'GetModelInfo' | 'GetServerInfo', req: unknown, signal: AbortSignal, timeoutMs: number): Promise<any> {
     return new Promise((resolve, reject) => {
-      const call = this.client[method](req, new grpc.Metadata(), { deadline: Date.now() + timeoutMs }, (err, res) => {
+      const call = this.client[method](req, new (grpcJs().Metadata)(), { deadline: Date.now() + timeoutMs }, (err, res) => {
         signal.removeEventListener('abort', onAbort);
-        if (err) reject(new Error(`${method}: ${grpc.status[err.code] ?? err.code} ${err.details ?? ''}`.trim()));
+        if (err) reject(new Error(`${method}: ${grpcJs().status[err.code] ?? err.code} ${err.details ?? ''}`.trim()));
         else resolve(res);
       });
       const onAbort = () => call.cancel();
@@ -308,19 +312,20 @@ function finishOf(c: NonNullable<GenerateResponse['complete']>): FinishReason {
 
 /** gRPC status → why the stream ended (aborts end with an error status). */
 function toGenerationError(err: grpc.ServiceError, beforeFirst: boolean, cancelledByUs: boolean): GenerationError {
-  const detail = `${grpc.status[err.code] ?? err.code}: ${err.details || err.message}`;
+  const { status } = grpcJs();
+  const detail = `${status[err.code] ?? err.code}: ${err.details || err.message}`;
   if (cancelledByUs) return new GenerationError('aborted', 'cancelled by the client', beforeFirst);
   switch (err.code) {
-    case grpc.status.INVALID_ARGUMENT:
+    case status.INVALID_ARGUMENT:
       return new GenerationError('invalid_argument', detail, beforeFirst);
-    case grpc.status.UNAVAILABLE:
+    case status.UNAVAILABLE:
       return new GenerationError('unavailable', detail, beforeFirst);
-    case grpc.status.DEADLINE_EXCEEDED:
+    case status.DEADLINE_EXCEEDED:
       return new GenerationError('deadline', detail, beforeFirst);
-    case grpc.status.CANCELLED:
-    case grpc.status.INTERNAL:
-    case grpc.status.ABORTED:
-    case grpc.status.RESOURCE_EXHAUSTED:
+    case status.CANCELLED:
+    case status.INTERNAL:
+    case status.ABORTED:
+    case status.RESOURCE_EXHAUSTED:
       // The python servicer ends an engine-side abort with a status derived from the abort's
       // code (anything but 400/408/429/504 → INTERNAL): an abort partial, not a gateway error.
       return new GenerationError('aborted', detail, beforeFirst);

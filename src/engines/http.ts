@@ -3,8 +3,9 @@
 // the data plane relays through. Never parses
 // routes of our own API and never touches NATS.
 
-import { Client, Pool, type Dispatcher } from 'undici';
+import type { Client, Dispatcher, Pool } from 'undici';
 import type { EngineClient, EngineFacts } from './engine-client.ts';
+import { undici } from './libraries.ts';
 
 export class HttpEngineClient implements EngineClient {
   readonly mode = 'http' as const;
@@ -24,13 +25,13 @@ export class HttpEngineClient implements EngineClient {
     private readonly opts: { connections?: number } = {},
   ) {
     this.origin = new URL(url).origin;
-    this.control = new Client(this.origin, { headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 60_000, pipelining: 1 });
+    this.control = new (undici().Client)(this.origin, { headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 60_000, pipelining: 1 });
     this.authHeader = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
   }
 
   /** Data-plane pool, made on the first routed request. Timeouts are the relay's business (long rollouts), not undici's. */
   get pool(): Pool {
-    this.dataPool ??= new Pool(this.origin, {
+    this.dataPool ??= new (undici().Pool)(this.origin, {
       connections: this.opts.connections ?? 256,
       headersTimeout: 0,
       bodyTimeout: 0,

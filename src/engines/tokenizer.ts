@@ -5,7 +5,8 @@
 
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
+import type { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
+import { hfTokenizers } from './libraries.ts';
 import { assembleBundle, tokenizerEntries, unzip, type BundleChunk } from './tokenizer-bundle.ts';
 
 export interface DecodeOptions {
@@ -26,7 +27,7 @@ export class Tokenizer {
     readonly source: string,
   ) {
     this.config = (tokenizerConfig ?? {}) as Record<string, unknown>;
-    this.hf = new HfTokenizer(tokenizerJson, this.config);
+    this.hf = new (hfTokenizers().Tokenizer)(tokenizerJson, this.config);
   }
 
   /**

@@ -5,11 +5,11 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import { Type } from '@sinclair/typebox';
-import { request } from 'undici';
 import type { RouteOptions } from './services.ts';
 import { GatewayError } from '../api/errors.ts';
 import { errorResponses } from '../api/error-responses.ts';
 import { ADMIN_SECURITY } from '../api/openapi.ts';
+import { undici } from '../engines/libraries.ts';
 import { bearerMatches } from './admin-auth.ts';
 import type { Worker } from '../fleet/worker.ts';
 
@@ -123,7 +123,7 @@ interface EngineLoads {
 /** One engine's `/v1/loads?include=core`, or null when it cannot be read. */
 async function engineLoads(w: Worker): Promise<EngineLoads | null> {
   try {
-    const res = await request(`${w.baseUrl}/v1/loads?include=core`, {
+    const res = await undici().request(`${w.baseUrl}/v1/loads?include=core`, {
       method: 'GET',
       headers: w.apiKey ? { authorization: `Bearer ${w.apiKey}` } : {},
       signal: AbortSignal.timeout(LOAD_TIMEOUT_MS),

@@ -3,8 +3,9 @@
 // messages rendered with the tokenizer's jinja `chat_template`), or a 400 pointing at the field.
 // Pure shaping: it never calls an engine or routes; what a wire cannot carry is token-sampling.ts's.
 
-import { Template } from '@huggingface/jinja';
+import type { Template } from '@huggingface/jinja';
 import type { TokenSampling } from '../engines/generation.ts';
+import { jinja } from '../engines/libraries.ts';
 import type { Tokenizer } from '../engines/tokenizer.ts';
 import { GatewayError } from '../api/errors.ts';
 import { EngineCannotServe, checkConstraints, logitBiasOf, stopStringsOf } from './token-sampling.ts';
@@ -124,7 +125,7 @@ function chatTemplate(t: Tokenizer): Template {
   }
   let tpl: Template;
   try {
-    tpl = new Template(source);
+    tpl = new (jinja().Template)(source);
   } catch (err) {
     throw new EngineCannotServe(`the tokenizer's chat_template does not parse: ${(err as Error).message}`, { field: '/messages' });
   }

@@ -111,7 +111,7 @@ export function encodeInit(input: string, output: string): Buffer {
 function decodeMap(payload: Buffer, what: string): Record<string, unknown> {
   let v: unknown;
   try {
-    v = unpackr.unpack(payload);
+    v = unpackr().unpack(payload);
   } catch (e) {
     throw new WireError(`undecodable ${what}: ${(e as Error).message}`);
   }

@@ -5,7 +5,8 @@
 
 import { lstat, mkdir, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { Pull, Router } from 'zeromq';
+import type { Pull, Router } from 'zeromq';
+import { zeromq } from '../libraries.ts';
 import {
   bindable,
   decodeEngineReady,
@@ -97,6 +98,7 @@ export class Lane {
     if (this.closed) throw new Error('ZMQ lane is closed');
     for (const path of this.planned.ipcPaths) await prepareIpcPath(path);
     // Never block inside libzmq: the outbox retries EAGAIN itself (see outbox.ts).
+    const { Pull, Router } = zeromq();
     const input = new Router({ linger: 0, mandatory: true, handover: true, sendTimeout: 0 });
     const output = new Pull({ linger: 0, receiveHighWaterMark: 0 });
     const handshake = new Router({ linger: 0, handover: true });

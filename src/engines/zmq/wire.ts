@@ -2,8 +2,9 @@
 // type frame, the positional ADD and ABORT payloads the gateway sends, and the output batches it
 // reads. Pure: no sockets, no timers. The handshake's named maps live in handshake.ts.
 
-import { Unpackr } from 'msgpackr';
+import type { Unpackr } from 'msgpackr';
 import type { TokenRequest } from '../generation.ts';
+import { msgpackr } from '../libraries.ts';
 import { MsgpackWriter } from './msgpack-writer.ts';
 
 /** Single-byte request-type frames (TokenSpeed `REQ_TYPE_ADD` / `REQ_TYPE_ABORT`). */
@@ -136,9 +137,16 @@ export interface OutputBatch {
   load: RankLoad | null;
 }
 
-// Maps as objects (the handshake reads named keys), 64-bit integers as numbers: no field on this
-// wire exceeds 2^53, and a BigInt would break every arithmetic use downstream.
-export const unpackr = new Unpackr({ useRecords: false, mapsAsObjects: true, int64AsType: 'number' });
+let reader: Unpackr | undefined;
+
+/**
+ * The lane's msgpack reader, made on first use (msgpackr is loaded with the first ZMQ engine).
+ * Maps as objects (the handshake reads named keys), 64-bit integers as numbers: no field on this
+ * wire exceeds 2^53, and a BigInt would break every arithmetic use downstream.
+ */
+export function unpackr(): Unpackr {
+  return (reader ??= new (msgpackr().Unpackr)({ useRecords: false, mapsAsObjects: true, int64AsType: 'number' }));
+}
 
 function column(a: unknown[], i: number, name: string, n: number): unknown[] {
   const c = a[i];
@@ -166,7 +174,7 @@ function count(v: unknown, name: string): number {
 export function decodeOutput(payload: Buffer): OutputBatch {
   let a: unknown;
   try {
-    a = unpackr.unpack(payload);
+    a = unpackr().unpack(payload);
   } catch (e) {
     throw new WireError(`undecodable output payload: ${(e as Error).message}`);
   }
