@@ -24,8 +24,8 @@ export class AckTimeout extends Error {
 }
 
 export class AckedPuts {
-  private readonly inbox = createInbox();
-  private readonly prefix = `${this.inbox}.`;
+  private readonly inbox: string;
+  private readonly prefix: string;
   private readonly pending = new Map<string, Pending>();
   private sub: Subscription | undefined;
   private sweeper: NodeJS.Timeout | undefined;
@@ -36,7 +36,12 @@ export class AckedPuts {
     private readonly nc: NatsConnection,
     /** How long one write may wait for its ack (the buckets' request timeout). */
     private readonly timeoutMs: number,
-  ) {}
+    /** The user's reply prefix: a server that lets it read only its own inboxes refuses `_INBOX.>`. */
+    inboxPrefix?: string,
+  ) {
+    this.inbox = createInbox(inboxPrefix);
+    this.prefix = `${this.inbox}.`;
+  }
 
   /** Publishes `data` to a stream subject; resolves with the stored message's sequence (the KV revision). */
   publish(subject: string, data: Uint8Array): Promise<number> {

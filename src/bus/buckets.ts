@@ -189,7 +189,11 @@ export function bucketTimeoutFor(leaseMs: number): number {
  * Creates (or opens) every bucket of a subject root. On a cluster the buckets are replicated to
  * three nodes, so losing one node loses no state.
  */
-export async function openBuckets(nc: NatsConnection, root: string, opts: { replicas?: number; timeoutMs?: number } = {}): Promise<FleetBuckets> {
+export async function openBuckets(
+  nc: NatsConnection,
+  root: string,
+  opts: { replicas?: number; timeoutMs?: number; inboxPrefix?: string } = {},
+): Promise<FleetBuckets> {
   // `timeoutMs`: how long one bucket request may wait (nats.js's 5 s by default). A replica's
   // heartbeats must land within its lease: a longer wait only delays the retry that gets through
   // once a stalled stream has elected a new leader.
@@ -197,7 +201,7 @@ export async function openBuckets(nc: NatsConnection, root: string, opts: { repl
   const replicas = opts.replicas ?? (nc.info?.cluster ? 3 : 1);
   const out: Partial<Record<BucketName, JsonBucket<unknown>>> = {};
   // One ack inbox for every bucket of the root, waiting as long as a bucket request (nats.js's 5 s by default).
-  const puts = new AckedPuts(nc, opts.timeoutMs ?? 5_000);
+  const puts = new AckedPuts(nc, opts.timeoutMs ?? 5_000, opts.inboxPrefix);
   for (const [key, name] of Object.entries(BUCKETS) as Array<[BucketName, string]>) {
     // Journals and reports are kept a day; the fleet's state stays until it is removed.
     const kv = await kvm.create(bucketName(root, name), { history: 1, replicas, ...(key === 'refits' ? { ttl: 24 * 3_600_000 } : {}) });

@@ -161,6 +161,8 @@ export interface BusStatus {
 
 export interface Bus {
   readonly nc: NatsConnection;
+  /** The prefix this user may read replies under (`--nats-inbox-prefix`); undefined: `_INBOX`. */
+  readonly inboxPrefix: string | undefined;
   /** False from the moment the connection drops until nats.js has re-established it, and after close. */
   readonly connected: boolean;
   /** Calls `listener` on every disconnect, reconnect and the final close. Returns the unsubscribe. */
@@ -290,6 +292,11 @@ class NatsBus implements Bus {
   #streamSeq = 0;
   #streamBase: string | undefined;
   #closing: Promise<void> | undefined;
+
+  /** The prefix this user may read replies under (`--nats-inbox-prefix`); undefined: `_INBOX`. */
+  get inboxPrefix(): string | undefined {
+    return this.#inboxPrefix;
+  }
 
   constructor(nc: NatsConnection, opts: ConnectBusOptions) {
     this.nc = nc;

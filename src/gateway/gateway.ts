@@ -92,7 +92,7 @@ export async function startGateway(config: GatewayConfig, opts: { log?: Logger }
       timeoutMs: PLACEMENT_WAIT_MS,
       onRetry: (err: unknown) => log.warn({ err }, "the NATS cluster cannot place the gateway's streams yet; waiting for it"),
     };
-    const buckets = await whilePlacing(() => openBuckets(bus.nc, config.subjectRoot, { timeoutMs: bucketTimeoutFor(leaseMs) }), {
+    const buckets = await whilePlacing(() => openBuckets(bus.nc, config.subjectRoot, { timeoutMs: bucketTimeoutFor(leaseMs), inboxPrefix: bus.inboxPrefix }), {
       ...placing,
       what: 'its KV buckets',
     });
