@@ -11,8 +11,8 @@
 //    gateway's CPU over the hold ÷ the streamed tokens the client received in it, and its resident
 //    memory at the hold ÷ N (over an idle gateway's);
 // 3. the end: every load request answered 200 with all its tokens, else a failure.
-// The gateway may run several processes (--data-plane-workers): RSS and CPU are summed over its
-// node processes (its nats-server left out). Every request in flight holds a client socket and an
+// The gateway runs one process per core (--processes auto): RSS and CPU are summed over its node
+// processes, supervisor included (its nats-server left out). Every request in flight holds a client socket and an
 // upstream one, so one gateway process fits about half its open-file limit: the suite says so when
 // N does not fit, and skips that N rather than measuring a gateway out of descriptors.
 
@@ -230,14 +230,18 @@ export async function runInflight(o: {
   gatewayFlags?: string[];
 }): Promise<{ runs: InflightRun[]; fdLimit: number | null; processes: number }> {
   const fleet = await startFleet(ENGINES, o.logDir, ['--token-rate', String(TOKEN_RATE)], 'inflight');
-  const gw = await startGateway(['--log-level', 'warn', ...(o.gatewayFlags ?? [])], o.logDir, undefined, 'inflight');
+  // Every core: each gateway process holds its own share of the sockets, under its own open-file
+  // limit (one process fits about half the limit's requests in flight).
+  const gw = await startGateway(['--log-level', 'warn', '--processes', 'auto', ...(o.gatewayFlags ?? [])], o.logDir, undefined, 'inflight');
   const runs: InflightRun[] = [];
   try {
     await registerAll(gw.url, fleet.urls);
     const fdLimit = fdLimitOf(gw.child.pid);
     // Workers start with the gateway; give them a moment to be counted.
     await new Promise((r) => setTimeout(r, 1000));
-    const processes = gw.child.pid === undefined ? 1 : gatewayPids(gw.child.pid).length;
+    // The processes that hold requests' sockets: the supervisor's workers, or the one process.
+    const nodes = gw.child.pid === undefined ? 1 : gatewayPids(gw.child.pid).length;
+    const processes = nodes > 1 ? nodes - 1 : 1;
     for (const n of o.sizes) {
       const fits = fdLimit === null || (2 * n) / processes + FD_MARGIN <= fdLimit;
       const direct = await run(n, 'direct', fleet.urls, fleet.urls, undefined);
