@@ -158,7 +158,6 @@ export class CommandRunner {
   /** The engine left this replica: its actor's calls abort, and every caller gets an answer now. */
   abandon(id: string, lane: CommandLane): void {
     lane.closed = true;
-    this.fences.delete(id);
     for (const ctrl of lane.running.values()) ctrl.abort();
     const jobs = [...(lane.current ? [lane.current] : []), ...lane.queue];
     lane.current = undefined;
@@ -258,7 +257,7 @@ export class CommandRunner {
     this.inFlight.add(flight);
     let outcome: ControlOutcome;
     try {
-      outcome = await this.deps.control.call(endpoint.via(dispatcher), call, signal, { headers: this.fenceHeaders(id), flight });
+      outcome = await this.deps.control.call(endpoint.via(dispatcher), call, signal, { headers: this.deps.fence.headerPairs(id), flight });
     } finally {
       this.inFlight.delete(flight);
     }
@@ -308,21 +307,6 @@ export class CommandRunner {
   }
 
   private readonly endpoints = new WeakMap<Worker, Endpoint>();
-
-  /** The fencing headers of an engine's calls (lease-fence.ts), rebuilt only when its lease epoch moves. */
-  private fenceHeaders(id: string): readonly string[] {
-    const epoch = this.deps.fence.epochOf(id);
-    let f = this.fences.get(id);
-    if (!f || f.epoch !== epoch) {
-      const headers = this.deps.fence.headers(id);
-      f = { epoch, pairs: Object.keys(headers).flatMap((k) => [k, headers[k]!]) };
-      this.fences.set(id, f);
-    }
-    return f.pairs;
-  }
-
-  /** By worker id; an entry per engine ever called here, a few strings each. */
-  private readonly fences = new Map<string, { epoch: number | undefined; pairs: string[] }>();
 
   private setVersionOne(id: string, version: string): void {
     this.deps.actorOf(id)?.send({ type: 'version.set', version, source: 'passthrough' });

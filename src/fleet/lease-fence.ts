@@ -22,6 +22,8 @@ export class LeaseFence {
   private stale = false;
   private lapseCount = 0;
   private readonly epochs = new Map<string, number>();
+  /** headerPairs() per engine, dropped when its epoch is set again. */
+  private readonly pairs = new Map<string, readonly string[]>();
   private readonly lapseListeners = new Set<(reason: string) => void>();
   private readonly resyncListeners = new Set<() => void>();
   private timer: NodeJS.Timeout | undefined;
@@ -127,6 +129,7 @@ export class LeaseFence {
   setEpoch(id: string, epoch: number | undefined): void {
     if (epoch === undefined) this.epochs.delete(id);
     else this.epochs.set(id, epoch);
+    this.pairs.delete(id);
   }
 
   epochOf(id: string): number | undefined {
@@ -135,8 +138,22 @@ export class LeaseFence {
 
   /** The headers every engine call carries, so the engine side can be audited. */
   headers(id: string): Record<string, string> {
-    const epoch = this.epochs.get(id);
-    return { [REPLICA_HEADER]: this.opts.replicaId, [LEASE_EPOCH_HEADER]: epoch === undefined ? '0' : String(epoch) };
+    const [replica, replicaId, lease, epoch] = this.headerPairs(id);
+    return { [replica!]: replicaId!, [lease!]: epoch! };
+  }
+
+  /**
+   * The same headers as name/value pairs, made once per lease epoch rather than per call: every leg
+   * of a fan-out or refit carries them.
+   */
+  headerPairs(id: string): readonly string[] {
+    let p = this.pairs.get(id);
+    if (!p) {
+      const epoch = this.epochs.get(id);
+      p = [REPLICA_HEADER, this.opts.replicaId, LEASE_EPOCH_HEADER, epoch === undefined ? '0' : String(epoch)];
+      this.pairs.set(id, p);
+    }
+    return p;
   }
 
   /** Called with the reason when the lease lapses (calls in flight are abandoned then). */
