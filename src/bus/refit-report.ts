@@ -129,9 +129,13 @@ export async function watchRefitReport(bus: Bus, opts: RefitReportOptions): Prom
     async ask(body, timeoutMs) {
       if (closed) throw new Error('the refit report watch is closed');
       const deadline = Date.now() + timeoutMs;
-      const left = () => deadline - Date.now();
+      // Once the timer has fired the time is up, whatever Date.now() says: the timer's clock and
+      // the wall clock round apart by a millisecond, and a request sent with 1 ms left would reach
+      // a gateway all the same.
+      let over = false;
+      const left = () => (over ? 0 : deadline - Date.now());
       let expire!: () => void;
-      const expired = new Promise<'expired'>((resolve) => (expire = () => resolve('expired')));
+      const expired = new Promise<'expired'>((resolve) => (expire = () => ((over = true), resolve('expired'))));
       const timer = setTimeout(expire, timeoutMs);
       const waitFor = <T>(p: Promise<T>) => Promise.race([p, reported, expired]);
       const fromJournal = async () => {
