@@ -12,7 +12,11 @@ import { sample } from '../fixtures/prometheus-text.ts';
 import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 const LOAD_MS = 250;
-/** 16 tokens at 400 tokens/s: a request takes about 40 ms. */
+/**
+ * 16 tokens at 100 tokens/s: a request takes about 160 ms, long enough that a wave's drain (begun
+ * after a journal write, counted by asking the engine) still finds the requests that were running
+ * when routing turned away from its engine, on a loaded machine too.
+ */
 const ASK = { input_ids: [1, 2, 3, 4], sampling_params: { max_new_tokens: 16 } };
 
 interface Answer {
@@ -45,7 +49,7 @@ describe('a rolling refit of six engines under load, one at a time', () => {
   let inOrder: SimProcess[];
 
   beforeAll(async () => {
-    sims = await Promise.all(Array.from({ length: 6 }, () => spawnSglangSim(['--token-rate', '400'])));
+    sims = await Promise.all(Array.from({ length: 6 }, () => spawnSglangSim(['--token-rate', '100'])));
     t = await startTestGateway();
     await t.register(sims.map((s) => s.url));
   }, 60_000);
@@ -94,6 +98,9 @@ describe('a rolling refit of six engines under load, one at a time', () => {
     await Promise.all([...callers, sampler]);
 
     expect(refit.status, refit.text).toBe(200);
+    // The waves' order, for the tests below, before anything here may fail.
+    const urlOf = new Map(refit.json.engines.map((e: { worker_id: string; url: string }) => [e.worker_id, e.url]));
+    inOrder = refit.json.waves.map((w: { engines: string[] }) => sims.find((s) => s.url === urlOf.get(w.engines[0]!))!);
     expect(refit.json).toMatchObject({ status: 'succeeded', strategy: 'rolling', total: 6, succeeded: 6, failed: [], skipped: [] });
     expect(refit.json.waves.map((w: { engines: string[] }) => w.engines.length)).toEqual([1, 1, 1, 1, 1, 1]);
     expect(new Set(refit.json.waves.flatMap((w: { engines: string[] }) => w.engines)).size).toBe(6);
@@ -105,8 +112,6 @@ describe('a rolling refit of six engines under load, one at a time', () => {
     expect(refit.json.waves.every((w: { drain_timed_out: string[] }) => w.drain_timed_out.length === 0)).toBe(true);
     const metrics = (await t.http('GET', '/metrics')).text;
     expect(sample(metrics, 'rlgate_rl_refit_downtime_engine_seconds_total')).toBeCloseTo(refit.json.downtime_engine_ms / 1000, 1);
-    const urlOf = new Map(refit.json.engines.map((e: { worker_id: string; url: string }) => [e.worker_id, e.url]));
-    inOrder = refit.json.waves.map((w: { engines: string[] }) => sims.find((s) => s.url === urlOf.get(w.engines[0]!))!);
 
     // The engines' own word: all on the new version, none paused; at most one was paused at a time.
     for (const s of sims) expect((await s.state()).weightVersion, s.url).toBe('2');
