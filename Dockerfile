@@ -17,6 +17,7 @@ COPY sim ./sim
 COPY actors ./actors
 COPY proto ./proto
 COPY ui ./ui
+COPY scripts/bundle.mjs ./scripts/
 RUN npm run build && rm -f dist/.tsbuildinfo
 
 # ---- run ----

@@ -75,7 +75,7 @@ export function documentHeadRoutes(app: FastifyInstance): void {
   });
 }
 
-/** rlgate's version, from its package.json (found from this file, under src/ or dist/src/). */
+/** rlgate's version, from its package.json (found from this file, under src/, dist/src/ or dist/bundle/). */
 function packageVersion(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (let i = 0; i < 5; i++) {

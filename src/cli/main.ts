@@ -29,7 +29,7 @@ const COMMANDS: Record<string, { summary: string; run: (argv: string[]) => Promi
 
 /**
  * The version in rlgate's package.json: the nearest one up from this module, which is two folders
- * up from src/cli/ (run through tsx) and three from dist/src/cli/ (compiled).
+ * up from src/cli/ (run through tsx) and three from dist/src/cli/ (compiled) or dist/bundle/cli/.
  */
 export function packageVersion(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
