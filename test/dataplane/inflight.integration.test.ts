@@ -7,7 +7,7 @@
 // - none waits in a gateway queue: at one moment the engines together hold all 2,000 in flight
 //   (the sum of their own `inFlight` counts), before the first has finished generating. A gateway
 //   that held some back (a connection pool cap, an admission queue) never reaches the sum, since
-//   each generation lasts 20 s and the ones held would only start as others end;
+//   each generation lasts 16 s and the ones held would only start as others end;
 // - none stalls: every request is answered within its generation time and a stated slack;
 // - nothing is left: the engines hold nothing in flight afterwards.
 // The generation is slow on purpose (1 token/s): the point is how many are in flight, not how
@@ -21,12 +21,13 @@ import { spawnSglangSim, type SimProcess } from '../fixtures/sglang-sim.ts';
 
 const IN_FLIGHT = 2_000;
 const ENGINES = 8;
-const TOKENS = 20;
+const TOKENS = 16;
 const TOKEN_RATE = 1;
 const GENERATION_MS = (TOKENS / TOKEN_RATE) * 1000;
 /**
  * Time to send every request and for the engines to show them. Most of it is this process opening
- * 2,000 connections while other test files share the two cores: seconds, well below GENERATION_MS.
+ * 2,000 connections while other test files share the two cores: 4 s alone on a quiet machine,
+ * well below GENERATION_MS (the time it took is printed).
  */
 const ALL_IN_FLIGHT_WITHIN_MS = GENERATION_MS - 2_000;
 /** A request answered later than its generation + this slack has stalled somewhere. */
@@ -112,6 +113,7 @@ describe('2,000 /generate in flight through one gateway', () => {
     }
     await all;
     await agent.close();
+    console.log(`[inflight] peak ${peak} of ${IN_FLIGHT} at the engines after ${peakAfterMs} ms (generation ${GENERATION_MS} ms)`);
 
     expect(failures.slice(0, 5)).toEqual([]);
     expect(failures).toHaveLength(0);
