@@ -5,7 +5,6 @@
 // (gateway/processes.ts) and each of them runs the replica below.
 
 import { ConfigError, helpText, loadConfig } from '../gateway/config.ts';
-import { startGateway } from '../gateway/gateway.ts';
 import { isGatewayProcess, processConfig, processCount, reportListening, superviseProcesses } from '../gateway/processes.ts';
 import { createLogger } from '../obs/logger.ts';
 import { exitAfter, waitForStop } from './stop-signals.ts';
@@ -62,6 +61,9 @@ export async function gatewayCommand(argv: string[]): Promise<number> {
     setTimeout(() => process.exit(process.exitCode ?? 0), LINGER_AFTER_CLOSE_MS).unref();
     return 0;
   }
+  // Loaded only now: a usage error, --help and the supervisor of several processes never need the
+  // gateway's code (fastify, NATS, the actors), which is most of a start-up's CPU.
+  const { startGateway } = await import('../gateway/gateway.ts');
   const gw = await startGateway(processConfig(config), { log });
   if (isGatewayProcess()) {
     reportListening(gw.url, gw.replicaId);

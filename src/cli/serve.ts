@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, helpText, loadConfig } from '../gateway/config.ts';
 import { redactUrl } from '../obs/redact-url.ts';
-import { startGateway, type Gateway } from '../gateway/gateway.ts';
+import type { Gateway } from '../gateway/gateway.ts';
 import { pickFreePort } from '../bus/server.ts';
 import { launchSim, type SimProcess } from '../../sim/launcher.ts';
 import { simFlags, type SimKind } from '../../sim/spellings.ts';
@@ -204,6 +204,8 @@ export async function serveCommand(argv: string[]): Promise<number> {
     };
     await Promise.all(slots.map(start));
 
+    // Loaded after the flags are checked: a usage error never pays for the gateway's code.
+    const { startGateway } = await import('../gateway/gateway.ts');
     gw = await startGateway(config);
     for (const slot of slots) {
       const labels: Record<string, string> = {};
