@@ -1,6 +1,6 @@
 // Start-up cost of the gateway CLI: CPU (user + system, from /proc) and wall time of the gateway's
 // node process from spawn to its `{"event":"listening"}` line, the compiled build (bin/rlgate.mjs
-// running dist/) next to the sources through tsx (warm and cold tsx cache) and next to node doing
+// running the bundle in dist/bundle/cli/, scripts/bundle.mjs) next to the sources through tsx (warm and cold tsx cache) and next to node doing
 // nothing but printing such a line (the floor), runs interleaved; then what the compiled gateway's
 // imports cost, group by group: what it loads to listen, and what it loads only later (the first
 // engine of a kind, the first /docs request). The goal (issue 19): ≤ 800 ms of CPU to listening,
@@ -236,7 +236,9 @@ export async function measureStartup(o: { runs: number; machineLine: string; dat
     '',
     'One fresh node process imports these groups in this order (the imports only; nothing starts)',
     `and reports the CPU each adds to those before it: median of ${runs} processes, in ms. The gateway`,
-    'loads the first two to listen; the others only when first needed.',
+    'loads the first two to listen; the others only when first needed. The groups are imported',
+    'unbundled (node_modules and dist/src/, a file at a time): what each costs before bundling; the',
+    'bundle the CLI runs loads the same code in a few files: compare the `compiled` CPU above with `at start`.',
     '',
     '| group | what | loaded | CPU p50 |',
     '|---|---|---|---:|',
