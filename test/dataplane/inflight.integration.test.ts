@@ -8,7 +8,8 @@
 //   (the sum of their own `inFlight` counts), before the first has finished generating. A gateway
 //   that held some back (a connection pool cap, an admission queue) never reaches the sum, since
 //   each generation lasts 32 s and the ones held would only start as others end;
-// - none stalls: every request is answered within its generation time and a stated slack;
+// - none stalls: every request is answered within its generation time and a stated slack, counted
+//   from the moment all of them were at the engines (a loaded machine takes seconds to get there);
 // - nothing is left: the engines hold nothing in flight afterwards.
 // The generation is slow on purpose (a token every 4 s): the point is how many are in flight, not
 // how many tokens the two cores can push, so the engines and the gateway stay mostly idle, and
@@ -32,7 +33,7 @@ const GENERATION_MS = (TOKENS / TOKEN_RATE) * 1000;
  * more than 14 s in a full run of the suite (the time it took is printed).
  */
 const ALL_IN_FLIGHT_WITHIN_MS = GENERATION_MS - 2_000;
-/** A request answered later than its generation + this slack has stalled somewhere. */
+/** A request answered later than its generation + this slack, after all were at the engines, has stalled somewhere. */
 const STALL_SLACK_MS = 15_000;
 
 describe('2,000 /generate in flight through one gateway', () => {
@@ -123,7 +124,7 @@ describe('2,000 /generate in flight through one gateway', () => {
       peak: IN_FLIGHT,
       finishedBeforePeak: false,
     });
-    expect(Math.max(...latest)).toBeLessThan(GENERATION_MS + STALL_SLACK_MS);
+    expect(Math.max(...latest)).toBeLessThan(peakAfterMs + GENERATION_MS + STALL_SLACK_MS);
     const after = await Promise.all(sims.map((s) => s.state()));
     expect(after.map((s) => s.inFlight)).toEqual(sims.map(() => 0));
   }, 90_000);
