@@ -11,37 +11,12 @@ import type { JsonBucket } from '../../src/bus/buckets.ts';
 import { answersDurable, durableBefore, JournalWriter, recoveryOf } from '../../src/refit/journal.ts';
 import type { RefitJournal } from '../../src/wire/refit-journal.ts';
 import type { Phase } from '../../src/wire/refit-phase.ts';
+import { DISK_STEPS as DISK, DISTRIBUTED_STEPS as DISTRIBUTED, runningJournal } from '../fixtures/refit-journal.ts';
 
-const DISK: RefitStepPlan[] = [{ name: 'update_weights_from_disk', runOn: 'remaining' }];
-const DISTRIBUTED: RefitStepPlan[] = [
-  { name: 'init_weights_update_group', runOn: 'remaining', collective: true },
-  { name: 'update_weights_from_distributed 1/1', runOn: 'remaining', collective: true },
-  { name: 'destroy_weights_update_group', runOn: 'joined' },
-];
 const ENGINES = ['e1', 'e2'];
 
-function journal(over: Partial<RefitJournal>): RefitJournal {
-  return {
-    id: 'r1',
-    status: 'running',
-    holder: 'dead',
-    origin: 'http',
-    submitted_at: new Date(0).toISOString(),
-    request: { weight_version: '7', source: { kind: 'disk', model_path: '/m' } } as RefitJournal['request'],
-    selector: null,
-    targets: ENGINES,
-    asleep: [],
-    keep_paused: [],
-    phase: null,
-    step_index: 0,
-    pending: [],
-    engines: {},
-    paused: [...ENGINES],
-    resumed: [],
-    takeovers: [],
-    ...over,
-  };
-}
+/** Both engines paused by the dead runner. */
+const journal = (over: Partial<RefitJournal>) => runningJournal({ targets: ENGINES, paused: [...ENGINES], ...over });
 
 /** Engines a takeover from `j` reports failed with the dead runner. */
 function failedBy(j: RefitJournal, steps: RefitStepPlan[], verify: boolean): string[] {

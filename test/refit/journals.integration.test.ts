@@ -16,6 +16,7 @@ import type { QueuedRefit } from '../../src/wire/queued-refit.ts';
 import type { RefitJournal } from '../../src/wire/refit-journal.ts';
 import type { RefitReport } from '../../src/wire/refit-report.ts';
 import { startTestNats, type TestNats } from '../fixtures/nats-server.ts';
+import { runningJournal } from '../fixtures/refit-journal.ts';
 
 let nats: TestNats;
 let bus: Bus;
@@ -31,26 +32,7 @@ afterAll(async () => {
 const request = (version: string) => ({ weight_version: version, source: { kind: 'disk' as const, model_path: '/m' } });
 
 function journal(id: string, over: Partial<RefitJournal> = {}): RefitJournal {
-  return {
-    id,
-    status: 'running',
-    holder: 'a',
-    origin: 'http',
-    submitted_at: '2026-01-01T00:00:00.000Z',
-    request: request(id),
-    selector: null,
-    targets: ['e1', 'e2'],
-    asleep: [],
-    keep_paused: [],
-    phase: 'refit',
-    step_index: 0,
-    pending: [],
-    engines: {},
-    paused: [],
-    resumed: [],
-    takeovers: [],
-    ...over,
-  };
+  return runningJournal({ id, holder: 'a', submitted_at: '2026-01-01T00:00:00.000Z', request: request(id), phase: 'refit', ...over });
 }
 
 /** A finished journal whose report says which engines took `version`. */

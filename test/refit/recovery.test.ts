@@ -4,39 +4,12 @@
 // abandons the transfer.
 
 import { describe, expect, it } from 'vitest';
-import type { RefitStepPlan } from '../../actors/coordinator.ts';
 import { recoveryOf } from '../../src/refit/journal.ts';
 import type { RefitJournal } from '../../src/wire/refit-journal.ts';
+import { DISK_STEPS as DISK, DISTRIBUTED_STEPS as DISTRIBUTED, runningJournal } from '../fixtures/refit-journal.ts';
 
-const DISK: RefitStepPlan[] = [{ name: 'update_weights_from_disk', runOn: 'remaining' }];
-const DISTRIBUTED: RefitStepPlan[] = [
-  { name: 'init_weights_update_group', runOn: 'remaining', collective: true },
-  { name: 'update_weights_from_distributed 1/1', runOn: 'remaining', collective: true },
-  { name: 'destroy_weights_update_group', runOn: 'joined' },
-];
-
-function journal(over: Partial<RefitJournal>): RefitJournal {
-  return {
-    id: 'r1',
-    status: 'running',
-    holder: 'dead',
-    origin: 'http',
-    submitted_at: new Date(0).toISOString(),
-    request: { weight_version: '7', source: { kind: 'disk', model_path: '/m' } } as RefitJournal['request'],
-    selector: null,
-    targets: ['e1', 'e2', 'e3'],
-    asleep: ['e3'],
-    keep_paused: [],
-    phase: null,
-    step_index: 0,
-    pending: [],
-    engines: {},
-    paused: [],
-    resumed: [],
-    takeovers: [],
-    ...over,
-  };
-}
+/** Three targets, the third asleep. */
+const journal = (over: Partial<RefitJournal>) => runningJournal({ targets: ['e1', 'e2', 'e3'], asleep: ['e3'], ...over });
 
 describe('recoveryOf', () => {
   it('in the pause phase: starts the pause over on every awake target, forgetting what the dead runner recorded', () => {
