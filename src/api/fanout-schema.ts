@@ -1,6 +1,6 @@
 // The pass-through answers of `/v1/rl`, as the API document shows them:
 // one engine's answer wrapped with who answered (RlCallOutcome), and a fan-out's per-engine
-// results and failures (RlFanoutResponse, control/passthrough.ts). Documentation only.
+// results and failures (RlFanoutResponse, control/fanout-answer.ts). Documentation only.
 
 import { Type, type TSchema } from '@sinclair/typebox';
 

@@ -74,7 +74,7 @@ export function fanoutJson(targets: Target[], outcomes: Map<string, ControlOutco
   for (const w of sorted) {
     const o = outcomeOf(w, outcomes);
     if (o.kind === 'answer') {
-      if (o.status >= 200 && o.status < 300) succeeded++;
+      if (isSuccess(o)) succeeded++;
       else failed = appendFailure(failed, w, o, failures++);
       // `__proto__` would set the object's prototype, not a key: it is not listed there either.
       if (w.id === '__proto__') continue;

@@ -17,8 +17,6 @@ import { noControlEndpoint, proxyAnswer, type RlCallOutcome } from './outcome.ts
 import { fanoutJson } from './fanout-answer.ts';
 import type { IncomingControl } from './incoming-control.ts';
 
-export { fanoutResponse, type RlFanoutResponse } from './fanout-answer.ts';
-
 /** A fan-out's answer as the HTTP door sends it: the JSON text, with its status. */
 export interface FanoutReply {
   status: 200 | 207;

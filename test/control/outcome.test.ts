@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { gatewayError } from '../fixtures/errors.ts';
 import { callOutcome, failedCall, isSuccess, noControlEndpoint, proxyAnswer, unreachableCode } from '../../src/control/outcome.ts';
-import { fanoutResponse } from '../../src/control/passthrough.ts';
+import { fanoutResponse } from '../../src/control/fanout-answer.ts';
 import { Registry } from '../../src/fleet/registry.ts';
 import type { ControlOutcome } from '../../src/wire/control-call.ts';
 
