@@ -7,8 +7,8 @@
 import { GatewayError } from '../api/errors.ts';
 import { encodeBody } from '../engines/control-call.ts';
 import { queryWithoutSelector } from '../engines/engine-path.ts';
-import { controlUrlFor, noControlEndpoint } from '../fleet/control-url.ts';
-import { mergedLabels, type Worker } from '../fleet/worker.ts';
+import { noControlEndpoint, workerControlUrl } from '../fleet/control-url.ts';
+import type { Worker } from '../fleet/worker.ts';
 import { fanoutConcurrency } from './concurrency.ts';
 import type { Dispatcher, Leg } from './dispatch.ts';
 import type { IncomingControl } from './incoming-control.ts';
@@ -61,7 +61,7 @@ export class LegRunner {
     const callable: Leg[] = [];
     for (let i = 0; i < workers.length; i++) {
       const worker = workers[i]!;
-      if (!hasControlEndpoint(worker)) {
+      if (workerControlUrl(worker) === null) {
         const o: ControlOutcome = { kind: 'no_control_endpoint', latencyMs: 0, message: noControlEndpoint(worker), connectionMode: worker.connectionMode };
         outcomes.set(worker.id, o);
         onLeg?.(worker.id, o);
@@ -116,13 +116,4 @@ export class LegRunner {
     if (Object.keys(req.trace).length > 0) call.trace = req.trace;
     return call;
   }
-}
-
-/** Whether a worker has a control endpoint, worked out once per registry entry (a changed worker is a new object). */
-const endpoints = new WeakMap<Worker, boolean>();
-
-function hasControlEndpoint(w: Worker): boolean {
-  let has = endpoints.get(w);
-  if (has === undefined) endpoints.set(w, (has = controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w)) !== null));
-  return has;
 }

@@ -6,8 +6,8 @@ import { GatewayError } from '../api/errors.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import type { Registry } from '../fleet/registry.ts';
 import { selectorFromQuery, type Selector } from '../fleet/selector.ts';
-import { controlUrlFor } from '../fleet/control-url.ts';
-import { mergedLabels, type Worker } from '../fleet/worker.ts';
+import { workerControlUrl } from '../fleet/control-url.ts';
+import type { Worker } from '../fleet/worker.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
 import type { Dispatcher } from './dispatch.ts';
@@ -104,7 +104,7 @@ export class Passthrough {
   private readonly selectors = new Map<string, Selector>();
 
   private controlUrlOrThrow(w: Worker): string {
-    const url = controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w));
+    const url = workerControlUrl(w);
     if (url === null) throw new GatewayError('no_control_endpoint', noControlEndpoint(w), { worker_id: w.id, url: w.url, connection_mode: w.connectionMode });
     return url;
   }

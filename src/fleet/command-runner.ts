@@ -13,11 +13,11 @@ import type { EngineClient } from '../engines/engine-client.ts';
 import { controlOp, lifecycleOp } from '../engines/engine-path.ts';
 import type { Logger } from '../obs/logger.ts';
 import type { Metrics } from '../obs/metrics.ts';
-import { controlUrlFor, noControlEndpoint } from './control-url.ts';
+import { noControlEndpoint, workerControlUrl } from './control-url.ts';
 import { observeControlCall } from './observe.ts';
 import type { Registry } from './registry.ts';
 import type { LeaseFence } from './lease-fence.ts';
-import { mergedLabels, type Worker } from './worker.ts';
+import type { Worker } from './worker.ts';
 import type { Dispatcher } from 'undici';
 import type { ControlCall, ControlOutcome } from '../wire/control-call.ts';
 
@@ -324,7 +324,7 @@ interface Endpoint {
 }
 
 function endpointFor(worker: Worker, clientError: string | null): Endpoint {
-  const controlUrl = controlUrlFor(worker.connectionMode, worker.baseUrl, mergedLabels(worker));
+  const controlUrl = workerControlUrl(worker);
   const target: ControlTarget = { workerUrl: worker.url, controlUrl: controlUrl ?? '', apiKey: worker.apiKey, pool: worker.httpPool };
   const ownPool = worker.httpPool != null && Object.keys(worker.httpPool).length > 0;
   let refusal: ControlOutcome | undefined;

@@ -4,7 +4,7 @@
 // connects, and never checks that the URL is reachable.
 
 import type { Worker } from './worker.ts';
-import { baseUrlOf } from './worker.ts';
+import { baseUrlOf, mergedLabels } from './worker.ts';
 import { trimWhiteSpace } from './versions.ts';
 import type { ConnectionMode } from '../wire/worker-entry.ts';
 
@@ -79,6 +79,16 @@ export function controlUrlFor(mode: ConnectionMode, baseUrl: string, labels: Rec
   if (mode === 'http') return baseUrl;
   const label = Object.hasOwn(labels, CONTROL_URL_LABEL) ? labels[CONTROL_URL_LABEL] : undefined;
   return resolveControlUrl(label, baseUrl);
+}
+
+/** Worked out once per registry entry: a worker is never changed in place (a change is a new object). */
+const byWorker = new WeakMap<Worker, string | null>();
+
+/** A registered worker's control endpoint (controlUrlFor over its merged labels); null when it has none. */
+export function workerControlUrl(w: Worker): string | null {
+  let url = byWorker.get(w);
+  if (url === undefined) byWorker.set(w, (url = controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w))));
+  return url;
 }
 
 /** Why a gRPC or ZMQ worker has no control endpoint, with what to do about it. */

@@ -5,7 +5,7 @@
 
 import { breakerOf, lifecycleOf } from '../../actors/engine.ts';
 import { capabilitiesFor, type RlCapabilities } from './capabilities.ts';
-import { controlUrlFor } from './control-url.ts';
+import { workerControlUrl } from './control-url.ts';
 import type { WorkerSample } from '../obs/metrics.ts';
 import type { EngineHost } from './engine-host.ts';
 import { sizeLabel } from './labels.ts';
@@ -189,7 +189,7 @@ export class FleetView {
         model_id: w.modelId,
         worker_type: w.workerType,
         connection_mode: w.connectionMode,
-        control_url: controlUrlFor(w.connectionMode, w.baseUrl, labels),
+        control_url: workerControlUrl(w),
         tp_size: sizeLabel(labels.tp_size),
         dp_size: sizeLabel(labels.dp_size),
         pp_size: sizeLabel(labels.pp_size),

@@ -15,8 +15,7 @@ import { bearerMatches, checkRegistrationBearer } from './admin-auth.ts';
 import { allowedHostsOf, checkWorkerUrl } from '../fleet/worker-url.ts';
 import { methodNotAllowed } from './rl-workers.ts';
 import { healthOf } from '../fleet/fleet-view.ts';
-import { controlUrlFor } from '../fleet/control-url.ts';
-import { mergedLabels } from '../fleet/worker.ts';
+import { workerControlUrl } from '../fleet/control-url.ts';
 
 /** sglang-router's default `--worker-startup-timeout-secs`: how long `/add_worker` waits for health. */
 const STARTUP_TIMEOUT_SECS = 600;
@@ -93,9 +92,7 @@ export const sglangRouterRoutes: FastifyPluginAsync<RouteOptions> = async (app, 
       const urls = registry
         .all()
         .sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0))
-        .map((w) =>
-          config.workersListControlUrls && w.connectionMode !== 'http' ? (controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w)) ?? w.url) : w.url,
-        );
+        .map((w) => (config.workersListControlUrls && w.connectionMode !== 'http' ? (workerControlUrl(w) ?? w.url) : w.url));
       return { urls };
     },
   );

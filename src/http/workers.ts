@@ -15,7 +15,7 @@ import { registeredWorkerType } from '../fleet/worker-type.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { healthOf, workerStats, workerTypeCounts } from '../fleet/fleet-view.ts';
-import { controlUrlFor } from '../fleet/control-url.ts';
+import { workerControlUrl } from '../fleet/control-url.ts';
 import { errorResponses } from '../api/error-responses.ts';
 import { ADMIN_SECURITY } from '../api/openapi.ts';
 import { WorkerAccepted, WorkerListing, WorkerRemoved, WorkerRow } from '../api/worker-schema.ts';
@@ -236,7 +236,7 @@ function strictValidator(schema: TSchema, part: string) {
 function listedRow(w: Worker, view: FleetView, controlUrls: boolean) {
   const row = workerJson(w, view);
   if (!controlUrls || w.connectionMode === 'http') return row;
-  const control = controlUrlFor(w.connectionMode, w.baseUrl, mergedLabels(w));
+  const control = workerControlUrl(w);
   return control ? { ...row, url: control, registry_url: w.url } : row;
 }
 

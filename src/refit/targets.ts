@@ -5,7 +5,7 @@
 // world size counts only the engines that take part. Pure: reads the fleet view, no I/O.
 
 import { capabilitiesFor } from '../fleet/capabilities.ts';
-import { controlUrlFor } from '../fleet/control-url.ts';
+import { workerControlUrl } from '../fleet/control-url.ts';
 import type { FleetView } from '../fleet/fleet-view.ts';
 import { mergedLabels, type Worker } from '../fleet/worker.ts';
 import type { SkippedEngine, SkipReason } from '../wire/refit-report.ts';
@@ -20,8 +20,7 @@ export function splitTargets(view: FleetView, selected: Worker[], req: RefitRequ
     const labels = mergedLabels(w);
     if (e.state === 'unreachable') skip(w, 'unreachable', 'the engine did not answer its last probes or its discovery');
     else if (e.state === 'registering') skip(w, 'not_discovered', 'the engine has not been discovered yet (registering)');
-    else if (!controlUrlFor(w.connectionMode, w.baseUrl, labels))
-      skip(w, 'no_control_endpoint', `the ${w.connectionMode} worker advertises no control endpoint (rl.control_url)`);
+    else if (!workerControlUrl(w)) skip(w, 'no_control_endpoint', `the ${w.connectionMode} worker advertises no control endpoint (rl.control_url)`);
     else {
       const from = capabilitiesFor(w.engine, labels).update_from;
       if (!from.includes(req.source.kind))
