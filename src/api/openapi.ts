@@ -3,12 +3,10 @@
 // viewed with Swagger UI at /docs (its assets ship in the package: no network needed).
 // Schemas document; they never validate or serialize (http/app.ts says why).
 
-import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import type { FastifyDynamicSwaggerOptions } from '@fastify/swagger';
 import type { FastifySwaggerUiOptions } from '@fastify/swagger-ui';
+import { packageVersion } from './package-version.ts';
 
 export const DOCUMENT_PATH = '/openapi.json';
 export const UI_PREFIX = '/docs';
@@ -73,19 +71,4 @@ export function documentHeadRoutes(app: FastifyInstance): void {
       route.config = { ...route.config, swagger: { ...route.config?.swagger, exposeHeadRoute: true } };
     }
   });
-}
-
-/** rlgate's version, from its package.json (found from this file, under src/, dist/src/ or dist/bundle/). */
-function packageVersion(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 5; i++) {
-    try {
-      const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version?: string };
-      if (pkg.name === 'rlgate' && pkg.version) return pkg.version;
-    } catch {
-      // not here: one level up
-    }
-    dir = dirname(dir);
-  }
-  return '0.0.0';
 }

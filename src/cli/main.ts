@@ -3,9 +3,7 @@
 // `rlgate --version` before any command prints the package's version (after a command, `--version`
 // is that command's: `rlgate refit --version V` is a weight version).
 
-import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { packageVersion } from '../api/package-version.ts';
 import { redactUrl } from '../obs/redact-url.ts';
 
 const COMMANDS: Record<string, { summary: string; run: (argv: string[]) => Promise<number | void> }> = {
@@ -26,24 +24,6 @@ const COMMANDS: Record<string, { summary: string; run: (argv: string[]) => Promi
     run: async (a) => (await import('./trainer/main.ts')).trainerCommand(a),
   },
 };
-
-/**
- * The version in rlgate's package.json: the nearest one up from this module, which is two folders
- * up from src/cli/ (run through tsx) and three from dist/src/cli/ (compiled) or dist/bundle/cli/.
- */
-export function packageVersion(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (let up = 0; up < 4; up++, dir = dirname(dir)) {
-    let pkg: { name?: unknown; version?: unknown };
-    try {
-      pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as typeof pkg;
-    } catch {
-      continue;
-    }
-    if (pkg.name === 'rlgate' && typeof pkg.version === 'string') return pkg.version;
-  }
-  throw new Error('package.json of rlgate not found next to the code');
-}
 
 function usage(): string {
   const lines = [
