@@ -101,7 +101,7 @@ interface Args {
   refitCallers: number;
   inflightSizes: number[];
   startupRuns: number;
-  /** Default 300 s, or 900 s when the scale suite runs. */
+  /** Default 300 s, or 1800 s when the scale or rollout suite runs (plus the scale-out part's share). */
   maxSeconds: number;
   profile: boolean;
   out: string;
