@@ -54,20 +54,30 @@ export class HttpEngineClient implements EngineClient {
     if (this.control.stats.size > 0) return { skipped: true };
     // SGLang's /health runs a generation on newer builds; a paused engine would hold it.
     const path = quiet ? '/model_info' : '/health';
-    const res = await this.control.request({ path, method: 'GET', headers: this.authHeader, signal });
-    await res.body.dump();
-    if (res.statusCode >= 500 || (quiet && res.statusCode >= 300 && res.statusCode !== 404)) throw new Error(`${path} answered ${res.statusCode}`);
+    const status = await this.statusOf(path, signal);
+    if (status >= 500 || (quiet && status >= 300 && status !== 404)) throw new Error(`${path} answered ${status}`);
     // A paused engine that admits requests again was resumed behind our back, or restarted.
     if (quiet) return { paused: await this.readPaused(signal) };
   }
 
   /** `/ready` (newest SGLang builds) is 503 while the engine admits no request: paused. Older builds: unknown. */
   private async readPaused(signal: AbortSignal): Promise<boolean | undefined> {
-    const res = await this.control.request({ path: '/ready', method: 'GET', headers: this.authHeader, signal });
-    await res.body.dump();
-    if (res.statusCode === 200) return false;
-    if (res.statusCode === 503) return true;
+    const status = await this.statusOf('/ready', signal);
+    if (status === 200) return false;
+    if (status === 503) return true;
     return undefined;
+  }
+
+  /**
+   * GET `path` on the control connection for its status alone; the body is read and dropped. The
+   * probes' path: a fleet of thousands is probed up to 100 times a second, and undici's request()
+   * would make a response stream and a parsed header object for each answer only to discard them.
+   */
+  private statusOf(path: string, signal: AbortSignal): Promise<number> {
+    if (signal.aborted) return Promise.reject(signal.reason);
+    return new Promise((resolve, reject) => {
+      this.control.dispatch({ path, method: 'GET', headers: this.authHeader }, new StatusHandler(signal, resolve, reject));
+    });
   }
 
   poolFor(url: string): Dispatcher | undefined {
@@ -106,5 +116,59 @@ export class HttpEngineClient implements EngineClient {
       throw new Error(`${path} did not answer a JSON object`);
     }
     return null;
+  }
+}
+
+/**
+ * One request on undici's dispatcher API whose answer is its status: no response stream, no header
+ * object, the body discarded as it comes. The caller's signal aborts it; settles once.
+ */
+class StatusHandler {
+  private abortFn: ((err?: Error) => void) | undefined;
+  private status = 0;
+  private done = false;
+
+  constructor(
+    private readonly signal: AbortSignal,
+    private readonly resolve: (status: number) => void,
+    private readonly reject: (err: unknown) => void,
+  ) {
+    signal.addEventListener('abort', this);
+  }
+
+  /** The signal aborted. */
+  handleEvent(): void {
+    if (this.abortFn) this.abortFn(this.signal.reason);
+    else this.settle(this.signal.reason);
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    if (this.done) return abort(this.signal.reason);
+    this.abortFn = abort;
+  }
+
+  onHeaders(status: number): boolean {
+    if (status >= 200) this.status = status; // below: informational, the answer follows
+    return true;
+  }
+
+  onData(): boolean {
+    return true;
+  }
+
+  onComplete(): void {
+    this.settle(undefined);
+  }
+
+  onError(err: unknown): void {
+    this.settle(err ?? new Error('request failed'));
+  }
+
+  private settle(err: unknown): void {
+    if (this.done) return;
+    this.done = true;
+    this.signal.removeEventListener('abort', this);
+    if (err === undefined) this.resolve(this.status);
+    else this.reject(err);
   }
 }
