@@ -150,6 +150,8 @@ describe('user and password', () => {
     let stderr = '';
     proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
     const exited = new Promise<number | null>((res) => proc.once('exit', (code) => res(code)));
+    // 'exit' may come before the last of stderr is read from the pipe; 'close' comes after it.
+    const closed = new Promise<void>((res) => proc.once('close', () => res()));
     const guard = setTimeout(() => proc.kill('SIGKILL'), 45_000);
     try {
       const line = await new Promise<string>((res, rej) => {
@@ -161,7 +163,7 @@ describe('user and password', () => {
       expect(listening.nats_url).toBe(`nats://***@127.0.0.1:${nats.port}`);
       expect(line).not.toContain(PASSWORD);
       proc.kill('SIGTERM');
-      await exited; // stderr is complete
+      await closed; // stderr is complete
       expect(stderr).toContain('gateway listening'); // the logs were really read
       expect(stderr).not.toContain(PASSWORD);
     } finally {
