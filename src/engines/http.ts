@@ -136,7 +136,7 @@ class StatusHandler {
     signal.addEventListener('abort', this);
   }
 
-  /** The signal aborted. */
+  /** The signal aborted: the handler is its own listener, so a probe adds no closure. */
   handleEvent(): void {
     if (this.abortFn) this.abortFn(this.signal.reason);
     else this.settle(this.signal.reason);

@@ -17,12 +17,11 @@ export function splitTargets(view: FleetView, selected: Worker[], req: RefitRequ
   const skip = (w: Worker, reason: SkipReason, message: string) => skipped.push({ worker_id: w.id, url: w.url, reason, message });
   for (const w of selected) {
     const e = view.engine(w);
-    const labels = mergedLabels(w);
     if (e.state === 'unreachable') skip(w, 'unreachable', 'the engine did not answer its last probes or its discovery');
     else if (e.state === 'registering') skip(w, 'not_discovered', 'the engine has not been discovered yet (registering)');
     else if (!workerControlUrl(w)) skip(w, 'no_control_endpoint', `the ${w.connectionMode} worker advertises no control endpoint (rl.control_url)`);
     else {
-      const from = capabilitiesFor(w.engine, labels).update_from;
+      const from = capabilitiesFor(w.engine, mergedLabels(w)).update_from;
       if (!from.includes(req.source.kind))
         skip(w, 'source_unsupported', `the engine cannot load weights from ${req.source.kind} (it supports: ${from.join(', ') || 'none'})`);
       else targets.push(w);
